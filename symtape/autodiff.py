@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import graph as G
 from . import ops
 from .errors import ShapeError
 from .tensor import Tensor
@@ -31,7 +30,7 @@ def relevant_ids(entries: Sequence, source_ids) -> set:
 
 def is_structural_zero(t: Tensor) -> bool:
     """True when every element of ``t`` is the constant 0."""
-    return all(G.is_const(a) and a.is_Number and a.is_zero for a in t._atoms.flat)
+    return t._node.is_zero()
 
 
 def accumulate(prev, ct):

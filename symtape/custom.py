@@ -17,7 +17,7 @@ from . import functions as F
 from . import graph as G
 from . import nest, ops, recording
 from .errors import InvalidArgumentError, NonDifferentiableError, ShapeError
-from .tensor import Tensor, convert_to_tensor
+from .tensor import Tensor, convert_to_tensor, view
 
 __all__ = ["stop_gradient", "custom_gradient", "register_gradient", "define_function",
            "get_function", "RegisterGradient", "call_with_rule"]
@@ -75,8 +75,8 @@ def _dependencies(out_atoms, input_atoms: dict) -> dict:
     return deps
 
 
-def _alias_outputs(head: type, outs: list, inputs: list) -> list:
-    """Output tensors whose elements print as ``head(inputs they use)``."""
+def _aliased_atoms(head: type, outs: list, inputs: list) -> list:
+    """Element views of ``outs`` whose elements print as ``head(inputs they use)``."""
     order: dict = {}
     for t in inputs:
         for a in t._atoms.flat:
@@ -94,8 +94,21 @@ def _alias_outputs(head: type, outs: list, inputs: list) -> list:
             used = {a} if a in order else deps.get(a, set())
             args = sorted(used, key=order.__getitem__)
             atoms[idx] = G.alias(head, args, a)
-        aliased.append(Tensor(atoms, t._value, t.dtype))
+        aliased.append(atoms)
     return aliased
+
+
+def _alias_outputs(head: type, outs: list, inputs: list) -> list:
+    """Output tensors whose element views (built on demand) alias ``outs`` under ``head``."""
+    made: list = []
+
+    def make(k):
+        if not made:
+            made.extend(_aliased_atoms(head, outs, inputs))
+        return made[k]
+
+    return [view(functools.partial(make, k), t.shape, t._value, t.dtype, tuple(outs) +
+                 tuple(inputs)) for k, t in enumerate(outs)]
 
 
 def call_with_rule(name: str, head: type, forward: Callable, args: tuple,

@@ -158,10 +158,17 @@ class Primitive:
     def numeric(self, values: Sequence[np.ndarray], params: dict) -> np.ndarray:
         raise NotImplementedError(f"{self.name} needs a numeric evaluation")
 
-    def evaluate(self, values: Sequence[np.ndarray], atoms: Sequence[np.ndarray],
-                 params: dict) -> np.ndarray:
-        """The numeric value; ``atoms`` of the arguments are there to specialise on."""
+    def evaluate(self, values: Sequence[np.ndarray], args: Sequence, params: dict) -> np.ndarray:
+        """The numeric value; ``args`` are the arguments' tensor-level nodes (``uniform``:
+        the one constant all elements are, or None), there to specialise on."""
         return self.numeric(values, params)
+
+    def structure(self, args: Sequence, params: dict, shape: tuple) -> tuple:
+        """``(regular, uniform, alias)`` of the result node: whether its elements are
+        distinct symbolic atoms the builders fold no further than numpy (see ``nodes.py``),
+        the one constant every element folds to (or None), and the index of an argument
+        the result *is* (or None)."""
+        return False, None, None
 
     #: Whether :meth:`evaluate` gives exactly the definitions' values outside
     #: :meth:`unsettled`, zeros and non-finite values included; when False the binder also
@@ -169,10 +176,11 @@ class Primitive:
     #: zero terms) can change a value.
     exact_elsewhere = False
 
-    def unsettled(self, atoms: Sequence[np.ndarray], params: dict,
-                  shape: tuple) -> np.ndarray | None:
+    def unsettled(self, atoms: Sequence[np.ndarray], params: dict, shape: tuple,
+                  args: Sequence = ()) -> np.ndarray | None:
         """Which elements of :meth:`evaluate`'s value may differ from their definitions (the
-        binder evaluates those through the DAG); None: none beyond ``exact_elsewhere``."""
+        binder evaluates those through the DAG); None: none beyond ``exact_elsewhere``.
+        ``args`` are the arguments' nodes, as :meth:`evaluate` saw them."""
         return None
 
     # -- differentiation -------------------------------------------------------------------
@@ -234,7 +242,7 @@ def _lanes(atoms: np.ndarray, axes: tuple) -> np.ndarray:
     return moved.reshape(int(np.prod(moved.shape[:len(keep)], dtype=np.int64)), size)
 
 
-def _irregular_anywhere(self, atoms, params, shape):
+def _irregular_anywhere(self, atoms, params, shape, args=()):
     """``unsettled`` of ops whose elements mix all their inputs: every element when some input
     holds a constant or a repeated atom, else the zero and non-finite ones."""
     flat = np.concatenate([a.reshape(-1) for a in atoms]) if atoms else np.empty(0, object)
@@ -353,56 +361,82 @@ class Elementwise(Primitive):
 
     def numeric(self, values, params):
         if self._numeric is None:
-            run, _ = self._prototype(())
+            run, _, _, _ = self._prototype(())
             return run(*values)[0]
         with np.errstate(all="ignore"):
             return self._numeric(*values)
 
-    def evaluate(self, values, atoms, params):
+    def evaluate(self, values, args, params):
         """Float results are evaluated through a prototype: the template built once by the
         graph's own builders on stand-in leaves, so values round exactly as the built
-        definitions (and compiled code) do, and arguments that are one constant (an exponent,
+        definitions (and compiled code) do; arguments that are one constant (an exponent,
         a slope) fold as they do in the graph (``x**(y - 2)`` at ``y = 2`` is 1, also at
-        ``x = 0``). Elements whose own atoms fold further are left to :meth:`unsettled`."""
+        ``x = 0``), and an argument given twice is one stand-in (``x - x`` is 0). Elements
+        whose own atoms fold further are left to :meth:`unsettled`."""
         if self._hand_numeric and (self.out != "T" or np.result_type(*values).kind != "f"):
             return self.numeric(values, params)
-        run, keep = self._prototype(self._uniform_constants(atoms))
+        run, keep, _, _ = self._prototype(*self._specialisation(args))
         with np.errstate(all="ignore"):
             return run(*[values[i] for i in keep])[0]
 
     @staticmethod
-    def _uniform_constants(atoms) -> tuple:
-        """``(index, constant)`` of the arguments whose elements are all one constant."""
-        out = []
-        for i, a in enumerate(atoms):
-            first = a.flat[0] if a.size else None
-            if first is not None and G.is_const(first) and all(b == first for b in a.flat):
-                out.append((i, first))
-        return tuple(out)
+    def _specialisation(args) -> tuple:
+        """``(consts, same)``: the uniform-constant arguments and, for each other argument,
+        the first argument that is the same node."""
+        consts = tuple((i, a.uniform) for i, a in enumerate(args) if a.uniform is not None)
+        first: dict = {}
+        same = tuple(first.setdefault(id(a), i) for i, a in enumerate(args))
+        return consts, same
+
+    def structure(self, args, params, shape):
+        if any(a.dtype.kind != "f" for a in args) and self.out == "T":
+            return False, None, None
+        _, keep, out, used = self._prototype(*self._specialisation(args))
+        if G.is_const(out):
+            return False, out, None
+        if out in used:
+            i = used[out]
+            same_shape = tuple(args[i].shape) == tuple(shape)
+            return False, None, i if same_shape and args[i].dtype.kind == "f" else None
+        if G.absorbs_products(out) or not all(args[i].regular for i in used.values()):
+            return False, None, None
+        covered = np.zeros(len(shape), dtype=bool)
+        for i in used.values():
+            s = tuple(args[i].shape)
+            covered[len(shape) - len(s):] |= np.array([n > 1 for n in s], dtype=bool)
+        return bool(all(c or n <= 1 for c, n in zip(covered, shape))), None, None
 
     exact_elsewhere = True
 
-    def unsettled(self, atoms, params, shape):
+    def unsettled(self, atoms, params, shape, args=()):
         """Elements where the builders fold differently from the prototype: an argument is
         a constant (that is not the whole argument), two arguments are the same atom, or an
         argument is a select with a zero branch (products fold into it)."""
-        uniform = {i for i, _ in self._uniform_constants(atoms)}
-        args = [np.broadcast_to(a, shape) for i, a in enumerate(atoms) if i not in uniform]
+        consts, same = self._specialisation(args)
+        skip = {i for i, _ in consts} | {i for i, j in enumerate(same) if j != i}
+        rest = [np.broadcast_to(a, shape) for i, a in enumerate(atoms) if i not in skip]
         mask = np.zeros(shape, dtype=bool)
-        for k, a in enumerate(args):
+        for k, a in enumerate(rest):
             mask |= np.asarray(_special_atom(a), dtype=bool)
-            for b in args[k + 1:]:
+            for b in rest[k + 1:]:
                 mask |= np.asarray(_same_atom(a, b), dtype=bool)
         return mask
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - ops live for the whole program
-    def _prototype(self, consts: tuple):
+    def _prototype(self, consts: tuple, same: tuple | None = None):
+        """``(run, keep, out, used)``: the template built on stand-ins (``consts`` fixed,
+        arguments ``same`` as an earlier one sharing its stand-in), a numpy program of the
+        arguments ``keep``, the built atom and ``stand-in -> argument`` of those it uses."""
+        n = len(self.placeholders)
+        same = tuple(range(n)) if same is None else same
         fixed = dict(consts)
-        keep = [i for i in range(len(self.placeholders)) if i not in fixed]
+        keep = [i for i in range(n) if i not in fixed and same[i] == i]
         stand_ins = {i: G.Leaf.new(f"p{i}") for i in keep}
-        out = self._build_one(*[fixed[i] if i in fixed else stand_ins[i]
-                                for i in range(len(self.placeholders))])
-        return E.program([out], [stand_ins[i] for i in keep]), keep
+        out = self._build_one(*[fixed[i] if i in fixed else stand_ins[same[i]]
+                                for i in range(n)])
+        found = set(G.leaves([out])) if G.is_symbolic(out) else set()
+        used = {s: i for i, s in stand_ins.items() if s in found}
+        return E.program([out], [stand_ins[i] for i in keep]), keep, out, used
 
     def vjp_op(self, i: int) -> Elementwise | None:
         """The template op ``g * d(template)/d(arg i)`` of ``(g, *args)``, None when zero."""
@@ -802,7 +836,7 @@ class ScatterAdd(Primitive):
             flat[j] = parts[0] if len(parts) == 1 else G.add(*parts)
         return out
 
-    def unsettled(self, atoms, params, shape):
+    def unsettled(self, atoms, params, shape, args=()):
         """Targets that receive a constant or the same atom twice (merged terms)."""
         idx = params["idx"].reshape(-1)
         src = atoms[0].reshape(-1)
@@ -935,7 +969,7 @@ class Reduction(Primitive):
     def build(self, atoms, params):
         return _reduced(atoms[0], params["axis"], params["keepdims"], self.combine)
 
-    def unsettled(self, atoms, params, shape):
+    def unsettled(self, atoms, params, shape, args=()):
         """Results over a slice with a constant or a repeated atom (folded or merged terms)."""
         return irregular_rows(_lanes(atoms[0], params["axis"])).reshape(shape)
 
@@ -1135,7 +1169,7 @@ class MatMul(Primitive):
                     out[idx + (i, j)] = dot_atoms(row, cols[j])
         return out
 
-    def unsettled(self, atoms, params, shape):
+    def unsettled(self, atoms, params, shape, args=()):
         """Elements whose row of ``a`` or column of ``b`` holds a repeated atom, or both a
         constant (products of constants fold into the constant term)."""
         a = self._operands(atoms[0], params["transpose_a"])
@@ -1745,7 +1779,7 @@ class AxisOp(Primitive):
                 out[idx] = np.asarray(res, dtype=object)
         return out if self.reduces else np.moveaxis(out, -1, axis)
 
-    def unsettled(self, atoms, params, shape):
+    def unsettled(self, atoms, params, shape, args=()):
         """Slices (of any argument) with a constant or a repeated atom."""
         axis = params["axis"]
         bad = functools.reduce(np.logical_or, [irregular_rows(_lanes(a, (axis,))) for a in atoms])

@@ -37,7 +37,7 @@ from .errors import (
     SymtapeError,
 )
 from .function import Function, TensorSpec
-from .tensor import Tensor, Variable, constant, convert_to_tensor, symbol
+from .tensor import Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol
 
 __all__ = ["SaveOptions", "save", "load"]
 
@@ -596,7 +596,7 @@ def _constant(c: _Constant) -> Tensor:
         return constant(c.value.copy())
     values = np.array([G.const_value(a) for a in c.atoms.flat],
                       dtype=np.float64).reshape(c.shape)
-    return Tensor(c.atoms, values.astype(dtype), dtype)
+    return atom_constant(c.atoms, values.astype(dtype), dtype)
 
 
 class _LoadedFunction:

@@ -1,9 +1,10 @@
 """Tensors, variables, symbols and constants, and the binder that applies primitives.
 
-A :class:`Tensor` holds an object array of atoms (see ``graph.py``) -- the exact symbolic value
-of each element -- and, when every leaf it depends on has a value, the numeric value computed
-eagerly with numpy. Applying a primitive (:func:`apply`) converts the arguments, checks them,
-builds the result's atoms, evaluates it and records it on the active tapes.
+A :class:`Tensor` holds a tensor-level node (see ``nodes.py``) -- the op application that
+made it, whose element view of SymPy atoms gives the exact value of each element on demand --
+and, when every leaf it depends on has a value, the numeric value computed eagerly with numpy
+on whole arrays. Applying a primitive (:func:`apply`) converts the arguments, checks them,
+makes the result's node, evaluates it and records it on the active tapes.
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import sympy as sp
 
 from . import evaluate as E
 from . import graph as G
+from . import nodes as N
 from . import ops, recording
 from .errors import DTypeError, InvalidArgumentError, ShapeError, UnboundLeafError
 
 __all__ = ["Tensor", "Variable", "SymbolTensor", "constant", "symbol", "convert_to_tensor",
-           "is_tensor", "apply", "CSEForm", "promote", "shape_arg", "exact_constant"]
+           "is_tensor", "apply", "CSEForm", "promote", "shape_arg", "exact_constant",
+           "atom_constant", "view"]
 
 _ids = itertools.count(1)
 _variable_ids = itertools.count(1)
@@ -42,6 +45,14 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     a = np.array(a, copy=True)
     a.flags.writeable = False
     return a
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a`` read-only: a fresh result is frozen in place, anything else copied."""
+    if a.flags.writeable and a.flags.owndata:
+        a.flags.writeable = False
+        return a
+    return a if not a.flags.writeable else _readonly(a)
 
 
 _number = np.frompyfunc(G.number, 1, 1)
@@ -90,7 +101,7 @@ class CSEForm:
 
 
 class Tensor:
-    """An immutable tensor: exact elements (SymPy atoms) and, when known, numeric values.
+    """An immutable tensor: a node (exact elements on demand) and, when known, its values.
 
     >>> import symtape as st
     >>> x = st.symbol("x", 2.0)
@@ -99,15 +110,15 @@ class Tensor:
     (9.0, x**3 + 1)
     """
 
-    __slots__ = ("_atoms", "_value_", "_dtype", "_id", "_name", "__weakref__")
+    __slots__ = ("_node", "_value_", "_dtype", "_id", "_name", "__weakref__")
     _is_variable = False
     _is_symbol = False
     __array_priority__ = 100
     __array_ufunc__ = None  # numpy defers binary operators to the Tensor's reflected ones
 
-    def __init__(self, atoms: np.ndarray, value, dtype, _id: int | None = None,
+    def __init__(self, node: N.Node, value, dtype, _id: int | None = None,
                  name: str | None = None) -> None:
-        self._atoms = atoms
+        self._node = node
         self._value_ = value
         self._dtype = np.dtype(dtype)
         self._id = next(_ids) if _id is None else _id
@@ -119,19 +130,24 @@ class Tensor:
         return self._value_
 
     @property
+    def _atoms(self) -> np.ndarray:
+        """The element view: an object array of graph atoms (built on demand)."""
+        return self._node.atoms()
+
+    @property
     def shape(self) -> tuple:
-        return tuple(self._atoms.shape)
+        return self._node.shape
 
     def get_shape(self) -> tuple:
         return self.shape
 
     @property
     def ndim(self) -> int:
-        return self._atoms.ndim
+        return len(self._node.shape)
 
     @property
     def size(self) -> int:
-        return int(self._atoms.size)
+        return self._node.size
 
     @property
     def dtype(self) -> np.dtype:
@@ -153,9 +169,7 @@ class Tensor:
         """
         value = self._value
         if value is None:
-            unbound = [leaf.name for leaf in G.leaves(self._atoms.flat)
-                       if leaf.bound_value() is None]
-            names = ", ".join(dict.fromkeys(unbound)) or "?"
+            names = ", ".join(self._node.unbound()) or "?"
             raise UnboundLeafError(
                 f"this tensor depends on leaves with no value ({names}): give them values "
                 "(st.symbol(name, value=...)) or evaluate it with st.compile")
@@ -444,6 +458,14 @@ def _leaf_atoms(name: str, shape: tuple, store: _Store) -> np.ndarray:
     return atoms
 
 
+def _leaf_node(name: str, shape: tuple, dtype, store: _Store) -> N.Node:
+    return N.leaf(shape, dtype, store, lambda: _leaf_atoms(name, shape, store))
+
+
+def _const_node(exact: np.ndarray, dtype) -> N.Node:
+    return N.const(exact, dtype, lambda: _number_atoms(exact))
+
+
 class Variable(Tensor):
     """A named leaf with a current value that ``assign*`` change (as ``tf.Variable``).
 
@@ -471,8 +493,8 @@ class Variable(Tensor):
         self._trainable = bool(trainable)
         self._order = next(_variable_ids)
         label = name if name else f"v{self._order}"
-        atoms = _leaf_atoms(_clean_name(label), value.shape, self._store)
-        super().__init__(atoms, None, value.dtype, name=name or "Variable")
+        node = _leaf_node(_clean_name(label), value.shape, value.dtype, self._store)
+        super().__init__(node, None, value.dtype, name=name or "Variable")
 
     @property
     def _value(self):
@@ -492,7 +514,7 @@ class Variable(Tensor):
         trace = recording.current_trace()
         if trace is not None and self._id in trace.assigned:
             return trace.assigned[self._id][1]
-        return Tensor(self._atoms, self._store.value, self._dtype, _id=self._id)
+        return Tensor(self._node, self._store.value, self._dtype, _id=self._id)
 
     def value(self) -> Tensor:
         recording.accessed(self)
@@ -597,7 +619,7 @@ def symbol(name: str, value=None, shape=None, dtype="float64") -> SymbolTensor:
     store = _Store(value)
     t = SymbolTensor.__new__(SymbolTensor)
     t._store = store
-    Tensor.__init__(t, _leaf_atoms(name, shape, store), None, dtype, name=name)
+    Tensor.__init__(t, _leaf_node(name, shape, dtype, store), None, dtype, name=name)
     return t
 
 
@@ -605,11 +627,11 @@ def promote(t: Tensor) -> None:
     """Give a constant tensor leaf symbols (when it is watched), so formulas name it."""
     if t._is_variable or t._is_symbol or t._dtype.kind != "f" or t._value is None:
         return
-    if not all(G.is_const(a) for a in t._atoms.flat):
+    if t._node.kind != "const":
         return
     name = t._name or f"c{next(_leaf_names)}"
     store = _Store(t._value)
-    t._atoms = _leaf_atoms(_clean_name(name), t.shape, store)
+    t._node = _leaf_node(_clean_name(name), t.shape, t._dtype, store)
 
 
 # --------------------------------------------------------------------------------------------
@@ -681,7 +703,7 @@ def constant(value, dtype=None, shape=None, name: str | None = None) -> Tensor:
     src = np.asarray(value) if not isinstance(value, Tensor) and shape is None else arr
     exact = src if (src.dtype.kind in "iub" and arr.dtype.kind == "f" and src.shape ==
                     arr.shape) else arr
-    return Tensor(_number_atoms(exact), _readonly(arr), arr.dtype, name=name)
+    return Tensor(_const_node(exact, arr.dtype), _readonly(arr), arr.dtype, name=name)
 
 
 def convert_to_tensor(value, dtype=None, name=None) -> Tensor:
@@ -760,8 +782,20 @@ def exact_constant(a, dtype) -> Tensor:
     """A constant of ``dtype`` whose elements are the exact integers of ``a`` in formulas
     (Python ints mixed with float tensors; unit seeds of derivatives)."""
     arr = np.asarray(a)
-    atoms = _number_atoms(arr.astype(object) if arr.dtype.kind != "b" else arr.astype(int))
-    return Tensor(atoms, _readonly(arr.astype(dtype)), dtype)
+    exact = arr.astype(object) if arr.dtype.kind != "b" else arr.astype(int).astype(object)
+    return Tensor(_const_node(exact, dtype), _readonly(arr.astype(dtype)), dtype)
+
+
+def atom_constant(atoms: np.ndarray, value: np.ndarray, dtype) -> Tensor:
+    """A constant whose exact elements are the SymPy numbers ``atoms`` (saved models)."""
+    return Tensor(N.const(atoms, dtype, lambda: atoms), _readonly(value), dtype)
+
+
+def view(make, shape: tuple, value, dtype, inputs: tuple = ()) -> Tensor:
+    """A tensor whose element view ``make()`` builds on demand from the views of the tensors
+    ``inputs`` (custom functions' aliased outputs)."""
+    node = N.lazy(tuple(shape), dtype, tuple(t._node for t in inputs), make)
+    return Tensor(node, value, dtype)
 
 
 def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
@@ -769,9 +803,10 @@ def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
         raise DTypeError(f"a SymPy expression with free symbols ({a}) is not a constant; use "
                          "st.symbol for symbols")
     dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.float64)
-    atoms = np.empty((), dtype=object)
-    atoms[()] = a
-    return Tensor(atoms, _readonly(np.asarray(G.const_value(a), dtype=dtype)), dtype)
+    exact = np.empty((), dtype=object)
+    exact[()] = a
+    return Tensor(_const_node(exact, dtype), _readonly(np.asarray(G.const_value(a),
+                                                                  dtype=dtype)), dtype)
 
 
 _is_const_atom = np.frompyfunc(G.is_const, 1, 1)
@@ -823,25 +858,53 @@ def _known_values(tensors) -> dict:
     return known
 
 
+def _result_node(prim: ops.Primitive, params: dict, args: list, aval) -> tuple:
+    """The node of ``prim(params)(args)`` and how it folded: ``(node, uniform, alias)``."""
+    regular, uniform, alias = prim.structure(args, params, aval.shape)
+    if alias is not None:
+        return args[alias], None, alias
+    if uniform is not None:
+        exact = np.empty(aval.shape, dtype=object)
+        exact.fill(uniform)
+        node = N.const(exact, aval.dtype, lambda: exact, uniform)
+        return node, uniform, None
+    node = N.apply(prim, params, tuple(args), aval.shape, aval.dtype,
+                   getattr(prim, "commutative", False))
+    node.regular = regular
+    return node, None, None
+
+
+def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, uniform,
+           alias, aval) -> np.ndarray:
+    """The numeric value of the result, with numpy on whole arrays (see :func:`_settle`)."""
+    if alias is not None:
+        return tensors[alias]._value
+    if uniform is not None and aval.dtype.kind == "f":
+        return _readonly(np.full(aval.shape, G.const_value(uniform), dtype=aval.dtype))
+    values = [t._value for t in tensors]
+    args = [t._node for t in tensors]
+    with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
+        value = np.asarray(prim.evaluate(values, args, params))
+    if value.shape != aval.shape:
+        value = np.broadcast_to(value, aval.shape)
+    value = value.astype(aval.dtype, copy=False)
+    if not node.regular and aval.dtype.kind == "f" and node.small():
+        atoms = [t._atoms for t in tensors]
+        unsettled = prim.unsettled(atoms, params, aval.shape, args)
+        value = _settle(value, node.atoms(), tensors, unsettled,
+                        getattr(prim, "exact_elsewhere", False))
+    return _frozen(value)
+
+
 def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
-    """Apply ``prim`` to ``args``: convert, check, build, evaluate, record."""
+    """Apply ``prim`` to ``args``: convert, check, make the node, evaluate, record."""
     tensors = _convert_args(prim, args)
     aval, params = prim.prepare([ops.Aval(t.shape, t.dtype) for t in tensors], dict(params))
-    values = [t._value for t in tensors]
-    known = all(v is not None for v in values)
-    atoms = prim.build([t._atoms for t in tensors], params)
-    if atoms.shape != aval.shape:
-        raise AssertionError(f"{prim.name}: built shape {atoms.shape} != {aval.shape}")
+    node, uniform, alias = _result_node(prim, params, [t._node for t in tensors], aval)
     value = None
-    if known:
-        with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
-            value = np.asarray(prim.evaluate(values, [t._atoms for t in tensors], params))
-        if value.shape != aval.shape:
-            value = np.broadcast_to(value, aval.shape)
-        unsettled = prim.unsettled([t._atoms for t in tensors], params, aval.shape)
-        value = _readonly(_settle(value.astype(aval.dtype, copy=False), atoms, tensors,
-                                  unsettled, getattr(prim, "exact_elsewhere", False)))
-    out = Tensor(atoms, value, aval.dtype)
+    if all(t._value is not None for t in tensors):
+        value = _eager(prim, params, tensors, node, uniform, alias, aval)
+    out = Tensor(node, value, aval.dtype)
     recording.record(prim, params, tensors, (out,))
     return out
 

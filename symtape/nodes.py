@@ -1,0 +1,236 @@
+"""Tensor-level nodes: one per op application over whole tensors, with the element view on
+demand.
+
+A :class:`Node` is ``prim(params)(inputs)`` with a shape and a dtype (or a leaf, or a
+constant). Op nodes are hash-consed in a weak table, so the same op applied to the same nodes
+is the same node (the tensor-level counterpart of the element DAG's sharing) and nodes nobody
+refers to are released. A node's *element view* -- the object array of graph atoms that
+``graph.py`` defines -- is built only when asked for (:meth:`Node.atoms`: formulas, code
+generation, exact settling of small tensors) and memoised.
+
+Two facts computed at the tensor level let eager evaluation skip the element view:
+- ``uniform``: the one constant atom every element is (a scalar constant, a folded template);
+- ``regular``: every element is a distinct symbolic atom that is neither a constant nor a
+  select with a zero branch, so the element builders fold nothing numpy does not already do.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+import sympy as sp
+
+from . import graph as G
+
+__all__ = ["Node", "leaf", "const", "of_atoms", "lazy", "apply", "ELEMENT_LIMIT"]
+
+#: Nodes whose element view (with the unbuilt part of their ancestry) has at most this many
+#: atoms settle eagerly to the element DAG's exact folding; larger ones follow the template
+#: level (the loop-nest semantics of compiled code for large tensors).
+ELEMENT_LIMIT = 4096
+
+_TABLE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+class Node:
+    """A tensor-level node; see the module docstring."""
+
+    __slots__ = ("kind", "prim", "params", "inputs", "shape", "dtype", "uniform", "regular",
+                 "_atoms", "_make", "leaf_store", "__weakref__")
+
+    def __init__(self, kind: str, prim, params: dict, inputs: tuple, shape: tuple,
+                 dtype) -> None:
+        self.kind = kind  # 'op', 'leaf', 'const' or 'view' (element view given or made)
+        self.prim = prim
+        self.params = params
+        self.inputs = inputs
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+        self.uniform = None
+        self.regular = False
+        self._atoms = None
+        self._make = None
+        self.leaf_store = None
+
+    def __repr__(self) -> str:
+        what = getattr(self.prim, "name", None) or self.kind
+        return f"<node {what} {self.shape} {self.dtype.name}>"
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def built(self) -> bool:
+        return self._atoms is not None
+
+    def small(self) -> bool:
+        """Whether building the element view (with its unbuilt ancestry) takes at most
+        :data:`ELEMENT_LIMIT` atoms, so values can be settled exactly."""
+        total = 0
+        seen, stack = {id(self)}, [self]
+        while stack:
+            node = stack.pop()
+            if node._atoms is not None:
+                continue
+            total += node.size
+            if total > ELEMENT_LIMIT:
+                return False
+            for n in node.inputs:
+                if id(n) not in seen:
+                    seen.add(id(n))
+                    stack.append(n)
+        return True
+
+    def atoms(self) -> np.ndarray:
+        """The element view (built once, ancestors first, without recursion)."""
+        if self._atoms is None:
+            for node in _unbuilt(self):
+                node._build()
+        return self._atoms
+
+    def _build(self) -> None:
+        if self._make is not None:
+            atoms = self._make()
+        else:
+            atoms = self.prim.build([n._atoms for n in self.inputs], self.params)
+        if atoms.shape != self.shape:
+            raise AssertionError(f"{self!r}: built shape {atoms.shape}")
+        self._atoms = atoms
+        self._make = None
+
+    def is_zero(self) -> bool:
+        """True when every element is the constant 0 (read off the element view only when it
+        is small)."""
+        if self.uniform is not None:
+            return G.is_const(self.uniform) and G._is_zero(self.uniform)
+        if self.regular or not self.small():
+            return False
+        return all(G.is_const(a) and a.is_Number and a.is_zero for a in self.atoms().flat)
+
+    def unbound(self) -> list[str]:
+        """Names of the leaves this node depends on that have no value."""
+        names: dict = {}
+        for node in _ancestry(self):
+            if node.leaf_store is not None and node.leaf_store.value is None:
+                atoms = node.atoms()
+                for a in atoms.flat:
+                    names[a.name] = None
+        return list(names)
+
+
+def _ancestry(root: Node, through=lambda node: True) -> list[Node]:
+    """``root`` and the nodes it depends on through nodes where ``through(node)``, inputs
+    before users."""
+    order, seen, stack = [], set(), [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        if done:
+            order.append(node)
+            continue
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        stack.append((node, True))
+        stack.extend((n, False) for n in node.inputs if through(n) and id(n) not in seen)
+    return order
+
+
+def _unbuilt(root: Node) -> list[Node]:
+    return _ancestry(root, lambda node: node._atoms is None)
+
+
+# --------------------------------------------------------------------------------------------
+# Constructors
+# --------------------------------------------------------------------------------------------
+
+
+def leaf(shape: tuple, dtype, store, make) -> Node:
+    """A leaf over ``store`` (whose ``value`` is read by its atoms); ``make()`` builds them."""
+    node = Node("leaf", None, {}, (), shape, dtype)
+    node.leaf_store = store
+    node._make = make
+    node.regular = node.size > 0
+    return node
+
+
+def const(exact: np.ndarray, dtype, make, uniform=None) -> Node:
+    """A constant with exact elements ``exact`` (numbers or an object array of SymPy numbers);
+    ``make()`` builds its atoms; ``uniform`` is the one atom all elements are, when known."""
+    node = Node("const", None, {}, (), np.shape(exact), dtype)
+    node._make = make
+    node.uniform = uniform if uniform is not None else _uniform(exact)
+    return node
+
+
+def of_atoms(atoms: np.ndarray, dtype, inputs: tuple = ()) -> Node:
+    """A node whose element view is given."""
+    node = Node("view", None, {}, inputs, atoms.shape, dtype)
+    node._atoms = atoms
+    return node
+
+
+def lazy(shape: tuple, dtype, inputs: tuple, make) -> Node:
+    """A node whose element view ``make()`` builds from the views of ``inputs`` when asked."""
+    node = Node("view", None, {}, inputs, shape, dtype)
+    node._make = make
+    return node
+
+
+def _uniform(exact) -> object | None:
+    arr = np.asarray(exact)
+    if arr.size == 0:
+        return None
+    first = arr.reshape(-1)[0]
+    if arr.dtype == object:
+        same = all(b == first for b in arr.reshape(-1))
+    elif arr.dtype.kind == "f":
+        same = bool(np.all((arr == first) | (np.isnan(arr) & np.isnan(first))))
+    else:
+        same = bool(np.all(arr == first))
+    if not same:
+        return None
+    return first if isinstance(first, sp.Basic) else G.number(first.item() if hasattr(
+        first, "item") else first)
+
+
+def _key(value):
+    """A hashable stand-in for a parameter value, or raise TypeError."""
+    if isinstance(value, np.ndarray):
+        if value.size > 64:
+            raise TypeError("large array parameter")
+        return ("nd", value.dtype.str, value.shape, value.tobytes())
+    if isinstance(value, (list, tuple)):
+        return (type(value).__name__,) + tuple(_key(v) for v in value)
+    if isinstance(value, slice):
+        return ("slice", _key(value.start), _key(value.stop), _key(value.step))
+    if isinstance(value, dict):
+        return ("dict",) + tuple(sorted((k, _key(v)) for k, v in value.items()))
+    hash(value)
+    return (type(value).__name__, value)
+
+
+def apply(prim, params: dict, inputs: tuple, shape: tuple, dtype, commutative: bool) -> Node:
+    """The node of ``prim(params)(inputs)``: an existing one when the same op was applied to
+    the same nodes (argument order ignored for commutative ops), else a new one."""
+    ids = tuple(id(n) for n in inputs)
+    if commutative:
+        ids = tuple(sorted(ids))
+    try:
+        key = (prim, _key(params), ids)
+    except TypeError:
+        key = None
+    if key is not None:
+        node = _TABLE.get(key)
+        if node is not None and node.shape == tuple(shape) and node.dtype == dtype:
+            return node
+    node = Node("op", prim, params, tuple(inputs), shape, dtype)
+    if key is not None:
+        _TABLE[key] = node
+    return node
+
+
+def table_size() -> int:
+    """The number of live hash-consed op nodes."""
+    return len(_TABLE)

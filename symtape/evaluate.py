@@ -91,11 +91,10 @@ def _compile(expr, lookup: Callable, heads: dict = HEADS) -> Callable:  # noqa: 
         raise LoweringError(f"no numeric evaluation for SymPy head {head.__name__!r}")
     subs = [_compile(a, lookup, heads) for a in expr.args]
 
-    def apply(values):
-        with np.errstate(all="ignore"):
-            return fn(*[f(values) for f in subs])
-
-    return apply
+    if len(subs) == 1:
+        (sub,) = subs
+        return lambda values: fn(sub(values))
+    return lambda values: fn(*[f(values) for f in subs])
 
 
 def _lookup(sym):
@@ -114,11 +113,13 @@ def _step(node: Node, heads: dict) -> Callable:
     return lambda values: c
 
 
-def program(outputs: Sequence, inputs: Sequence[Leaf], heads: dict = HEADS) -> Callable:
+def program(outputs: Sequence, inputs: Sequence[Leaf], heads: dict = HEADS,
+            quiet: bool = True) -> Callable:
     """A numpy function of arrays (one per leaf of ``inputs``) evaluating the atoms
     ``outputs``: the DAG's definitions compiled once, evaluated in topological order (alias
     nodes through ``forward``); the arrays broadcast, so one call evaluates a whole batch.
-    ``heads`` replaces the numpy functions of SymPy heads (a reference with other libraries).
+    ``heads`` replaces the numpy functions of SymPy heads (a reference with other libraries);
+    ``quiet=False`` leaves numpy's floating-point error state to the caller.
 
     >>> from symtape import graph
     >>> x = graph.Leaf.new("x")
@@ -138,12 +139,18 @@ def program(outputs: Sequence, inputs: Sequence[Leaf], heads: dict = HEADS) -> C
 
     def run(*arrays):
         values: dict = {leaf: arrays[i] for leaf, i in position.items()}
-        with np.errstate(all="ignore"):
-            for node, fn in steps:
-                values[node] = fn(values)
+        for node, fn in steps:
+            values[node] = fn(values)
         return [values[a] if isinstance(a, (Leaf, Node)) else _const(a) for a in outputs]
 
-    return run
+    if not quiet:
+        return run
+
+    def quiet_run(*arrays):
+        with np.errstate(all="ignore"):
+            return run(*arrays)
+
+    return quiet_run
 
 
 def evaluate_atoms(atoms: Iterable, env: dict) -> list:

@@ -11,7 +11,9 @@ generation, exact settling of small tensors) and memoised.
 Two facts computed at the tensor level let eager evaluation skip the element view:
 - ``uniform``: the one constant atom every element is (a scalar constant, a folded template);
 - ``regular``: every element is a distinct symbolic atom that is neither a constant nor a
-  select with a zero branch, so the element builders fold nothing numpy does not already do.
+  select with a zero branch, so the element builders fold nothing numpy does not already do;
+- ``constant``: every element is a constant atom (the op's arguments are all constants), whose
+  folding in IEEE double arithmetic is numpy's (constants have no signed zero).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import sympy as sp
 
 from . import graph as G
 
-__all__ = ["Node", "leaf", "const", "of_atoms", "lazy", "apply", "ELEMENT_LIMIT"]
+__all__ = ["Node", "leaf", "const", "of_atoms", "lazy", "apply", "params_key", "ELEMENT_LIMIT"]
 
 #: Nodes whose element view (with the unbuilt part of their ancestry) has at most this many
 #: atoms settle eagerly to the element DAG's exact folding; larger ones follow the template
@@ -36,8 +38,8 @@ _TABLE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 class Node:
     """A tensor-level node; see the module docstring."""
 
-    __slots__ = ("kind", "prim", "params", "inputs", "shape", "dtype", "uniform", "regular",
-                 "_atoms", "_make", "leaf_store", "__weakref__")
+    __slots__ = ("kind", "prim", "params", "inputs", "shape", "dtype", "size", "uniform",
+                 "regular", "constant", "_atoms", "_make", "leaf_store", "__weakref__")
 
     def __init__(self, kind: str, prim, params: dict, inputs: tuple, shape: tuple,
                  dtype) -> None:
@@ -47,8 +49,10 @@ class Node:
         self.inputs = inputs
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
+        self.size = int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
         self.uniform = None
         self.regular = False
+        self.constant = kind == "const"
         self._atoms = None
         self._make = None
         self.leaf_store = None
@@ -56,10 +60,6 @@ class Node:
     def __repr__(self) -> str:
         what = getattr(self.prim, "name", None) or self.kind
         return f"<node {what} {self.shape} {self.dtype.name}>"
-
-    @property
-    def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def built(self) -> bool:
@@ -195,6 +195,11 @@ def _uniform(exact) -> object | None:
         first, "item") else first)
 
 
+def params_key(params: dict) -> tuple:
+    """A hashable stand-in for an op's parameters, or raise TypeError."""
+    return tuple(sorted((k, _key(v)) for k, v in params.items()))
+
+
 def _key(value):
     """A hashable stand-in for a parameter value, or raise TypeError."""
     if isinstance(value, np.ndarray):
@@ -207,6 +212,8 @@ def _key(value):
         return ("slice", _key(value.start), _key(value.stop), _key(value.step))
     if isinstance(value, dict):
         return ("dict",) + tuple(sorted((k, _key(v)) for k, v in value.items()))
+    if isinstance(value, (float, np.floating)):
+        return (type(value).__name__, float(value).hex())  # -0.0 and nan stay apart
     hash(value)
     return (type(value).__name__, value)
 
@@ -218,7 +225,7 @@ def apply(prim, params: dict, inputs: tuple, shape: tuple, dtype, commutative: b
     if commutative:
         ids = tuple(sorted(ids))
     try:
-        key = (prim, _key(params), ids)
+        key = (prim, params_key(params), ids)
     except TypeError:
         key = None
     if key is not None:

@@ -112,7 +112,10 @@ def _min(*xs):
 
 
 def _heaviside(x, h0=0.5):
-    return np.where(x > 0, 1.0, np.where(x < 0, 0.0, h0)).astype(np.result_type(x, 1.0))
+    dtype = np.result_type(x, 1.0)
+    if np.ndim(h0) == 0 and h0 == 0:  # TensorFlow's step: nan and 0 give 0 either way
+        return np.greater(x, 0).astype(dtype)
+    return np.where(x > 0, 1.0, np.where(x < 0, 0.0, h0)).astype(dtype)
 
 
 _erf_vec = np.vectorize(math.erf, otypes=[np.float64])

@@ -163,6 +163,11 @@ class Primitive:
         the one constant all elements are, or None), there to specialise on."""
         return self.numeric(values, params)
 
+    def evaluator(self, args: Sequence, params: dict) -> Callable:
+        """``values -> value`` for arguments like ``args`` (the binder caches it per
+        signature, so it must not keep ``args``; see :meth:`evaluate`)."""
+        return lambda values: self.numeric(values, params)
+
     def structure(self, args: Sequence, params: dict, shape: tuple) -> tuple:
         """``(regular, uniform, alias)`` of the result node: whether its elements are
         distinct symbolic atoms the builders fold no further than numpy (see ``nodes.py``),
@@ -360,10 +365,9 @@ class Elementwise(Primitive):
             return _as_obj(self._ufunc(*atoms), shape)
 
     def numeric(self, values, params):
-        if self._numeric is None:
-            run, _, _, _ = self._prototype(())
-            return run(*values)[0]
         with np.errstate(all="ignore"):
+            if self._numeric is None:
+                return self._prototype(())[0](*values)[0]
             return self._numeric(*values)
 
     def evaluate(self, values, args, params):
@@ -373,11 +377,16 @@ class Elementwise(Primitive):
         a slope) fold as they do in the graph (``x**(y - 2)`` at ``y = 2`` is 1, also at
         ``x = 0``), and an argument given twice is one stand-in (``x - x`` is 0). Elements
         whose own atoms fold further are left to :meth:`unsettled`."""
-        if self._hand_numeric and (self.out != "T" or np.result_type(*values).kind != "f"):
-            return self.numeric(values, params)
+        return self.evaluator(args, params)(values)
+
+    def evaluator(self, args, params):
+        if self._hand_numeric and (self.out != "T" or any(a.dtype.kind != "f" for a in args)):
+            fn = self._numeric
+            return lambda values: fn(*values)
         run, keep, _, _ = self._prototype(*self._specialisation(args))
-        with np.errstate(all="ignore"):
-            return run(*[values[i] for i in keep])[0]
+        if keep == list(range(len(args))):
+            return lambda values: run(*values)[0]
+        return lambda values: run(*[values[i] for i in keep])[0]
 
     @staticmethod
     def _specialisation(args) -> tuple:
@@ -436,7 +445,7 @@ class Elementwise(Primitive):
                                 for i in range(n)])
         found = set(G.leaves([out])) if G.is_symbolic(out) else set()
         used = {s: i for i, s in stand_ins.items() if s in found}
-        return E.program([out], [stand_ins[i] for i in keep]), keep, out, used
+        return E.program([out], [stand_ins[i] for i in keep], quiet=False), keep, out, used
 
     def vjp_op(self, i: int) -> Elementwise | None:
         """The template op ``g * d(template)/d(arg i)`` of ``(g, *args)``, None when zero."""
@@ -905,6 +914,12 @@ reverse = _structural("reverse", lambda a, axis: np.flip(a, axis))
 # --------------------------------------------------------------------------------------------
 
 
+#: Sums and contractions of at most this many terms are taken in the order the graph's
+#: definitions add (so small results round exactly as their element view); larger ones in
+#: numpy's and BLAS's order, as the loop nests of compiled code for large tensors do.
+ORDERED_TERMS = 1 << 16
+
+
 def _reduced(atoms: np.ndarray, axes: tuple, keepdims: bool, combine: Callable) -> np.ndarray:
     """Apply ``combine(list_of_atoms) -> atom`` over ``axes`` of an object array."""
     keep = [i for i in range(atoms.ndim) if i not in axes]
@@ -932,6 +947,9 @@ def _sequential(x: np.ndarray, axes: tuple, keepdims: bool, product: bool = Fals
         lead + (int(np.prod([x.shape[i] for i in axes], dtype=np.int64)),))
     if rows.shape[-1] == 0:
         out = np.full(lead, 1 if product else 0, dtype=x.dtype)
+    elif rows.size > ORDERED_TERMS:  # large: numpy's order, as loop nests accumulate
+        with np.errstate(all="ignore"):
+            out = (np.prod if product else np.sum)(rows, axis=-1)
     else:
         with np.errstate(all="ignore"):
             out = (np.cumprod if product else np.cumsum)(rows, axis=-1)[..., -1]
@@ -1100,6 +1118,28 @@ reduce_euclidean_norm = _register(Reduction(
 # --------------------------------------------------------------------------------------------
 
 
+def in_order_sum(terms: np.ndarray, axis: int) -> np.ndarray:
+    """Sum over ``axis`` left to right (0 for an empty axis).
+
+    >>> in_order_sum(np.array([[1e16, 1.0, -1e16]]), -1).tolist()
+    [0.0]
+    """
+    if terms.shape[axis] == 0:
+        return np.sum(terms, axis=axis)
+    return np.take(np.cumsum(terms, axis=axis), -1, axis=axis)
+
+
+def _in_space(a: np.ndarray, labels: str, full: str, sizes: dict) -> np.ndarray:
+    """Operand ``a`` (axes ``labels``, a label repeated is a diagonal) broadcast over the
+    index space ``full``."""
+    uniq = "".join(dict.fromkeys(labels))
+    if uniq != labels:
+        a = np.einsum(f"{labels}->{uniq}", a)
+    ordered = "".join(c for c in full if c in uniq)
+    a = np.transpose(a, [uniq.index(c) for c in ordered])
+    return a.reshape(tuple(sizes[c] if c in uniq else 1 for c in full))
+
+
 def dot_atoms(xs: Sequence, ys: Sequence):
     """The atom of ``sum(x * y)``: one node, products of two symbols as their own nodes."""
     terms = []
@@ -1181,16 +1221,12 @@ class MatMul(Primitive):
         return np.broadcast_to(out, shape)
 
     def numeric(self, values, params):
-        # products accumulated over k in order, as the graph's sums are
         a = self._operands(np.asarray(values[0]), params["transpose_a"])
         b = self._operands(np.asarray(values[1]), params["transpose_b"])
-        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
-        out = np.zeros(batch + (a.shape[-2], b.shape[-1]), dtype=np.result_type(a, b))
         with np.errstate(all="ignore"):
-            for k in range(a.shape[-1]):
-                term = a[..., :, k:k + 1] * b[..., k:k + 1, :]
-                out = term + 0 * out if k == 0 else out + term
-        return out
+            if a.size * b.shape[-1] > ORDERED_TERMS:
+                return np.matmul(a, b)
+            return in_order_sum(a[..., :, :, None] * b[..., None, :, :], -2)
 
     @staticmethod
     def _rule_a(g, ans, a, b, transpose_a, transpose_b):
@@ -1292,7 +1328,6 @@ class Einsum(Primitive):
     unsettled = _irregular_anywhere
 
     def numeric(self, values, params):
-        # the builder's loops on numbers: sums in the same order as the graph's
         ins, out = params["spec"].split("->")
         ins = ins.split(",")
         arrays = [np.asarray(v) for v in values]
@@ -1300,18 +1335,15 @@ class Einsum(Primitive):
         for labels, a in zip(ins, arrays):
             sizes.update(zip(labels, a.shape))
         summed = [c for c in dict.fromkeys("".join(ins)) if c not in out]
-        result = np.zeros(tuple(sizes[c] for c in out), dtype=np.result_type(*arrays))
+        full = out + "".join(summed)
         with np.errstate(all="ignore"):
-            for oidx in np.ndindex(*result.shape):
-                env = dict(zip(out, oidx))
-                total = None
-                for sidx in itertools.product(*[range(sizes[c]) for c in summed]):
-                    env.update(zip(summed, sidx))
-                    term = functools.reduce(lambda p, q: p * q, [
-                        a[tuple(env[c] for c in labels)] for labels, a in zip(ins, arrays)])
-                    total = term if total is None else total + term
-                result[oidx] = 0 if total is None else total
-        return result
+            if int(np.prod([sizes[c] for c in full], dtype=np.int64)) > ORDERED_TERMS:
+                return np.asarray(np.einsum(params["spec"], *arrays))
+            # every term in the full index space, factors multiplied left to right
+            terms = functools.reduce(lambda p, q: p * q, [
+                _in_space(a, labels, full, sizes) for labels, a in zip(ins, arrays)])
+            lead = tuple(sizes[c] for c in out)
+            return in_order_sum(terms.reshape(lead + (-1,)), -1)
 
     def differentiable(self, i: int) -> bool:
         return True  # every operand (see vjp)

@@ -489,7 +489,7 @@ class Variable(Tensor):
         if callable(initial_value) and not isinstance(initial_value, Tensor):
             initial_value = initial_value()
         value = _value_of(initial_value, dtype, "st.Variable initial_value")
-        self._store = _Store(_readonly(value))
+        self._store = _Store(_frozen(value))
         self._trainable = bool(trainable)
         self._order = next(_variable_ids)
         label = name if name else f"v{self._order}"
@@ -540,7 +540,7 @@ class Variable(Tensor):
         if new.shape != self.shape:
             raise ShapeError(f"Variable.{op}: value of shape {new.shape} does not match the "
                              f"variable's shape {self.shape}")
-        self._store.value = _readonly(new.astype(self._dtype))
+        self._store.value = _frozen(new.astype(self._dtype, copy=False))
         return self
 
     def assign(self, value, use_locking=None, name=None, read_value=True) -> Variable:
@@ -550,8 +550,16 @@ class Variable(Tensor):
     def _update(self, delta, prim: ops.Primitive, op: str) -> Variable:
         if recording.current_trace() is not None:
             return self._assign_traced(prim.bind(_read(self), delta), op)
-        step = _value_of(delta, self._dtype, f"Variable.{op}")
-        return self._assign(prim.numeric([np.asarray(self._store.value), step], {}), op)
+        if isinstance(delta, Tensor) and delta._value is not None and delta.dtype == self._dtype:
+            step = delta._value  # read-only already: no copy
+        else:
+            step = _value_of(delta, self._dtype, f"Variable.{op}")
+        new = np.asarray(prim.numeric([self._store.value, step], {}))
+        if new.shape != self.shape:
+            raise ShapeError(f"Variable.{op}: value of shape {new.shape} does not match the "
+                             f"variable's shape {self.shape}")
+        self._store.value = _frozen(new.astype(self._dtype, copy=False))
+        return self
 
     def assign_add(self, delta, use_locking=None, name=None, read_value=True) -> Variable:
         """Add ``delta`` to the value."""
@@ -703,7 +711,7 @@ def constant(value, dtype=None, shape=None, name: str | None = None) -> Tensor:
     src = np.asarray(value) if not isinstance(value, Tensor) and shape is None else arr
     exact = src if (src.dtype.kind in "iub" and arr.dtype.kind == "f" and src.shape ==
                     arr.shape) else arr
-    return Tensor(_const_node(exact, arr.dtype), _readonly(arr), arr.dtype, name=name)
+    return Tensor(_const_node(exact, arr.dtype), _frozen(arr), arr.dtype, name=name)
 
 
 def convert_to_tensor(value, dtype=None, name=None) -> Tensor:
@@ -783,7 +791,7 @@ def exact_constant(a, dtype) -> Tensor:
     (Python ints mixed with float tensors; unit seeds of derivatives)."""
     arr = np.asarray(a)
     exact = arr.astype(object) if arr.dtype.kind != "b" else arr.astype(int).astype(object)
-    return Tensor(_const_node(exact, dtype), _readonly(arr.astype(dtype)), dtype)
+    return Tensor(_const_node(exact, dtype), _frozen(arr.astype(dtype)), dtype)
 
 
 def atom_constant(atoms: np.ndarray, value: np.ndarray, dtype) -> Tensor:
@@ -858,37 +866,78 @@ def _known_values(tensors) -> dict:
     return known
 
 
-def _result_node(prim: ops.Primitive, params: dict, args: list, aval) -> tuple:
-    """The node of ``prim(params)(args)`` and how it folded: ``(node, uniform, alias)``."""
-    regular, uniform, alias = prim.structure(args, params, aval.shape)
+#: ``signature -> (aval, params, structure, evaluator)`` of recent applications: the checks and the
+#: folding of an op depend only on its parameters and its arguments' shapes, dtypes and
+#: node facts, so a training loop pays for them once.
+_PLANS: dict = {}
+_PLANS_MAX = 4096
+
+
+def _signature(prim: ops.Primitive, args: list, params: dict):
+    first: dict = {}
+    facts = tuple((a.shape, a.dtype, a.uniform, type(a.uniform), a.regular, a.constant,
+                   first.setdefault(id(a), i)) for i, a in enumerate(args))
+    try:
+        return prim, N.params_key(params), facts
+    except TypeError:
+        return None
+
+
+def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> tuple:
+    """``(aval, params, (regular, uniform, alias), evaluator)`` of an application
+    (cached)."""
+    sig = _signature(prim, args, params)
+    hit = _PLANS.get(sig) if sig is not None else None
+    if hit is not None:
+        return hit
+    aval, params = prim.prepare([ops.Aval(t.shape, t.dtype) for t in tensors], dict(params))
+    structure = prim.structure(args, params, aval.shape)
+    evaluator = prim.evaluator(args, params) if sig is not None else None
+    out = aval, params, structure, evaluator
+    if sig is not None:
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[sig] = out
+    return out
+
+
+def _result_node(prim: ops.Primitive, params: dict, args: list, aval, structure) -> N.Node:
+    """The node of ``prim(params)(args)``, folded to an argument or a constant when the
+    template says so."""
+    regular, uniform, alias = structure
     if alias is not None:
-        return args[alias], None, alias
+        return args[alias]
     if uniform is not None:
         exact = np.empty(aval.shape, dtype=object)
         exact.fill(uniform)
-        node = N.const(exact, aval.dtype, lambda: exact, uniform)
-        return node, uniform, None
+        return N.const(exact, aval.dtype, lambda: exact, uniform)
     node = N.apply(prim, params, tuple(args), aval.shape, aval.dtype,
                    getattr(prim, "commutative", False))
     node.regular = regular
-    return node, None, None
+    node.constant = all(a.constant for a in args) and getattr(prim, "folds_constants", True)
+    return node
 
 
-def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, uniform,
-           alias, aval) -> np.ndarray:
+def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, structure,
+           evaluator, aval) -> np.ndarray:
     """The numeric value of the result, with numpy on whole arrays (see :func:`_settle`)."""
+    _, uniform, alias = structure
     if alias is not None:
         return tensors[alias]._value
     if uniform is not None and aval.dtype.kind == "f":
-        return _readonly(np.full(aval.shape, G.const_value(uniform), dtype=aval.dtype))
+        return _frozen(np.full(aval.shape, G.const_value(uniform), dtype=aval.dtype))
     values = [t._value for t in tensors]
     args = [t._node for t in tensors]
     with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
-        value = np.asarray(prim.evaluate(values, args, params))
+        value = np.asarray(evaluator(values) if evaluator is not None else
+                           prim.evaluate(values, args, params))
     if value.shape != aval.shape:
         value = np.broadcast_to(value, aval.shape)
     value = value.astype(aval.dtype, copy=False)
-    if not node.regular and aval.dtype.kind == "f" and node.small():
+    if node.constant and aval.dtype.kind == "f":
+        if not value.all():
+            value = value + aval.dtype.type(0)  # constants have no -0: -0 + 0 is +0
+    elif not node.regular and aval.dtype.kind == "f" and node.small():
         atoms = [t._atoms for t in tensors]
         unsettled = prim.unsettled(atoms, params, aval.shape, args)
         value = _settle(value, node.atoms(), tensors, unsettled,
@@ -899,11 +948,12 @@ def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, unifo
 def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
     """Apply ``prim`` to ``args``: convert, check, make the node, evaluate, record."""
     tensors = _convert_args(prim, args)
-    aval, params = prim.prepare([ops.Aval(t.shape, t.dtype) for t in tensors], dict(params))
-    node, uniform, alias = _result_node(prim, params, [t._node for t in tensors], aval)
+    nodes = [t._node for t in tensors]
+    aval, params, structure, evaluator = _plan(prim, params, tensors, nodes)
+    node = _result_node(prim, params, nodes, aval, structure)
     value = None
     if all(t._value is not None for t in tensors):
-        value = _eager(prim, params, tensors, node, uniform, alias, aval)
+        value = _eager(prim, params, tensors, node, structure, evaluator, aval)
     out = Tensor(node, value, aval.dtype)
     recording.record(prim, params, tensors, (out,))
     return out

@@ -11,7 +11,9 @@ generation, exact settling of small tensors) and memoised.
 Two facts computed at the tensor level let eager evaluation skip the element view:
 - ``uniform``: the one constant atom every element is (a scalar constant, a folded template);
 - ``regular``: every element is a distinct symbolic atom that is neither a constant nor a
-  select with a zero branch, so the element builders fold nothing numpy does not already do;
+  select with a zero branch, so the element builders fold nothing numpy does not already do
+  (a constant whose values are all finite and nonzero counts as regular too: ``c * x`` and
+  ``c + x`` fold nothing either);
 - ``constant``: every element is a constant atom (the op's arguments are all constants), whose
   folding in IEEE double arithmetic is numpy's (constants have no signed zero).
 """
@@ -25,12 +27,13 @@ import sympy as sp
 
 from . import graph as G
 
-__all__ = ["Node", "leaf", "const", "of_atoms", "lazy", "apply", "params_key", "ELEMENT_LIMIT"]
+__all__ = ["Node", "leaf", "const", "of_atoms", "lazy", "apply", "params_key", "ancestry",
+           "ELEMENT_LIMIT"]
 
 #: Nodes whose element view (with the unbuilt part of their ancestry) has at most this many
 #: atoms settle eagerly to the element DAG's exact folding; larger ones follow the template
 #: level (the loop-nest semantics of compiled code for large tensors).
-ELEMENT_LIMIT = 4096
+ELEMENT_LIMIT = 256
 
 _TABLE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
@@ -39,7 +42,7 @@ class Node:
     """A tensor-level node; see the module docstring."""
 
     __slots__ = ("kind", "prim", "params", "inputs", "shape", "dtype", "size", "uniform",
-                 "regular", "constant", "_atoms", "_make", "leaf_store", "__weakref__")
+                 "regular", "constant", "label", "_atoms", "_make", "leaf_store", "__weakref__")
 
     def __init__(self, kind: str, prim, params: dict, inputs: tuple, shape: tuple,
                  dtype) -> None:
@@ -56,6 +59,7 @@ class Node:
         self._atoms = None
         self._make = None
         self.leaf_store = None
+        self.label = None  # a leaf's or named constant's name, for tensor notation
 
     def __repr__(self) -> str:
         what = getattr(self.prim, "name", None) or self.kind
@@ -112,7 +116,7 @@ class Node:
     def unbound(self) -> list[str]:
         """Names of the leaves this node depends on that have no value."""
         names: dict = {}
-        for node in _ancestry(self):
+        for node in ancestry(self):
             if node.leaf_store is not None and node.leaf_store.value is None:
                 atoms = node.atoms()
                 for a in atoms.flat:
@@ -120,7 +124,7 @@ class Node:
         return list(names)
 
 
-def _ancestry(root: Node, through=lambda node: True) -> list[Node]:
+def ancestry(root: Node, through=lambda node: True) -> list[Node]:
     """``root`` and the nodes it depends on through nodes where ``through(node)``, inputs
     before users."""
     order, seen, stack = [], set(), [(root, False)]
@@ -138,7 +142,7 @@ def _ancestry(root: Node, through=lambda node: True) -> list[Node]:
 
 
 def _unbuilt(root: Node) -> list[Node]:
-    return _ancestry(root, lambda node: node._atoms is None)
+    return ancestry(root, lambda node: node._atoms is None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -161,6 +165,10 @@ def const(exact: np.ndarray, dtype, make, uniform=None) -> Node:
     node = Node("const", None, {}, (), np.shape(exact), dtype)
     node._make = make
     node.uniform = uniform if uniform is not None else _uniform(exact)
+    if node.uniform is None and node.dtype.kind == "f":
+        values = np.asarray(exact, dtype=np.float64) if np.asarray(exact).dtype != object \
+            else None
+        node.regular = values is not None and bool(np.all(np.isfinite(values) & (values != 0)))
     return node
 
 

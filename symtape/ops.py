@@ -96,6 +96,7 @@ class Primitive:
     """
 
     variadic = False
+    commutative = False  # whether argument order can be ignored when sharing nodes
 
     def __init__(self, name: str, args: Sequence[str] = ("T",), kinds: str = "f",
                  rules: Sequence | None = None, out: str = "T") -> None:
@@ -595,6 +596,9 @@ acosh = _ew("acosh", sp.acosh(X), numeric=np.arccosh)
 atanh = _ew("atanh", sp.atanh(X), numeric=np.arctanh)
 erf = _ew("erf", sp.erf(X), numeric=E.HEADS[sp.erf])
 
+for _op in (add, multiply):
+    _op.commutative = True  # x*y and y*x are one tensor-level node (as one element atom)
+
 # ---- comparisons and logic ------------------------------------------------------------------
 _CMP = dict(kinds="fi", out="bool", rules=(None, None))
 less = _ew("less", X < Y, (X, Y), numeric=np.less, **_CMP)
@@ -767,6 +771,13 @@ class Structural(Primitive):
             inside = (gathered >= o) & (gathered < o + n)
             maps.append(np.where(inside, gathered - o, -1))
         return maps
+
+    def structure(self, args, params, shape):
+        """Elements picked from arguments that are all one constant are that constant."""
+        first = args[0].uniform if args else None
+        same = first is not None and all(a.uniform is not None and a.uniform == first and
+                                         type(a.uniform) is type(first) for a in args)
+        return False, first if same and int(np.prod(shape, dtype=np.int64)) else None, None
 
     def shape_rule(self, shapes, params):
         return tuple(self.index_maps(shapes, params)[0].shape)
@@ -986,6 +997,11 @@ class Reduction(Primitive):
 
     def build(self, atoms, params):
         return _reduced(atoms[0], params["axis"], params["keepdims"], self.combine)
+
+    def structure(self, args, params, shape):
+        (x,) = args
+        lane = int(np.prod([x.shape[i] for i in params["axis"]], dtype=np.int64))
+        return x.regular and lane >= 2 and x.dtype.kind == "f", None, None
 
     def unsettled(self, atoms, params, shape, args=()):
         """Results over a slice with a constant or a repeated atom (folded or merged terms)."""
@@ -1208,6 +1224,12 @@ class MatMul(Primitive):
                 for j in range(n):
                     out[idx + (i, j)] = dot_atoms(row, cols[j])
         return out
+
+    def structure(self, args, params, shape):
+        a, b = args
+        k = a.shape[-2] if params["transpose_a"] else a.shape[-1]
+        regular = a.regular and b.regular and k >= 1 and a.dtype.kind == "f"
+        return regular and not (a.constant and b.constant), None, None
 
     def unsettled(self, atoms, params, shape, args=()):
         """Elements whose row of ``a`` or column of ``b`` holds a repeated atom, or both a

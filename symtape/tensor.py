@@ -18,6 +18,7 @@ from . import evaluate as E
 from . import graph as G
 from . import nodes as N
 from . import ops, recording
+from .notation import tensor_formula, wants_notation
 from .errors import DTypeError, InvalidArgumentError, ShapeError, UnboundLeafError
 
 __all__ = ["Tensor", "Variable", "SymbolTensor", "constant", "symbol", "convert_to_tensor",
@@ -55,7 +56,7 @@ def _frozen(a: np.ndarray) -> np.ndarray:
     return a if not a.flags.writeable else _readonly(a)
 
 
-_number = np.frompyfunc(G.number, 1, 1)
+_number = np.frompyfunc(lambda v: v if isinstance(v, sp.Basic) else G.number(v), 1, 1)
 
 
 def _number_atoms(value: np.ndarray) -> np.ndarray:
@@ -196,11 +197,14 @@ class Tensor:
             out[idx] = G.expand(a, memo)
         return out
 
-    def formula(self, simplify: bool = False):
+    def formula(self, simplify: bool = False, notation: str = "auto"):
         """The exact formula with every intermediate substituted away.
 
         A SymPy expression for 0-d tensors, a ``sympy.Array`` otherwise; ``simplify=True``
-        applies ``sympy.simplify`` to each element.
+        applies ``sympy.simplify`` to each element. Large tensors (more than 64 elements, or
+        an element view of more than 4,096 atoms) are written in tensor notation
+        (``tanh(W·x + b)``; a :class:`CSEForm` when nodes are shared); ``notation`` is
+        ``'elements'`` or ``'tensor'`` to choose.
 
         >>> import symtape as st
         >>> x = st.symbol("x")
@@ -209,6 +213,11 @@ class Tensor:
         >>> t.gradient(y, x).formula(simplify=True)
         1/(4*cosh(x/2)**2)
         """
+        if notation not in ("auto", "elements", "tensor"):
+            raise InvalidArgumentError(f"formula: notation must be 'auto', 'elements' or "
+                                       f"'tensor', got {notation!r}")
+        if notation == "tensor" or notation == "auto" and wants_notation(self._node):
+            return self._tensor_notation(simplify)
         expr = self.expr
         if self.ndim == 0:
             return sp.simplify(expr) if simplify else expr
@@ -224,7 +233,15 @@ class Tensor:
         return CSEForm(replacements, np.array(exprs, dtype=object).reshape(self.shape).tolist(),
                        self.shape)
 
+    def _tensor_notation(self, simplify: bool = False):
+        replacements, expr = tensor_formula(self._node)
+        if simplify:
+            expr = sp.simplify(expr)
+        return CSEForm(replacements, expr, ()) if replacements else expr
+
     def _display(self):
+        if wants_notation(self._node):
+            return self._tensor_notation()
         if G.tree_size(self._atoms.flat) > DISPLAY_LIMIT:
             return self.cse()
         return self.formula()
@@ -459,7 +476,9 @@ def _leaf_atoms(name: str, shape: tuple, store: _Store) -> np.ndarray:
 
 
 def _leaf_node(name: str, shape: tuple, dtype, store: _Store) -> N.Node:
-    return N.leaf(shape, dtype, store, lambda: _leaf_atoms(name, shape, store))
+    node = N.leaf(shape, dtype, store, lambda: _leaf_atoms(name, shape, store))
+    node.label = name
+    return node
 
 
 def _const_node(exact: np.ndarray, dtype) -> N.Node:
@@ -711,7 +730,9 @@ def constant(value, dtype=None, shape=None, name: str | None = None) -> Tensor:
     src = np.asarray(value) if not isinstance(value, Tensor) and shape is None else arr
     exact = src if (src.dtype.kind in "iub" and arr.dtype.kind == "f" and src.shape ==
                     arr.shape) else arr
-    return Tensor(_const_node(exact, arr.dtype), _frozen(arr), arr.dtype, name=name)
+    node = _const_node(exact, arr.dtype)
+    node.label = _clean_name(name) if name else None
+    return Tensor(node, _frozen(arr), arr.dtype, name=name)
 
 
 def convert_to_tensor(value, dtype=None, name=None) -> Tensor:

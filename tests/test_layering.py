@@ -11,7 +11,7 @@ PKG = Path(__file__).resolve().parent.parent / "symtape"
 L0 = ["errors", "nest", "recording", "functions", "dataio", "numeric", "graph", "evaluate"]
 LEVELS = {
     **{m: (0, i) for i, m in enumerate(L0)},
-    "ops": (1, 0), "codegen": (1, 0), "nodes": (1, 1),
+    "ops": (1, 0), "codegen": (1, 0), "nodes": (1, 1), "notation": (1, 2),
     "tensor": (2, 0),
     "math": (3, 0), "nn": (3, 0), "linalg": (3, 0), "random": (3, 0), "autodiff": (3, 0),
     "tape": (4, 0), "custom": (4, 0),

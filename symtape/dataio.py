@@ -32,8 +32,8 @@ import sympy as sp
 from sympy.core.assumptions import _assume_defined
 from sympy.functions.elementary.piecewise import ExprCondPair
 
-from . import functions as F
 from .errors import SerializationError
+from .heads import RECORDS
 
 __all__ = [
     "HEADS",
@@ -88,18 +88,10 @@ _ATOMS: dict[str, sp.Basic] = {
 _ATOM_NAMES = {type(v): k for k, v in _ATOMS.items()}
 
 
-# Function heads, written ``[name, *operands]``: the keys of ``numeric.HEADS`` (arithmetic,
-# elementary functions, comparisons, logic), symtape's own heads, ``Piecewise`` with its
-# pairs, and ``ITE`` (SymPy writes one into some derivatives of piecewise templates, such as
-# those of clip and relu6). A test checks that every head of ``numeric.HEADS`` is here.
-_FUNCTIONS = (
-    sp.Add, sp.Mul, sp.Pow, sp.exp, sp.log, sp.sin, sp.cos, sp.tan, sp.asin, sp.acos,
-    sp.atan, sp.sinh, sp.cosh, sp.tanh, sp.asinh, sp.acosh, sp.atanh, sp.erf, sp.atan2,
-    sp.Abs, sp.sign, sp.floor, sp.ceiling, sp.Mod, sp.Heaviside, sp.Max, sp.Min,
-    sp.StrictLessThan, sp.LessThan, sp.StrictGreaterThan, sp.GreaterThan, sp.Equality,
-    sp.Unequality, sp.And, sp.Or, sp.Not, sp.ITE, sp.Piecewise, ExprCondPair,
-    F.log1p, F.expm1, F.RoundHalfEven, F.Trunc, F.RoundFloat32, F.StopGradient,
-)
+# Function heads, written ``[name, *operands]``: the records of ``heads.py`` (arithmetic,
+# elementary functions, comparisons, logic, symtape's own heads, ``Piecewise``) and
+# ``Piecewise``'s pairs.
+_FUNCTIONS = tuple(r.cls for r in RECORDS) + (ExprCondPair,)
 HEADS: dict[str, type] = {cls.__name__: cls for cls in _FUNCTIONS}
 _HEAD_NAMES: dict[type, str] = {cls: name for name, cls in HEADS.items()}
 

@@ -41,12 +41,14 @@ _TABLE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 class Node:
     """A tensor-level node; see the module docstring."""
 
+    made = 0  # nodes made so far (a counter for benchmarks)
     __slots__ = ("kind", "prim", "params", "inputs", "shape", "dtype", "size", "uniform",
                  "regular", "constant", "label", "_atoms", "_make", "leaf_store", "__weakref__")
 
     def __init__(self, kind: str, prim, params: dict, inputs: tuple, shape: tuple,
                  dtype) -> None:
         self.kind = kind  # 'op', 'leaf', 'const' or 'view' (element view given or made)
+        Node.made += 1
         self.prim = prim
         self.params = params
         self.inputs = inputs
@@ -244,6 +246,15 @@ def apply(prim, params: dict, inputs: tuple, shape: tuple, dtype, commutative: b
     if key is not None:
         _TABLE[key] = node
     return node
+
+
+def created() -> int:
+    """How many nodes have been made so far (a counter for benchmarks).
+
+    >>> created() >= 0
+    True
+    """
+    return Node.made
 
 
 def table_size() -> int:

@@ -1,5 +1,5 @@
-"""Numpy implementations of SymPy heads: one table, shared by constant folding, eager
-evaluation of templates and the numeric reference for compiled code.
+"""Numeric conventions of SymPy heads: power plans, quotients and IEEE ``pow``; the numpy
+evaluation of each head is its record in ``heads.py`` (:data:`HEADS` here maps them).
 
 Conventions (the lowering follows them too): integer powers are products by repeated
 squaring, ``x**-k`` is ``1/x**k``, ``x**(1/2)`` a square root; ``Max``/``Min`` propagate nan;
@@ -9,13 +9,11 @@ comparisons with nan are false; ``Mod`` is the floored modulo; ``Heaviside(x, h0
 
 from __future__ import annotations
 
-import functools
-import math
 
 import numpy as np
 import sympy as sp
 
-from . import functions as F
+from .heads import NUMPY, ieee_pow
 
 __all__ = ["HEADS", "pow_plan", "power_const", "split_quotient", "ieee_pow"]
 
@@ -78,112 +76,8 @@ def power_const(x, exponent, power=None):
         return (power or ieee_pow)(x, plan[1])
 
 
-def ieee_pow(x, e):
-    """``x ** e`` as IEEE 754 and C's ``pow`` (hence compiled code) compute it.
-
-    numpy's power takes a square root for an exponent of 0.5, which differs from ``pow`` at
-    two points: ``pow(-inf, 0.5) = inf`` and ``pow(-0.0, 0.5) = +0.0``.
-
-    >>> ieee_pow(np.array([-np.inf, -0.0, 4.0]), 0.5)
-    array([inf,  0.,  2.])
-    """
-    with np.errstate(all="ignore"):
-        out = np.asarray(np.power(x, e))
-        if out.dtype.kind != "f":
-            return out
-        half = np.asarray(e) == 0.5
-        if half.any():
-            base = np.asarray(x)
-            out = np.where(half & (base == -np.inf), out.dtype.type(np.inf), out)
-            out = np.where(half & (base == 0), out.dtype.type(0), out)
-        return out
-
-
-def _pow(x, e):
-    return ieee_pow(x, e)
-
-
-def _max(*xs):
-    return functools.reduce(np.maximum, xs)
-
-
-def _min(*xs):
-    return functools.reduce(np.minimum, xs)
-
-
-def _heaviside(x, h0=0.5):
-    dtype = np.result_type(x, 1.0)
-    if np.ndim(h0) == 0 and h0 == 0:  # TensorFlow's step: nan and 0 give 0 either way
-        return np.greater(x, 0).astype(dtype)
-    return np.where(x > 0, 1.0, np.where(x < 0, 0.0, h0)).astype(dtype)
-
-
-_erf_vec = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _erf(x):
-    x = np.asarray(x)
-    out = _erf_vec(x) if x.size else np.zeros(x.shape)
-    return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
-
-
-def _mod(x, y):
-    with np.errstate(all="ignore"):
-        return np.mod(x, y)
-
-
-def _sign(x):
-    return np.sign(x)
-
-
-# One entry per SymPy head. Piecewise, Add, Mul and Pow are handled structurally below.
-HEADS: dict = {
-    sp.exp: np.exp,
-    sp.log: np.log,
-    F.log1p: np.log1p,
-    F.expm1: np.expm1,
-    sp.sin: np.sin,
-    sp.cos: np.cos,
-    sp.tan: np.tan,
-    sp.asin: np.arcsin,
-    sp.acos: np.arccos,
-    sp.atan: np.arctan,
-    sp.sinh: np.sinh,
-    sp.cosh: np.cosh,
-    sp.tanh: np.tanh,
-    sp.asinh: np.arcsinh,
-    sp.acosh: np.arccosh,
-    sp.atanh: np.arctanh,
-    sp.erf: _erf,
-    sp.atan2: np.arctan2,
-    sp.Abs: np.abs,
-    sp.sign: _sign,
-    sp.floor: np.floor,
-    sp.ceiling: np.ceil,
-    F.RoundHalfEven: np.rint,
-    F.Trunc: np.trunc,
-    F.RoundFloat32: lambda x: np.asarray(x).astype(np.float32).astype(
-        np.result_type(x, np.float32)),
-    F.StopGradient: lambda x: x,
-    sp.Mod: _mod,
-    sp.Heaviside: _heaviside,
-    sp.Max: _max,
-    sp.Min: _min,
-    sp.StrictLessThan: np.less,
-    sp.LessThan: np.less_equal,
-    sp.StrictGreaterThan: np.greater,
-    sp.GreaterThan: np.greater_equal,
-    sp.Equality: np.equal,
-    sp.Unequality: np.not_equal,
-    sp.And: lambda *a: functools.reduce(np.logical_and, a),
-    sp.Or: lambda *a: functools.reduce(np.logical_or, a),
-    sp.Not: np.logical_not,
-    sp.Add: lambda *a: functools.reduce(np.add, a),
-    sp.Mul: lambda *a: functools.reduce(np.multiply, a),
-    sp.Pow: _pow,
-}
-
-
+#: ``SymPy head -> numpy evaluation`` (the records of ``heads.py``).
+HEADS: dict = NUMPY
 
 
 def split_quotient(args) -> tuple[list, list]:

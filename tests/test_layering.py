@@ -8,7 +8,8 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "symtape"
 
 # Level of each module; inside L0 the order below is the import order (earlier is lower).
-L0 = ["errors", "nest", "recording", "functions", "dataio", "numeric", "graph", "evaluate"]
+L0 = ["errors", "nest", "recording", "functions", "heads", "dataio", "numeric", "graph",
+      "evaluate"]
 LEVELS = {
     **{m: (0, i) for i, m in enumerate(L0)},
     "ops": (1, 0), "codegen": (1, 0), "nodes": (1, 1), "notation": (1, 2),

@@ -24,6 +24,7 @@ import sympy as sp
 
 from .. import functions as F
 from ..errors import LoweringError
+from ..heads import RECORDS
 from ..numeric import pow_plan, split_quotient
 
 __all__ = ["Op", "OPS", "HEADS", "Builder", "head_rule"]
@@ -358,55 +359,29 @@ def _heaviside(b: Builder, expr) -> int:
     return b.op("heaviside", b.term(args[0]), h0)
 
 
+def _ite(b: Builder, expr) -> int:
+    """A boolean if-then-else as ``(c and x) or (not c and y)``."""
+    c, x, y = (b.term(a) for a in expr.args)
+    return b.op("or", b.op("and", c, x), b.op("and", b.op("not", c), y))
+
+
 def _identity(b: Builder, expr) -> int:
     return b.term(expr.args[0])
 
 
-HEADS: dict[type, Callable] = {
-    sp.Add: _fold("add"),
-    sp.Mul: _quotient,
-    sp.Pow: _pow,
-    sp.Max: _fold("max"),
-    sp.Min: _fold("min"),
-    sp.And: _fold("and"),
-    sp.Or: _fold("or"),
-    sp.Not: _apply("not"),
-    sp.Piecewise: _piecewise,
-    sp.Heaviside: _heaviside,
-    F.StopGradient: _identity,
-    sp.exp: _apply("exp"),
-    sp.log: _apply("log"),
-    F.log1p: _apply("log1p"),
-    F.expm1: _apply("expm1"),
-    sp.sin: _apply("sin"),
-    sp.cos: _apply("cos"),
-    sp.tan: _apply("tan"),
-    sp.asin: _apply("asin"),
-    sp.acos: _apply("acos"),
-    sp.atan: _apply("atan"),
-    sp.sinh: _apply("sinh"),
-    sp.cosh: _apply("cosh"),
-    sp.tanh: _apply("tanh"),
-    sp.asinh: _apply("asinh"),
-    sp.acosh: _apply("acosh"),
-    sp.atanh: _apply("atanh"),
-    sp.erf: _apply("erf"),
-    sp.atan2: _apply("atan2"),
-    sp.Abs: _apply("abs"),
-    sp.sign: _apply("sign"),
-    sp.floor: _apply("floor"),
-    sp.ceiling: _apply("ceil"),
-    F.RoundHalfEven: _apply("rint"),
-    F.Trunc: _apply("trunc"),
-    F.RoundFloat32: _apply("round_f32"),
-    sp.Mod: _apply("mod"),
-    sp.StrictLessThan: _apply("lt"),
-    sp.LessThan: _apply("le"),
-    sp.StrictGreaterThan: _apply("gt"),
-    sp.GreaterThan: _apply("ge"),
-    sp.Equality: _apply("eq"),
-    sp.Unequality: _apply("ne"),
+_RULES: dict[str, Callable] = {
+    "quotient": _quotient,
+    "pow": _pow,
+    "piecewise": _piecewise,
+    "heaviside": _heaviside,
+    "identity": _identity,
+    "ite": _ite,
 }
+_KINDS: dict[str, Callable] = {"apply": _apply, "fold": _fold, "rule": _RULES.__getitem__}
+
+#: ``SymPy head -> rule``, read off the records of ``heads.py``.
+HEADS: dict[type, Callable] = {
+    r.cls: _KINDS[r.lower.split(":")[0]](r.lower.split(":")[1]) for r in RECORDS}
 
 
 def head_rule(head: type) -> Callable:
@@ -425,6 +400,6 @@ def head_rule(head: type) -> Callable:
     name = getattr(head, "display", None) or head.__name__
     raise LoweringError(
         f"cannot lower the SymPy head {name!r} to native code: it is not in the lowering "
-        "table (symtape/codegen/lower.py); rewrite it with supported functions or give it a "
+        "table (a record in symtape/heads.py); rewrite it with supported functions or give it a "
         "forward definition"
     )

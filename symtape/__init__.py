@@ -23,14 +23,6 @@ from .serialize import load
 from .tape import GradientTape, UnconnectedGradients
 from .tensor import (Tensor, Variable, constant, convert_to_tensor, is_tensor, symbol)
 
-# TensorFlow also exposes these math functions under st.nn and st.linalg.
-for _name in ("sigmoid", "softplus", "tanh"):
-    setattr(nn, _name, getattr(math, _name))
-for _name in ("matmul", "norm", "einsum", "tensordot", "eye", "global_norm"):
-    setattr(linalg, _name, getattr(math, _name))
-nn.__all__ = [*nn.__all__, "sigmoid", "softplus", "tanh"]
-linalg.__all__ = [*linalg.__all__, "matmul", "norm", "einsum", "tensordot", "eye", "global_norm"]
-
 float64 = "float64"
 float32 = "float32"
 int32 = "int32"

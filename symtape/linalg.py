@@ -7,9 +7,11 @@ elimination whose pivot order is chosen from the numeric values at trace time.
 from __future__ import annotations
 
 from . import ops
+from .math import einsum, eye, global_norm, matmul, norm, tensordot  # also under tf.linalg
 from .tensor import convert_to_tensor
 
-__all__ = ["det", "inv", "solve", "trace", "matrix_transpose"]
+__all__ = ["det", "inv", "solve", "trace", "matrix_transpose", "matmul", "norm", "einsum",
+           "tensordot", "eye", "global_norm"]
 
 
 def det(input, name=None):  # noqa: A002 - TensorFlow's name

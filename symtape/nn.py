@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from . import ops
 from .errors import InvalidArgumentError
+from .math import sigmoid, softplus, tanh  # TensorFlow exposes these under tf.nn too
 
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax",
-           "sigmoid_cross_entropy_with_logits", "softmax_cross_entropy_with_logits", "l2_loss"]
+           "sigmoid_cross_entropy_with_logits", "softmax_cross_entropy_with_logits", "l2_loss",
+           "sigmoid", "softplus", "tanh"]
 
 
 def relu(features, name=None):

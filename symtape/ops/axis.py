@@ -1,0 +1,171 @@
+"""The softmax family (ops along one axis) and ``stop_gradient``."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import sympy as sp
+
+from .. import functions as F
+from .. import graph as G
+from ..errors import InvalidArgumentError, ShapeError
+from .core import Aval, Primitive, _as_obj, _fmt, _lanes, _obj, _register, irregular_rows
+from .elementwise import exp, multiply, negative, subtract
+from .linalg import _sum_of_products
+from .reductions import _sequential, reduce_sum
+from .structural import expand_dims
+
+# --------------------------------------------------------------------------------------------
+# Softmax family
+# --------------------------------------------------------------------------------------------
+
+
+class AxisOp(Primitive):
+    """An op over one axis of its (first) argument: per-slice builder and numeric."""
+
+    def __init__(self, name: str, nargs: int, slice_build: Callable, numeric: Callable,
+                 rules: Sequence, reduces: bool = False) -> None:
+        super().__init__(name, ("T",) * nargs, "f", rules=rules)
+        self.slice_build = slice_build
+        self._numeric = numeric
+        self.reduces = reduces
+
+    def prepare(self, avals, params):
+        t = self.check_dtypes(avals)
+        shape = avals[-1].shape
+        for a in avals[:-1]:
+            if a.shape != shape:
+                raise ShapeError(f"st.nn.{self.name}: labels shape {_fmt(a.shape)} differs "
+                                 f"from logits shape {_fmt(shape)}")
+        if not shape:
+            raise ShapeError(f"st.nn.{self.name}: logits must have rank >= 1")
+        axis = params.get("axis", -1)
+        axis = -1 if axis is None else axis
+        if not -len(shape) <= axis < len(shape):
+            raise InvalidArgumentError(f"st.nn.{self.name}: invalid axis {axis} for logits of "
+                                       f"rank {len(shape)}")
+        axis %= len(shape)
+        out = tuple(n for i, n in enumerate(shape) if i != axis) if self.reduces else shape
+        return Aval(out, t), {"axis": axis}
+
+    def build(self, atoms, params):
+        axis = params["axis"]
+        moved = [np.moveaxis(a, axis, -1) for a in atoms]
+        lead = moved[0].shape[:-1]
+        out = _obj(lead if self.reduces else moved[0].shape)
+        for idx in np.ndindex(*lead):
+            res = self.slice_build(*[list(m[idx]) for m in moved])
+            if self.reduces:
+                out[idx] = res
+            else:
+                out[idx] = np.asarray(res, dtype=object)
+        return out if self.reduces else np.moveaxis(out, -1, axis)
+
+    def unsettled(self, atoms, params, shape, args=()):
+        """Slices (of any argument) with a constant or a repeated atom."""
+        axis = params["axis"]
+        bad = functools.reduce(np.logical_or, [irregular_rows(_lanes(a, (axis,))) for a in atoms])
+        lead = tuple(n for i, n in enumerate(atoms[-1].shape) if i != axis)
+        bad = bad.reshape(lead)
+        return bad if self.reduces else np.broadcast_to(np.expand_dims(bad, axis), shape)
+
+    def numeric(self, values, params):
+        with np.errstate(all="ignore"):
+            return self._numeric(*[np.asarray(v) for v in values], axis=params["axis"])
+
+
+def _stable_exps(xs):
+    m = G.call(sp.Max, *xs)
+    return [G.call(sp.exp, G.lincomb([(G.ONE, a), (sp.S.NegativeOne, m)])) for a in xs], m
+
+
+def _softmax_slice(xs):
+    if not xs:
+        return []
+    exps, _ = _stable_exps(xs)
+    s = G.add(*exps)
+    return [G.monomial(G.ONE, [(e, G.ONE), (s, sp.S.NegativeOne)]) for e in exps]
+
+
+def _log_softmax_slice(xs):
+    if not xs:
+        return []
+    exps, m = _stable_exps(xs)
+    lse = G.call(sp.log, G.add(*exps))
+    return [G.lincomb([(G.ONE, a), (sp.S.NegativeOne, m), (sp.S.NegativeOne, lse)]) for a in xs]
+
+
+def _xent_slice(zs, xs):
+    exps, m = _stable_exps(xs)
+    lse = G.lincomb([(G.ONE, G.call(sp.log, G.add(*exps))), (G.ONE, m)])
+    diffs = [G.lincomb([(G.ONE, lse), (sp.S.NegativeOne, x)]) for x in xs]
+    return _sum_of_products([[z, d] for z, d in zip(zs, diffs)])
+
+
+def _softmax_np(x, axis):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / _sequential(e, (axis,), True)
+
+
+def _log_softmax_np(x, axis):
+    m = np.max(x, axis=axis, keepdims=True)
+    return x - m - np.log(_sequential(np.exp(x - m), (axis,), True))
+
+
+def _xent_np(z, x, axis):
+    m = np.max(x, axis=axis, keepdims=True)
+    lse = np.log(_sequential(np.exp(x - m), (axis,), True)) + m
+    return _sequential(z * (lse - x), (axis,), False)
+
+
+def _keep(t, axis):
+    return expand_dims.bind(t, axis=axis)
+
+
+softmax = _register(AxisOp(
+    "softmax", 1, _softmax_slice, _softmax_np,
+    (lambda g, ans, x, axis: multiply.bind(ans, subtract.bind(
+        g, reduce_sum.bind(multiply.bind(g, ans), axis=axis, keepdims=True))),)))
+log_softmax = _register(AxisOp(
+    "log_softmax", 1, _log_softmax_slice, _log_softmax_np,
+    (lambda g, ans, x, axis: subtract.bind(g, multiply.bind(
+        exp.bind(ans), reduce_sum.bind(g, axis=axis, keepdims=True))),)))
+# TF: d/dlogits = softmax - labels, d/dlabels = -log_softmax
+softmax_cross_entropy_with_logits = _register(AxisOp(
+    "softmax_cross_entropy_with_logits", 2, _xent_slice, _xent_np,
+    (lambda g, ans, z, x, axis: multiply.bind(_keep(g, axis), negative.bind(
+        log_softmax.bind(x, axis=axis))),
+     lambda g, ans, z, x, axis: multiply.bind(_keep(g, axis), subtract.bind(
+         softmax.bind(x, axis=axis), z))), reduces=True))
+
+
+# --------------------------------------------------------------------------------------------
+# stop_gradient
+# --------------------------------------------------------------------------------------------
+
+
+class StopGradient(Primitive):
+    """The identity with no derivative: ``stop_gradient(x)`` in formulas, ``x`` in code."""
+
+    exact_elsewhere = True  # values are copies (or casts) of input values
+
+    def __init__(self) -> None:
+        super().__init__("stop_gradient", ("T",), "fib", rules=(None,))
+
+    def shape_rule(self, shapes, params):
+        return shapes[0]
+
+    def build(self, atoms, params):
+        def one(a):
+            return a if G.is_const(a) else G.alias(F.StopGradient, (a,), a)
+
+        return _as_obj(np.frompyfunc(one, 1, 1)(atoms[0]), atoms[0].shape)
+
+    def numeric(self, values, params):
+        return np.array(values[0], copy=True)
+
+
+stop_gradient = _register(StopGradient())
+

@@ -1,0 +1,276 @@
+"""The primitive framework: ``Primitive``, abstract values, zero cotangents and the
+helpers every stanza shares.
+
+The primitive table: for each op, its SymPy builder, numpy evaluation and derivative rule.
+
+An op is applied with ``op.bind(*args, **params)`` (or by calling it); ``tensor.py`` installs
+the binder that converts arguments, checks shapes and dtypes (:meth:`Primitive.prepare`),
+builds the atoms of the result (:meth:`Primitive.build`, one small definition per element),
+evaluates it with numpy (:meth:`Primitive.numeric`) and records it on the active tapes.
+
+Derivative rules have one fixed signature, ``rule(g, ans, *args, **params) -> cotangent``,
+one rule per argument, ``None`` meaning no gradient flows through that argument (not the
+same as zero: a rule may return :class:`Zero`). Rules use only ops of this table, so
+derivatives of any order are just more sweeps. Elementwise ops are SymPy *templates*; their
+default rule is SymPy's local partial of the template, itself a template op. TensorFlow's
+conventions at kinks, and stable forms, override it where named.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+import numpy as np
+import sympy as sp
+
+from .. import graph as G
+from ..errors import DTypeError
+
+# Placeholders of templates: x, y, z for arguments; g for the cotangent; c for a condition.
+X, Y, Z, W = sp.symbols("x y z w", real=True)
+GS = sp.Symbol("g", real=True)
+ANS = sp.Symbol("ans", real=True)
+C = sp.Symbol("c")
+
+OPS: dict[str, Primitive] = {}
+COMPOSITES: dict[str, Callable] = {}
+CREATION: dict[str, Callable] = {}
+
+_binder: Callable | None = None
+
+
+def install_binder(fn: Callable) -> None:
+    """Set the function that applies a primitive to arguments (installed by ``tensor.py``)."""
+    global _binder
+    _binder = fn
+
+
+class Aval(NamedTuple):
+    """The abstract value of a tensor: its shape and numpy dtype."""
+
+    shape: tuple
+    dtype: np.dtype
+
+
+class Zero:
+    """A cotangent known to be zero (the path is connected; nothing needs computing)."""
+
+    __slots__ = ("shape", "dtype")
+
+    def __init__(self, shape: tuple, dtype) -> None:
+        self.shape = tuple(shape)
+        self.dtype = np.dtype(dtype)
+
+    def __repr__(self) -> str:
+        return f"Zero(shape={self.shape}, dtype={self.dtype.name})"
+
+
+def _kind(dtype: np.dtype) -> str:
+    return "b" if dtype.kind == "b" else ("f" if dtype.kind == "f" else "i")
+
+
+_KIND_NAMES = {"f": "float", "i": "integer", "b": "bool"}
+
+
+def _fmt(shape) -> str:
+    return str(tuple(shape))
+
+
+# --------------------------------------------------------------------------------------------
+# Primitive
+# --------------------------------------------------------------------------------------------
+
+
+class Primitive:
+    """An op: argument dtypes, shape rule, builder, numeric evaluation and rules.
+
+    ``args`` spells each argument's dtype role: ``'T'`` (shares the op's dtype), ``'bool'``,
+    or ``'*'`` (any); ``kinds`` are the dtype kinds ``'T'`` may be (``'f'``, ``'i'``, ``'b'``).
+    """
+
+    variadic = False
+    commutative = False  # whether argument order can be ignored when sharing nodes
+
+    def __init__(self, name: str, args: Sequence[str] = ("T",), kinds: str = "f",
+                 rules: Sequence | None = None, out: str = "T") -> None:
+        self.name = name
+        self.args = tuple(args)
+        self.kinds = kinds
+        self.rules = tuple(rules) if rules is not None else (None,) * len(self.args)
+        self.out = out
+
+    def __repr__(self) -> str:
+        return f"<primitive {self.name}>"
+
+    def bind(self, *args, **params):
+        """Apply the op to tensors (or values convertible to tensors)."""
+        return _binder(self, args, params)
+
+    __call__ = bind
+
+    def role(self, i: int) -> str:
+        return self.args[-1] if self.variadic and i >= len(self.args) else self.args[i]
+
+    # -- abstract evaluation ---------------------------------------------------------------
+    def check_dtypes(self, avals: Sequence[Aval]) -> np.dtype | None:
+        """The op's dtype ``T``; raises DTypeError naming the argument otherwise."""
+        t = None
+        for i, a in enumerate(avals):
+            role = self.role(i)
+            if role == "bool" and a.dtype.kind != "b":
+                raise DTypeError(f"st.{self.name}: argument {i} must be a bool tensor, got "
+                                 f"{a.dtype.name}")
+            if role != "T":
+                continue
+            if _kind(a.dtype) not in self.kinds:
+                allowed = " or ".join(_KIND_NAMES[k] for k in self.kinds)
+                raise DTypeError(f"st.{self.name}: argument {i} has dtype {a.dtype.name}; "
+                                 f"{self.name} needs a {allowed} tensor (convert with st.cast)")
+            if t is None:
+                t = a.dtype
+            elif a.dtype != t:
+                raise DTypeError(f"st.{self.name}: arguments have different dtypes "
+                                 f"{t.name} and {a.dtype.name}; cast one with st.cast")
+        return t
+
+    def out_dtype(self, t):
+        return np.dtype(bool) if self.out == "bool" else (t if self.out == "T" else
+                                                           np.dtype(self.out))
+
+    def prepare(self, avals: Sequence[Aval], params: dict) -> tuple[Aval, dict]:
+        """Validate arguments; return the output's abstract value and normalised params."""
+        t = self.check_dtypes(avals)
+        return Aval(self.shape_rule([a.shape for a in avals], params), self.out_dtype(t)), params
+
+    def shape_rule(self, shapes: Sequence[tuple], params: dict) -> tuple:
+        raise NotImplementedError(f"{self.name} needs a shape rule")
+
+    # -- evaluation ------------------------------------------------------------------------
+    def build(self, atoms: Sequence[np.ndarray], params: dict) -> np.ndarray:
+        raise NotImplementedError(f"{self.name} needs a builder")
+
+    def numeric(self, values: Sequence[np.ndarray], params: dict) -> np.ndarray:
+        raise NotImplementedError(f"{self.name} needs a numeric evaluation")
+
+    def evaluate(self, values: Sequence[np.ndarray], args: Sequence, params: dict) -> np.ndarray:
+        """The numeric value; ``args`` are the arguments' tensor-level nodes (``uniform``:
+        the one constant all elements are, or None), there to specialise on."""
+        return self.numeric(values, params)
+
+    def evaluator(self, args: Sequence, params: dict) -> Callable:
+        """``values -> value`` for arguments like ``args`` (the binder caches it per
+        signature, so it must not keep ``args``; see :meth:`evaluate`)."""
+        return lambda values: self.numeric(values, params)
+
+    def structure(self, args: Sequence, params: dict, shape: tuple) -> tuple:
+        """``(regular, uniform, alias)`` of the result node: whether its elements are
+        distinct symbolic atoms the builders fold no further than numpy (see ``nodes.py``),
+        the one constant every element folds to (or None), and the index of an argument
+        the result *is* (or None)."""
+        return False, None, None
+
+    #: Whether :meth:`evaluate` gives exactly the definitions' values outside
+    #: :meth:`unsettled`, zeros and non-finite values included; when False the binder also
+    #: settles the zero and non-finite elements, where folding (``x * 0``, ``x - x``, dropped
+    #: zero terms) can change a value.
+    exact_elsewhere = False
+
+    def unsettled(self, atoms: Sequence[np.ndarray], params: dict, shape: tuple,
+                  args: Sequence = ()) -> np.ndarray | None:
+        """Which elements of :meth:`evaluate`'s value may differ from their definitions (the
+        binder evaluates those through the DAG); None: none beyond ``exact_elsewhere``.
+        ``args`` are the arguments' nodes, as :meth:`evaluate` saw them."""
+        return None
+
+    # -- differentiation -------------------------------------------------------------------
+    def rule_for(self, i: int):
+        return self.rules[-1] if self.variadic and i >= len(self.rules) else self.rules[i]
+
+    def differentiable(self, i: int) -> bool:
+        """Whether a gradient can flow to argument ``i`` (a zero cotangent stays connected)."""
+        return self.rule_for(i) is not None
+
+    def vjp(self, g, ans, args: Sequence, params: dict, needed: Sequence[bool]) -> list:
+        """Cotangents of the arguments for the output cotangent ``g``."""
+        out = []
+        for i, arg in enumerate(args):
+            rule = self.rule_for(i) if needed[i] else None
+            out.append(None if rule is None else rule(g, ans, *args, **params))
+        return out
+
+
+_const_atom = np.frompyfunc(G.is_const, 1, 1)
+
+
+def row_flags(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each row of an object array ``(n, k)`` of atoms: whether it holds a constant, and
+    whether it holds a symbolic atom twice.
+
+    >>> x, y = G.Leaf.new("x"), G.Leaf.new("y")
+    >>> [f.tolist() for f in row_flags(np.array([[x, y], [x, x], [x, G.ONE]], dtype=object))]
+    [[False, False, True], [False, True, False]]
+    """
+    n = rows.shape[0]
+    const = np.asarray(_const_atom(rows), dtype=bool).reshape(rows.shape) if rows.size else \
+        np.zeros(rows.shape, dtype=bool)
+    repeated = np.zeros(n, dtype=bool)
+    for i in range(n):
+        syms = [a for a, c in zip(rows[i].tolist(), const[i]) if not c]
+        repeated[i] = len(set(syms)) < len(syms)
+    return const.any(axis=1) if rows.shape[1] else np.zeros(n, dtype=bool), repeated
+
+
+def irregular_rows(rows: np.ndarray) -> np.ndarray:
+    """For each row of an object array ``(n, k)`` of atoms: whether it holds a constant or the
+    same atom twice, where the builders fold or merge terms (``a + b + b`` is ``a + 2*b``)
+    and so round differently from numpy's operation in order.
+
+    >>> x, y = G.Leaf.new("x"), G.Leaf.new("y")
+    >>> irregular_rows(np.array([[x, y], [x, x], [x, G.ONE]], dtype=object)).tolist()
+    [False, True, True]
+    """
+    const, repeated = row_flags(rows)
+    return const | repeated
+
+
+def _lanes(atoms: np.ndarray, axes: tuple) -> np.ndarray:
+    """``atoms`` with ``axes`` moved last and flattened: one row per kept index."""
+    keep = [i for i in range(atoms.ndim) if i not in axes]
+    moved = np.transpose(atoms, keep + list(axes))
+    size = int(np.prod([atoms.shape[i] for i in axes], dtype=np.int64))
+    return moved.reshape(int(np.prod(moved.shape[:len(keep)], dtype=np.int64)), size)
+
+
+def _irregular_anywhere(self, atoms, params, shape, args=()):
+    """``unsettled`` of ops whose elements mix all their inputs: every element when some input
+    holds a constant or a repeated atom, else the zero and non-finite ones."""
+    flat = np.concatenate([a.reshape(-1) for a in atoms]) if atoms else np.empty(0, object)
+    if irregular_rows(flat.reshape(1, -1)).any():
+        return np.ones(shape, dtype=bool)
+    return None
+
+
+def _register(prim: Primitive) -> Primitive:
+    OPS[prim.name] = prim
+    return prim
+
+
+_is_zero = np.frompyfunc(G._is_zero, 1, 1)
+_special_atom = np.frompyfunc(lambda a: G.is_const(a) or G.absorbs_products(a), 1, 1)
+_same_atom = np.frompyfunc(lambda a, b: a is b or (G.is_const(a) and a == b), 2, 1)
+
+
+def _obj(shape: tuple, fill=G.ZERO) -> np.ndarray:
+    out = np.empty(shape, dtype=object)
+    out.fill(fill)
+    return out
+
+
+def _as_obj(result, shape) -> np.ndarray:
+    if isinstance(result, np.ndarray):
+        return result
+    out = np.empty(shape, dtype=object)
+    out[()] = result
+    return out
+

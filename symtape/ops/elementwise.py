@@ -1,0 +1,437 @@
+"""Elementwise ops: SymPy templates over placeholders, one stanza per op."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import sympy as sp
+
+from .. import evaluate as E
+from .. import functions as F
+from .. import graph as G
+from ..errors import NonDifferentiableError, ShapeError
+from .core import (
+    ANS,
+    GS,
+    OPS,
+    C,
+    Primitive,
+    X,
+    Y,
+    Z,
+    Zero,
+    _as_obj,
+    _fmt,
+    _is_zero,
+    _obj,
+    _register,
+    _same_atom,
+    _special_atom,
+)
+
+# --------------------------------------------------------------------------------------------
+# Elementwise ops: SymPy templates
+# --------------------------------------------------------------------------------------------
+
+
+def _tf_diff(expr, var):
+    """SymPy's partial with TensorFlow's kink conventions (ties of Max/Min to the first
+    argument, no Dirac deltas: derivatives of steps are zero)."""
+    expr = expr.replace(
+        lambda e: isinstance(e, (sp.Max, sp.Min)),
+        lambda e: functools.reduce(
+            lambda a, b: sp.Piecewise((a, (a >= b) if isinstance(e, sp.Max) else (a <= b)),
+                                      (b, True)), e.args))
+    d = sp.diff(expr, var)
+    d = d.replace(lambda e: isinstance(e, sp.DiracDelta), lambda e: sp.S.Zero)
+    d = d.replace(lambda e: isinstance(e, sp.Derivative), _step_derivative)
+    if d.has(sp.Subs):
+        d = d.doit()
+    # x**(y - 1)/x -> x**(y - 2): no spurious 0/0 where the exponent makes it exact
+    return sp.powsimp(d)
+
+
+_STEPS = (sp.floor, sp.ceiling, F.RoundHalfEven, F.Trunc, sp.sign, sp.Heaviside)
+
+
+def _step_derivative(d):
+    """Derivatives of step functions are zero almost everywhere (TF: no gradient leaks)."""
+    if isinstance(d.expr, _STEPS):
+        return sp.S.Zero
+    raise NonDifferentiableError(f"no derivative rule for {d.expr.func.__name__}; give the op "
+                                 "an explicit rule")
+
+
+class Elementwise(Primitive):
+    """An op applied element by element (with numpy broadcasting), defined by a template.
+
+    ``template`` is a SymPy expression in ``placeholders``; the builder instantiates it per
+    element, ``numeric`` evaluates it with numpy (default: the template's numpy evaluation),
+    and a rule given as ``'diff'`` is the template's partial, as a template op of
+    ``(g, *args)``.
+    """
+
+    def __init__(self, name: str, template, placeholders: Sequence, *,
+                 numeric: Callable | None = None, rules: Sequence | str = "diff",
+                 args: Sequence[str] | None = None, kinds: str = "f", out: str = "T") -> None:
+        self.template = template
+        self.placeholders = tuple(placeholders)
+        n = len(self.placeholders)
+        if isinstance(rules, str):
+            rules = (rules,) * n
+        rules = tuple(self._default_rule(i) if r == "diff" else r for i, r in enumerate(rules))
+        super().__init__(name, args or ("T",) * n, kinds, rules, out)
+        self._build_one = G.compile_template(template, self.placeholders)
+        self._ufunc = np.frompyfunc(self._build_one, n, 1) if n else None
+        # an argument where a structural zero makes the result zero (the cotangent of a rule,
+        # either factor of a product): those elements are not built at all, which is what
+        # keeps a Jacobian's one-hot sweeps cheap
+        self._zero_arg = next((i for i, p in enumerate(self.placeholders)
+                               if p.is_real and template.xreplace({p: 0}) == 0), None)
+        self._hand_numeric = numeric is not None
+        self._numeric = numeric
+        self._vjp_ops: dict[int, Elementwise | None] = {}
+
+    def shape_rule(self, shapes, params):
+        try:
+            return tuple(np.broadcast_shapes(*shapes))
+        except ValueError:
+            raise ShapeError(f"st.{self.name}: shapes {', '.join(map(_fmt, shapes))} cannot be "
+                             "broadcast together") from None
+
+    def build(self, atoms, params):
+        shape = np.broadcast_shapes(*(a.shape for a in atoms))
+        with np.errstate(all="ignore"):  # constant folding follows IEEE, silently
+            if self._zero_arg is not None and atoms[self._zero_arg].size > 1:
+                zero = np.broadcast_to(_is_zero(atoms[self._zero_arg]).astype(bool), shape)
+                if zero.any():
+                    out = _obj(shape)
+                    keep = ~zero
+                    if keep.any():
+                        out[keep] = self._ufunc(*[np.broadcast_to(a, shape)[keep]
+                                                  for a in atoms])
+                    return out
+            return _as_obj(self._ufunc(*atoms), shape)
+
+    def numeric(self, values, params):
+        with np.errstate(all="ignore"):
+            if self._numeric is None:
+                return self._prototype(())[0](*values)[0]
+            return self._numeric(*values)
+
+    def evaluate(self, values, args, params):
+        """Float results are evaluated through a prototype: the template built once by the
+        graph's own builders on stand-in leaves, so values round exactly as the built
+        definitions (and compiled code) do; arguments that are one constant (an exponent,
+        a slope) fold as they do in the graph (``x**(y - 2)`` at ``y = 2`` is 1, also at
+        ``x = 0``), and an argument given twice is one stand-in (``x - x`` is 0). Elements
+        whose own atoms fold further are left to :meth:`unsettled`."""
+        return self.evaluator(args, params)(values)
+
+    def evaluator(self, args, params):
+        if self._hand_numeric and (self.out != "T" or any(a.dtype.kind != "f" for a in args)):
+            fn = self._numeric
+            return lambda values: fn(*values)
+        run, keep, _, _ = self._prototype(*self._specialisation(args))
+        if keep == list(range(len(args))):
+            return lambda values: run(*values)[0]
+        return lambda values: run(*[values[i] for i in keep])[0]
+
+    @staticmethod
+    def _specialisation(args) -> tuple:
+        """``(consts, same)``: the uniform-constant arguments and, for each other argument,
+        the first argument that is the same node."""
+        consts = tuple((i, a.uniform) for i, a in enumerate(args) if a.uniform is not None)
+        first: dict = {}
+        same = tuple(first.setdefault(id(a), i) for i, a in enumerate(args))
+        return consts, same
+
+    def structure(self, args, params, shape):
+        if any(a.dtype.kind != "f" for a in args) and self.out == "T":
+            return False, None, None
+        _, keep, out, used = self._prototype(*self._specialisation(args))
+        if G.is_const(out):
+            return False, out, None
+        if out in used:
+            i = used[out]
+            same_shape = tuple(args[i].shape) == tuple(shape)
+            return False, None, i if same_shape and args[i].dtype.kind == "f" else None
+        if G.absorbs_products(out) or not all(args[i].regular for i in used.values()):
+            return False, None, None
+        covered = np.zeros(len(shape), dtype=bool)
+        for i in used.values():
+            s = tuple(args[i].shape)
+            covered[len(shape) - len(s):] |= np.array([n > 1 for n in s], dtype=bool)
+        return bool(all(c or n <= 1 for c, n in zip(covered, shape))), None, None
+
+    exact_elsewhere = True
+
+    def unsettled(self, atoms, params, shape, args=()):
+        """Elements where the builders fold differently from the prototype: an argument is
+        a constant (that is not the whole argument), two arguments are the same atom, or an
+        argument is a select with a zero branch (products fold into it)."""
+        consts, same = self._specialisation(args)
+        skip = {i for i, _ in consts} | {i for i, j in enumerate(same) if j != i}
+        rest = [np.broadcast_to(a, shape) for i, a in enumerate(atoms) if i not in skip]
+        mask = np.zeros(shape, dtype=bool)
+        for k, a in enumerate(rest):
+            mask |= np.asarray(_special_atom(a), dtype=bool)
+            for b in rest[k + 1:]:
+                mask |= np.asarray(_same_atom(a, b), dtype=bool)
+        return mask
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - ops live for the whole program
+    def _prototype(self, consts: tuple, same: tuple | None = None):
+        """``(run, keep, out, used)``: the template built on stand-ins (``consts`` fixed,
+        arguments ``same`` as an earlier one sharing its stand-in), a numpy program of the
+        arguments ``keep``, the built atom and ``stand-in -> argument`` of those it uses."""
+        n = len(self.placeholders)
+        same = tuple(range(n)) if same is None else same
+        fixed = dict(consts)
+        keep = [i for i in range(n) if i not in fixed and same[i] == i]
+        stand_ins = {i: G.Leaf.new(f"p{i}") for i in keep}
+        out = self._build_one(*[fixed[i] if i in fixed else stand_ins[same[i]]
+                                for i in range(n)])
+        found = set(G.leaves([out])) if G.is_symbolic(out) else set()
+        used = {s: i for i, s in stand_ins.items() if s in found}
+        return E.program([out], [stand_ins[i] for i in keep], quiet=False), keep, out, used
+
+    def vjp_op(self, i: int) -> Elementwise | None:
+        """The template op ``g * d(template)/d(arg i)`` of ``(g, *args)``, None when zero."""
+        if i not in self._vjp_ops:
+            d = _tf_diff(self.template, self.placeholders[i])
+            if d == 0:
+                self._vjp_ops[i] = None
+            else:
+                g = _fresh_cotangent(self.placeholders)
+                self._vjp_ops[i] = template_op(f"{self.name}_vjp{i}", g * d,
+                                               (g, *self.placeholders))
+        return self._vjp_ops[i]
+
+    def _default_rule(self, i: int) -> Callable:
+        def rule(g, ans, *args, **params):
+            op = self.vjp_op(i)
+            if op is None:
+                return Zero(args[i].shape, args[i].dtype)
+            return op.bind(g, *args)
+
+        return rule
+
+    def vjp(self, g, ans, args, params, needed):
+        cts = super().vjp(g, ans, args, params, needed)
+        return [unbroadcast(ct, a.shape) for ct, a in zip(cts, args)]
+
+
+def _fresh_cotangent(placeholders) -> sp.Symbol:
+    """A cotangent placeholder distinct from ``placeholders`` (rule ops already have one)."""
+    names = {p.name for p in placeholders}
+    k = 0
+    while f"g{k}" in names:
+        k += 1
+    return sp.Symbol(f"g{k}", real=True)
+
+
+def unbroadcast(ct, shape: tuple):
+    """Sum a cotangent over the axes that broadcasting added to an argument of ``shape``."""
+    if ct is None or tuple(ct.shape) == tuple(shape):
+        return ct
+    if isinstance(ct, Zero):
+        return Zero(shape, ct.dtype)
+    lead = len(ct.shape) - len(shape)
+    axes = tuple(range(lead)) + tuple(lead + i for i, n in enumerate(shape)
+                                      if n == 1 and ct.shape[lead + i] != 1)
+    # the table's entries: reductions and reshapes are stanzas of later modules
+    out = OPS["reduce_sum"].bind(ct, axis=axes, keepdims=False)
+    if tuple(out.shape) != tuple(shape):
+        out = OPS["reshape"].bind(out, shape=tuple(shape))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def template_op(name: str, template, placeholders: tuple, **kw) -> Elementwise:
+    """The (cached) elementwise op of a template, used for derived and rule ops."""
+    return Elementwise(name, template, placeholders, **kw)
+
+
+def _ew(name, template, placeholders=(X,), **kw) -> Elementwise:
+    return _register(Elementwise(name, template, placeholders, **kw))
+
+
+def _t(template, *placeholders, name="rule"):
+    """A rule op from a template over ``placeholders`` (typically ``g``, args, ``ans``)."""
+    return template_op(name, template, tuple(placeholders))
+
+
+def _zero_rule(g, ans, *args, **params):
+    """The gradient is connected and zero (sign, steps)."""
+    return Zero(args[0].shape, args[0].dtype)
+
+
+def _sigmoid(x):
+    with np.errstate(all="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+# ---- arithmetic ----------------------------------------------------------------------------
+identity = _ew("identity", X, (X,), numeric=np.copy, kinds="fib",
+               rules=(lambda g, ans, x: g,))
+negative = _ew("negative", -X, (X,), numeric=np.negative, kinds="fi",
+               rules=(lambda g, ans, x: negative.bind(g),))
+add = _ew("add", X + Y, (X, Y), numeric=np.add, kinds="fi",
+          rules=(lambda g, ans, x, y: g, lambda g, ans, x, y: g))
+subtract = _ew("subtract", X - Y, (X, Y), numeric=np.subtract, kinds="fi",
+               rules=(lambda g, ans, x, y: g, lambda g, ans, x, y: negative.bind(g)))
+multiply = _ew("multiply", X * Y, (X, Y), numeric=np.multiply, kinds="fi",
+               rules=(lambda g, ans, x, y: multiply.bind(g, y),
+                      lambda g, ans, x, y: multiply.bind(g, x)))
+divide = _ew("divide", X / Y, (X, Y), numeric=np.true_divide,
+             rules=(lambda g, ans, x, y: divide.bind(g, y),
+                    lambda g, ans, x, y: _t(-GS * X / Y**2, GS, X, Y, name="div_vjp1").bind(
+                        g, x, y)))
+pow_ = _ew("pow", X**Y, (X, Y), numeric=E.ieee_pow, kinds="fi",
+           rules=(lambda g, ans, x, y: _t(GS * Y * X ** (Y - 1), GS, X, Y,
+                                          name="pow_vjp0").bind(g, x, y),
+                  # TF: no gradient leaks into the exponent where the base is <= 0
+                  lambda g, ans, x, y: _t(GS * ANS * sp.Piecewise((sp.log(X), X > 0), (0, True)),
+                                          GS, ANS, X, name="pow_vjp1").bind(g, ans, x)))
+square = _ew("square", X**2, kinds="fi", numeric=np.square)
+sqrt = _ew("sqrt", sp.sqrt(X), numeric=np.sqrt,
+           rules=(lambda g, ans, x: _t(GS / (2 * ANS), GS, ANS, name="sqrt_vjp").bind(g, ans),))
+rsqrt = _ew("rsqrt", 1 / sp.sqrt(X), numeric=lambda x: 1.0 / np.sqrt(x),
+            rules=(lambda g, ans, x: _t(-GS * ANS**3 / 2, GS, ANS, name="rsqrt_vjp").bind(
+                g, ans),))
+floordiv = _ew("floordiv", sp.floor(X / Y), (X, Y), kinds="fi",
+               numeric=lambda x, y: np.floor(x / y) if np.result_type(x, y).kind == "f"
+               else np.floor_divide(x, y), rules=(None, None))
+floormod = _ew("floormod", sp.Mod(X, Y), (X, Y), kinds="fi",
+               numeric=np.mod,
+               rules=(lambda g, ans, x, y: g,
+                      lambda g, ans, x, y: _t(-GS * sp.floor(X / Y), GS, X, Y,
+                                              name="floormod_vjp1").bind(g, x, y)))
+abs_ = _ew("abs", sp.Abs(X), kinds="fi", numeric=np.abs)
+sign = _ew("sign", sp.sign(X), kinds="fi", numeric=np.sign, rules=(_zero_rule,))
+floor = _ew("floor", sp.floor(X), numeric=np.floor, rules=(None,))
+ceil = _ew("ceil", sp.ceiling(X), numeric=np.ceil, rules=(None,))
+round_ = _ew("round", F.RoundHalfEven(X), numeric=np.rint, rules=(None,))
+maximum = _ew("maximum", sp.Max(X, Y), (X, Y), kinds="fi", numeric=np.maximum,
+              rules=(lambda g, ans, x, y: _t(sp.Piecewise((GS, X >= Y), (0, True)), GS, X, Y,
+                                             name="maximum_vjp0").bind(g, x, y),
+                     lambda g, ans, x, y: _t(sp.Piecewise((0, X >= Y), (GS, True)), GS, X, Y,
+                                             name="maximum_vjp1").bind(g, x, y)))
+minimum = _ew("minimum", sp.Min(X, Y), (X, Y), kinds="fi", numeric=np.minimum,
+              rules=(lambda g, ans, x, y: _t(sp.Piecewise((GS, X <= Y), (0, True)), GS, X, Y,
+                                             name="minimum_vjp0").bind(g, x, y),
+                     lambda g, ans, x, y: _t(sp.Piecewise((0, X <= Y), (GS, True)), GS, X, Y,
+                                             name="minimum_vjp1").bind(g, x, y)))
+
+# ---- transcendental ------------------------------------------------------------------------
+exp = _ew("exp", sp.exp(X), numeric=np.exp,
+          rules=(lambda g, ans, x: multiply.bind(g, ans),))
+expm1 = _ew("expm1", F.expm1(X), numeric=np.expm1)
+log = _ew("log", sp.log(X), numeric=np.log)
+log1p = _ew("log1p", F.log1p(X), numeric=np.log1p)
+sin = _ew("sin", sp.sin(X), numeric=np.sin)
+cos = _ew("cos", sp.cos(X), numeric=np.cos)
+tan = _ew("tan", sp.tan(X), numeric=np.tan)
+asin = _ew("asin", sp.asin(X), numeric=np.arcsin)
+acos = _ew("acos", sp.acos(X), numeric=np.arccos)
+atan = _ew("atan", sp.atan(X), numeric=np.arctan)
+atan2 = _ew("atan2", sp.atan2(X, Y), (X, Y), numeric=np.arctan2)
+sinh = _ew("sinh", sp.sinh(X), numeric=np.sinh)
+cosh = _ew("cosh", sp.cosh(X), numeric=np.cosh)
+tanh = _ew("tanh", sp.tanh(X), numeric=np.tanh,
+           rules=(lambda g, ans, x: _t(GS * (1 - ANS**2), GS, ANS, name="tanh_vjp").bind(
+               g, ans),))
+asinh = _ew("asinh", sp.asinh(X), numeric=np.arcsinh)
+acosh = _ew("acosh", sp.acosh(X), numeric=np.arccosh)
+atanh = _ew("atanh", sp.atanh(X), numeric=np.arctanh)
+erf = _ew("erf", sp.erf(X), numeric=E.HEADS[sp.erf])
+
+for _op in (add, multiply):
+    _op.commutative = True  # x*y and y*x are one tensor-level node (as one element atom)
+
+# ---- comparisons and logic ------------------------------------------------------------------
+_CMP = dict(kinds="fi", out="bool", rules=(None, None))
+less = _ew("less", X < Y, (X, Y), numeric=np.less, **_CMP)
+less_equal = _ew("less_equal", X <= Y, (X, Y), numeric=np.less_equal, **_CMP)
+greater = _ew("greater", X > Y, (X, Y), numeric=np.greater, **_CMP)
+greater_equal = _ew("greater_equal", X >= Y, (X, Y), numeric=np.greater_equal, **_CMP)
+equal = _ew("equal", sp.Eq(X, Y, evaluate=False), (X, Y), numeric=np.equal,
+            **{**_CMP, "kinds": "fib"})
+not_equal = _ew("not_equal", sp.Ne(X, Y, evaluate=False), (X, Y), numeric=np.not_equal,
+                **{**_CMP, "kinds": "fib"})
+_B1, _B2 = sp.symbols("b1 b2")
+logical_and = _ew("logical_and", sp.And(_B1, _B2), (_B1, _B2), numeric=np.logical_and,
+                  kinds="b", rules=(None, None))
+logical_or = _ew("logical_or", sp.Or(_B1, _B2), (_B1, _B2), numeric=np.logical_or,
+                 kinds="b", rules=(None, None))
+logical_not = _ew("logical_not", sp.Not(_B1), (_B1,), numeric=np.logical_not,
+                  kinds="b", rules=(None,))
+where = _ew("where", sp.Piecewise((X, C), (Y, True)), (C, X, Y), args=("bool", "T", "T"),
+            kinds="fib", numeric=np.where,
+            rules=(None,
+                   lambda g, ans, c, x, y: where.bind(c, g, 0),
+                   lambda g, ans, c, x, y: where.bind(c, 0, g)))
+# TF computes clip_by_value as maximum(minimum(t, hi), lo) and differentiates those two ops
+# (ties to the first argument; nan compares false): the gradient passes to t at and between
+# the bounds, to a bound beyond it, and to lo alone when lo > hi (the result is then lo)
+_CLIP_T = sp.And(X <= Z, X >= Y)  # min(t, hi) is t, and it is >= lo
+_CLIP_HI = sp.And(X > Z, Z >= Y)  # min(t, hi) is hi, and it is >= lo
+clip_by_value = _ew(
+    "clip_by_value", sp.Max(sp.Min(X, Z), Y), (X, Y, Z), kinds="fi",
+    numeric=lambda t, lo, hi: np.maximum(np.minimum(t, hi), lo),
+    rules=(lambda g, ans, t, lo, hi: _t(sp.Piecewise((GS, _CLIP_T), (0, True)), GS, X, Y, Z,
+                                        name="clip_vjp0").bind(g, t, lo, hi),
+           lambda g, ans, t, lo, hi: _t(sp.Piecewise((0, sp.Or(_CLIP_T, _CLIP_HI)), (GS, True)),
+                                        GS, X, Y, Z, name="clip_vjp1").bind(g, t, lo, hi),
+           lambda g, ans, t, lo, hi: _t(sp.Piecewise((GS, _CLIP_HI), (0, True)), GS, X, Y, Z,
+                                        name="clip_vjp2").bind(g, t, lo, hi)))
+
+# ---- activations (nn) ----------------------------------------------------------------------
+_step = sp.Heaviside(X, 0)  # TF: relu'(0) = 0
+relu = _ew("relu", sp.Max(X, 0), kinds="fi", numeric=lambda x: np.maximum(x, 0),
+           rules=(lambda g, ans, x: _t(GS * _step, GS, X, name="relu_vjp").bind(g, x),))
+relu6 = _ew("relu6", sp.Min(sp.Max(X, 0), 6), kinds="fi",
+            numeric=lambda x: np.minimum(np.maximum(x, 0), 6),
+            rules=(lambda g, ans, x: _t(GS * _step * sp.Heaviside(6 - X, 0), GS, X,
+                                        name="relu6_vjp").bind(g, x),))
+elu = _ew("elu", sp.Piecewise((X, X > 0), (F.expm1(X), True)),
+          numeric=lambda x: np.where(x > 0, x, np.expm1(x)))
+_SELU_ALPHA = sp.Float(1.6732632423543772848170429916717)
+_SELU_SCALE = sp.Float(1.0507009873554804934193349852946)
+selu = _ew("selu", _SELU_SCALE * sp.Piecewise((X, X > 0), (_SELU_ALPHA * F.expm1(X), True)),
+           numeric=lambda x: float(_SELU_SCALE) * np.where(
+               x > 0, x, float(_SELU_ALPHA) * np.expm1(x)),
+           # TF's SeluGrad: scale where the activation is >= 0, so selu'(0) = scale
+           rules=(lambda g, ans, x: _t(GS * sp.Piecewise(
+               (_SELU_SCALE, X >= 0), (_SELU_SCALE * _SELU_ALPHA * sp.exp(X), True)),
+               GS, X, name="selu_vjp").bind(g, x),))
+sigmoid = _ew("sigmoid", 1 / (1 + sp.exp(-X)), numeric=_sigmoid,
+              rules=(lambda g, ans, x: _t(GS * ANS * (1 - ANS), GS, ANS,
+                                          name="sigmoid_vjp").bind(g, ans),))
+# stable: max(x, 0) + log1p(exp(-|x|)); TF: softplus' = sigmoid
+softplus = _ew("softplus", sp.Max(X, 0) + F.log1p(sp.exp(-sp.Abs(X))),
+               numeric=lambda x: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
+               rules=(lambda g, ans, x: _t(GS / (1 + sp.exp(-X)), GS, X,
+                                           name="softplus_vjp").bind(g, x),))
+
+
+@functools.lru_cache(maxsize=None)
+def leaky_relu_op(alpha: float) -> Elementwise:
+    """``leaky_relu`` with slope ``alpha`` below zero (TF: ``x if x > 0 else alpha * x``)."""
+    a = G.number(alpha)
+    return Elementwise("leaky_relu", sp.Piecewise((X, X > 0), (a * X, True)), (X,),
+                       numeric=lambda x: np.where(x > 0, x, alpha * x))
+
+
+# labels z, logits x; TF's stable form; gradient sigmoid(x) - z everywhere
+sigmoid_cross_entropy_with_logits = _ew(
+    "sigmoid_cross_entropy_with_logits",
+    sp.Max(X, 0) - X * Z + F.log1p(sp.exp(-sp.Abs(X))), (Z, X),
+    numeric=lambda z, x: np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x))),
+    rules=(lambda g, ans, z, x: _t(-GS * X, GS, X, name="sce_vjp0").bind(g, x),
+           lambda g, ans, z, x: _t(GS * (1 / (1 + sp.exp(-X)) - Z), GS, Z, X,
+                                   name="sce_vjp1").bind(g, z, x)))
+

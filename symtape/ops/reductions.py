@@ -1,0 +1,223 @@
+"""Reductions over axes: sums, means, products, extrema, logsumexp, norms."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import sympy as sp
+
+from .. import graph as G
+from ..errors import InvalidArgumentError
+from .core import Aval, Primitive, _lanes, _obj, _register, irregular_rows
+from .elementwise import divide, equal, exp, multiply, subtract
+from .structural import broadcast_to, cast, gather, reshape, transpose
+
+# --------------------------------------------------------------------------------------------
+# Reductions
+# --------------------------------------------------------------------------------------------
+
+
+#: Sums and contractions of at most this many terms are taken in the order the graph's
+#: definitions add (so small results round exactly as their element view); larger ones in
+#: numpy's and BLAS's order, as the loop nests of compiled code for large tensors do.
+ORDERED_TERMS = 1 << 16
+
+
+def _reduced(atoms: np.ndarray, axes: tuple, keepdims: bool, combine: Callable) -> np.ndarray:
+    """Apply ``combine(list_of_atoms) -> atom`` over ``axes`` of an object array."""
+    keep = [i for i in range(atoms.ndim) if i not in axes]
+    moved = np.transpose(atoms, keep + list(axes))
+    lead = moved.shape[: len(keep)]
+    size = int(np.prod([atoms.shape[i] for i in axes], dtype=np.int64))
+    rows = moved.reshape(int(np.prod(lead, dtype=np.int64)), size)
+    out = _obj(rows.shape[:1])
+    for i in range(rows.shape[0]):
+        out[i] = combine(list(rows[i]))
+    out = out.reshape(lead)
+    if keepdims:
+        out = out.reshape(tuple(1 if i in axes else n for i, n in enumerate(atoms.shape)))
+    return out
+
+
+def _sequential(x: np.ndarray, axes: tuple, keepdims: bool, product: bool = False):
+    """Sum (product) over ``axes`` left to right, in the order the graph's definitions add
+    (multiply), so eager values round exactly as compiled code does."""
+    x = np.asarray(x)
+    keep = [i for i in range(x.ndim) if i not in axes]
+    moved = np.transpose(x, keep + list(axes))
+    lead = moved.shape[: len(keep)]
+    rows = moved.reshape(lead + (-1,)) if moved.size else moved.reshape(
+        lead + (int(np.prod([x.shape[i] for i in axes], dtype=np.int64)),))
+    if rows.shape[-1] == 0:
+        out = np.full(lead, 1 if product else 0, dtype=x.dtype)
+    elif rows.size > ORDERED_TERMS:  # large: numpy's order, as loop nests accumulate
+        with np.errstate(all="ignore"):
+            out = (np.prod if product else np.sum)(rows, axis=-1)
+    else:
+        with np.errstate(all="ignore"):
+            out = (np.cumprod if product else np.cumsum)(rows, axis=-1)[..., -1]
+    if keepdims:
+        out = out.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
+    return out
+
+
+def _expand_back(t, shape: tuple, axes: tuple, keepdims: bool):
+    """Broadcast a reduced tensor (or cotangent) back to ``shape``."""
+    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
+    if not keepdims and tuple(t.shape) != kept:
+        t = reshape.bind(t, shape=kept)
+    return broadcast_to.bind(t, shape=tuple(shape)) if kept != tuple(shape) else t
+
+
+class Reduction(Primitive):
+    """``combine`` over ``axis`` (None: all) with ``keepdims``; ``numeric(x, axes, kd)``."""
+
+    def __init__(self, name: str, combine: Callable, numeric: Callable, rule: Callable | None,
+                 kinds: str = "fi") -> None:
+        super().__init__(name, ("T",), kinds, rules=(rule,))
+        self.combine = combine
+        self._numeric = numeric
+
+    def prepare(self, avals, params):
+        (a,) = avals
+        axes = normalize_axes(params.get("axis"), len(a.shape), self.name)
+        keepdims = bool(params.get("keepdims", False))
+        t = self.check_dtypes(avals)
+        shape = tuple(1 if i in axes else n for i, n in enumerate(a.shape)) if keepdims else \
+            tuple(n for i, n in enumerate(a.shape) if i not in axes)
+        return Aval(shape, self.out_dtype(t)), {"axis": axes, "keepdims": keepdims}
+
+    def build(self, atoms, params):
+        return _reduced(atoms[0], params["axis"], params["keepdims"], self.combine)
+
+    def structure(self, args, params, shape):
+        (x,) = args
+        lane = int(np.prod([x.shape[i] for i in params["axis"]], dtype=np.int64))
+        return x.regular and lane >= 2 and x.dtype.kind == "f", None, None
+
+    def unsettled(self, atoms, params, shape, args=()):
+        """Results over a slice with a constant or a repeated atom (folded or merged terms)."""
+        return irregular_rows(_lanes(atoms[0], params["axis"])).reshape(shape)
+
+    def numeric(self, values, params):
+        with np.errstate(all="ignore"):
+            return np.asarray(self._numeric(np.asarray(values[0]), params["axis"],
+                                            params["keepdims"]))
+
+
+def normalize_axes(axis, ndim: int, op: str) -> tuple:
+    """Axes as a sorted tuple of non-negative ints; None means all."""
+    if axis is None:
+        return tuple(range(ndim))
+    if hasattr(axis, "numpy") and not isinstance(axis, (list, tuple)):
+        axis = axis.numpy()
+    axes = np.atleast_1d(np.asarray(axis)).tolist()
+    out = set()
+    for ax in axes:
+        if not isinstance(ax, int) or not -ndim <= ax < max(ndim, 1):
+            raise InvalidArgumentError(f"st.{op}: invalid axis {ax!r} for a tensor of rank "
+                                       f"{ndim}")
+        out.add(ax % max(ndim, 1))
+    return tuple(sorted(out))
+
+
+def _sum_rule(g, ans, x, axis, keepdims):
+    return _expand_back(g, x.shape, axis, keepdims)
+
+
+def _mean_rule(g, ans, x, axis, keepdims):
+    n = int(np.prod([x.shape[i] for i in axis], dtype=np.int64))
+    return _expand_back(divide.bind(g, n), x.shape, axis, keepdims)
+
+
+def _mean_combine(parts):
+    n = len(parts)
+    if n == 0:
+        return sp.S.NaN
+    w = sp.Rational(1, n)
+    return G.lincomb([(w, a) for a in parts])
+
+
+def _max_rule(g, ans, x, axis, keepdims):
+    # TF: ties share the gradient equally
+    y = _expand_back(ans, x.shape, axis, keepdims)
+    ind = cast.bind(equal.bind(y, x), dtype=x.dtype)
+    count = reduce_sum.bind(ind, axis=axis, keepdims=True)
+    gb = _expand_back(g, x.shape, axis, keepdims)
+    return divide.bind(multiply.bind(gb, ind), broadcast_to.bind(count, shape=tuple(x.shape)))
+
+
+def _prod_rule(g, ans, x, axis, keepdims):
+    """d prod / d x_i = product of the other elements (exact where some x_j are zero)."""
+    keep = [i for i in range(len(x.shape)) if i not in axis]
+    n = int(np.prod([x.shape[i] for i in axis], dtype=np.int64))
+    lead = tuple(x.shape[i] for i in keep)
+    moved = reshape.bind(transpose.bind(x, perm=tuple(keep + list(axis))), shape=lead + (n,))
+    others = np.array([[j for j in range(n) if j != i] for i in range(n)],
+                      dtype=np.int64).reshape(n, max(n - 1, 0))
+    excl = gather.bind(moved, indices=others, axis=len(lead), batch_dims=0)
+    partial = reduce_prod.bind(excl, axis=len(lead) + 1, keepdims=False)
+    full = reshape.bind(partial, shape=lead + tuple(x.shape[i] for i in axis))
+    inv = tuple(np.argsort(keep + list(axis)))
+    partial_x = transpose.bind(full, perm=inv)
+    return multiply.bind(_expand_back(g, x.shape, axis, keepdims), partial_x)
+
+
+def _lse_combine(parts):
+    """logsumexp, stable: m + log(sum(exp(x - m))) with m = max, 0 where m is not finite."""
+    if not parts:
+        return sp.S.NegativeInfinity
+    m = G.call(sp.Max, *parts)
+    finite = G.relation(sp.StrictLessThan, G.call(sp.Abs, m), sp.S.Infinity)
+    shift = G.piecewise((m, finite), (G.ZERO, sp.S.true))
+    exps = [G.call(sp.exp, G.lincomb([(G.ONE, a), (sp.S.NegativeOne, shift)])) for a in parts]
+    return G.lincomb([(G.ONE, G.call(sp.log, G.add(*exps))), (G.ONE, shift)])
+
+
+def _lse_numeric(x, axes, keepdims):
+    if x.size == 0 or not axes:
+        return np.log(_sequential(np.exp(x), axes, keepdims))
+    m = np.max(x, axis=axes, keepdims=True)
+    shift = np.where(np.abs(m) < np.inf, m, 0)
+    out = np.log(_sequential(np.exp(x - shift), axes, True)) + shift
+    return out if keepdims else np.squeeze(out, axis=axes)
+
+
+def _mean_numeric(x, axes, keepdims):
+    n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
+    if n == 0:
+        return np.full(_sequential(x, axes, keepdims).shape, np.nan)
+    return _sequential(x * (1.0 / n), axes, keepdims)
+
+
+def _norm_combine(parts):
+    return G.power(G.add(*[G.monomial(G.ONE, [(a, sp.Integer(2))]) for a in parts]),
+                   sp.Rational(1, 2))
+
+
+reduce_sum = _register(Reduction("reduce_sum", lambda p: G.add(*p), _sequential, _sum_rule))
+reduce_mean = _register(Reduction("reduce_mean", _mean_combine, _mean_numeric, _mean_rule))
+reduce_prod = _register(Reduction("reduce_prod", lambda p: G.mul(*p),
+                                  lambda x, a, k: _sequential(x, a, k, product=True),
+                                  _prod_rule))
+reduce_max = _register(Reduction(
+    "reduce_max", lambda p: G.call(sp.Max, *p) if p else sp.S.NegativeInfinity,
+    lambda x, a, k: np.max(x, axis=a, keepdims=k, initial=-np.inf) if x.dtype.kind == "f"
+    else np.max(x, axis=a, keepdims=k), _max_rule))
+reduce_min = _register(Reduction(
+    "reduce_min", lambda p: G.call(sp.Min, *p) if p else sp.S.Infinity,
+    lambda x, a, k: np.min(x, axis=a, keepdims=k, initial=np.inf) if x.dtype.kind == "f"
+    else np.min(x, axis=a, keepdims=k), _max_rule))
+reduce_logsumexp = _register(Reduction(
+    "reduce_logsumexp", _lse_combine, _lse_numeric,
+    lambda g, ans, x, axis, keepdims: multiply.bind(
+        _expand_back(g, x.shape, axis, keepdims),
+        exp.bind(subtract.bind(x, _expand_back(ans, x.shape, axis, keepdims)))), kinds="f"))
+reduce_euclidean_norm = _register(Reduction(
+    "reduce_euclidean_norm", _norm_combine,
+    lambda x, a, k: np.sqrt(_sequential(x * x, a, k)),
+    lambda g, ans, x, axis, keepdims: multiply.bind(
+        _expand_back(g, x.shape, axis, keepdims),
+        divide.bind(x, _expand_back(ans, x.shape, axis, keepdims))), kinds="f"))
+

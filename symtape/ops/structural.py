@@ -1,0 +1,251 @@
+"""Casts and structural ops (reshape, slicing, gather, stack, ...): copies of elements,
+differentiated through their index maps."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import sympy as sp
+
+from .. import functions as F
+from .. import graph as G
+from ..errors import ShapeError
+from .core import Aval, Primitive, Zero, _as_obj, _fmt, _kind, _obj, _register
+
+# --------------------------------------------------------------------------------------------
+# Cast
+# --------------------------------------------------------------------------------------------
+
+
+class Cast(Primitive):
+    """``cast(x, dtype)``: float -> int truncates, anything -> bool is ``x != 0``."""
+
+    exact_elsewhere = True  # values are copies (or casts) of input values
+
+    def __init__(self) -> None:
+        super().__init__("cast", ("*",), "fib", rules=(self._rule,))
+
+    @staticmethod
+    def _rule(g, ans, x, dtype, src):
+        # only float -> float casts carry a gradient (TF)
+        return cast.bind(g, dtype=src) if src.kind == "f" and dtype.kind == "f" else None
+
+    def vjp(self, g, ans, args, params, needed):
+        ct = self._rule(g, ans, *args, **params) if needed[0] else None
+        return [ct]
+
+    def prepare(self, avals, params):
+        dtype = np.dtype(params["dtype"])
+        return Aval(avals[0].shape, dtype), {"dtype": dtype, "src": avals[0].dtype}
+
+    def _atom(self, src_kind: str, dst_kind: str):
+        if dst_kind == "b":
+            return lambda a: G.relation(sp.Unequality, a, G.ZERO) if src_kind != "b" else a
+        if src_kind == "b":
+            return lambda a: G.piecewise((G.ONE, a), (G.ZERO, sp.S.true))
+        if src_kind == "f" and dst_kind == "i":
+            return lambda a: G.call(F.Trunc, a)
+        return lambda a: a
+
+    def build(self, atoms, params):
+        (a,) = atoms
+        src, dst = params["src"], params["dtype"]
+        if src.kind == "f" and dst.kind == "f" and dst.itemsize < src.itemsize:
+            one = lambda v: G.call(F.RoundFloat32, v)  # noqa: E731 - rounding is a head
+        else:
+            one = self._atom(_kind(src), _kind(dst))
+        with np.errstate(all="ignore"):
+            return _as_obj(np.frompyfunc(one, 1, 1)(a), a.shape)
+
+    def numeric(self, values, params):
+        with np.errstate(all="ignore"):
+            return np.asarray(values[0]).astype(params["dtype"])
+
+
+cast = _register(Cast())
+
+
+# --------------------------------------------------------------------------------------------
+# Structural ops: gathers of atoms, differentiated through their index maps
+# --------------------------------------------------------------------------------------------
+
+
+class Structural(Primitive):
+    """An op that rearranges elements: ``fn`` applies to atoms and values alike.
+
+    Its derivative is generic: apply ``fn`` to an array of flat indices to learn where each
+    output element comes from, and scatter-add the cotangent back (:data:`scatter_add`).
+    """
+
+    exact_elsewhere = True  # values are copies (or casts) of input values
+
+    def __init__(self, name: str, fn: Callable, variadic: bool = False) -> None:
+        super().__init__(name, ("T",), "fib")
+        self.fn = fn
+        self.variadic = variadic
+
+    def index_maps(self, shapes: Sequence[tuple], params: dict) -> list[np.ndarray]:
+        """For each argument, the flat index into it of every output element (-1: other)."""
+        sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
+        offsets = np.cumsum([0] + sizes)
+        ids = [np.arange(o, o + n, dtype=np.int64).reshape(s)
+               for o, n, s in zip(offsets, sizes, shapes)]
+        try:
+            gathered = np.asarray(self.fn(*ids, **params))
+        except (ValueError, IndexError, TypeError, np.exceptions.AxisError) as e:
+            raise ShapeError(f"st.{self.name}: {e} (argument shapes "
+                             f"{', '.join(map(_fmt, shapes))})") from None
+        maps = []
+        for o, n in zip(offsets, sizes):
+            inside = (gathered >= o) & (gathered < o + n)
+            maps.append(np.where(inside, gathered - o, -1))
+        return maps
+
+    def structure(self, args, params, shape):
+        """Elements picked from arguments that are all one constant are that constant."""
+        first = args[0].uniform if args else None
+        same = first is not None and all(a.uniform is not None and a.uniform == first and
+                                         type(a.uniform) is type(first) for a in args)
+        return False, first if same and int(np.prod(shape, dtype=np.int64)) else None, None
+
+    def shape_rule(self, shapes, params):
+        return tuple(self.index_maps(shapes, params)[0].shape)
+
+    def build(self, atoms, params):
+        return np.asarray(self.fn(*atoms, **params), dtype=object)
+
+    def numeric(self, values, params):
+        return np.asarray(self.fn(*values, **params))
+
+    def differentiable(self, i: int) -> bool:
+        return True  # every argument, through its index map (see vjp)
+
+    def vjp(self, g, ans, args, params, needed):
+        maps = self.index_maps([a.shape for a in args], params)
+        out = []
+        for a, idx, need in zip(args, maps, needed):
+            if not need:
+                out.append(None)
+            elif isinstance(g, Zero):
+                out.append(Zero(a.shape, g.dtype))
+            else:
+                out.append(scatter_add.bind(g, idx=idx, shape=tuple(a.shape)))
+        return out
+
+
+class GatherFlat(Primitive):
+    """``out[i] = x.flat[idx[i]]``, zero where ``idx[i] == -1``."""
+
+    exact_elsewhere = True  # values are copies (or casts) of input values
+
+    def __init__(self) -> None:
+        super().__init__("gather_flat", ("T",), "fib",
+                         rules=(lambda g, ans, x, idx: scatter_add.bind(g, idx=idx,
+                                                                        shape=tuple(x.shape)),))
+
+    def shape_rule(self, shapes, params):
+        return tuple(params["idx"].shape)
+
+    @staticmethod
+    def _take(flat, idx, zero):
+        safe = np.where(idx < 0, 0, idx)
+        out = flat[safe] if flat.size else np.empty(idx.shape, flat.dtype)
+        if (idx < 0).any():
+            out = np.where(idx < 0, zero, out)
+        return out
+
+    def build(self, atoms, params):
+        return np.asarray(self._take(atoms[0].reshape(-1), params["idx"], G.ZERO), dtype=object)
+
+    def numeric(self, values, params):
+        v = np.asarray(values[0])
+        return self._take(v.reshape(-1), params["idx"], v.dtype.type(0))
+
+
+class ScatterAdd(Primitive):
+    """``out = zeros(shape); out.flat[idx[i]] += g[i]`` (entries with ``idx == -1`` dropped)."""
+
+    def __init__(self) -> None:
+        super().__init__("scatter_add", ("T",), "fi",
+                         rules=(lambda g, ans, x, idx, shape: gather_flat.bind(g, idx=idx),))
+
+    def shape_rule(self, shapes, params):
+        return tuple(params["shape"])
+
+    def build(self, atoms, params):
+        idx = params["idx"].reshape(-1)
+        src = atoms[0].reshape(-1)
+        groups: dict[int, list] = {}
+        for i, j in enumerate(idx.tolist()):
+            if j >= 0:
+                groups.setdefault(j, []).append(src[i])
+        out = _obj(tuple(params["shape"]))
+        flat = out.reshape(-1)
+        for j, parts in groups.items():
+            flat[j] = parts[0] if len(parts) == 1 else G.add(*parts)
+        return out
+
+    def unsettled(self, atoms, params, shape, args=()):
+        """Targets that receive a constant or the same atom twice (merged terms)."""
+        idx = params["idx"].reshape(-1)
+        src = atoms[0].reshape(-1)
+        out = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=bool)
+        seen: dict = {}
+        for i, j in enumerate(idx.tolist()):
+            if j < 0:
+                continue
+            a, parts = src[i], seen.setdefault(j, set())
+            if G.is_const(a) or a in parts:
+                out[j] = True
+            parts.add(a)
+        return out.reshape(shape)
+
+    def numeric(self, values, params):
+        v = np.asarray(values[0])
+        out = np.zeros(int(np.prod(params["shape"], dtype=np.int64)), dtype=v.dtype)
+        idx = params["idx"].reshape(-1)
+        keep = idx >= 0
+        np.add.at(out, idx[keep], v.reshape(-1)[keep])
+        return out.reshape(params["shape"])
+
+
+gather_flat = _register(GatherFlat())
+scatter_add = _register(ScatterAdd())
+
+
+def _structural(name: str, fn: Callable, variadic: bool = False) -> Structural:
+    return _register(Structural(name, fn, variadic))
+
+
+def _getitem(a, key):
+    return a[key]
+
+
+def _gather(params, indices, axis, batch_dims):
+    if batch_dims == 0:
+        return np.take(params, indices, axis=axis)
+    lead = params.shape[:batch_dims]
+    out = [_gather(params[i], indices[i], axis - batch_dims, 0) for i in np.ndindex(*lead)]
+    first = np.asarray(out[0]) if out else np.take(
+        params.reshape(params.shape[batch_dims:]) if params.size else params, [], axis=0)
+    return np.stack(out).reshape(lead + first.shape) if out else np.empty(lead + first.shape)
+
+
+def _broadcast_to(a, shape):
+    return np.array(np.broadcast_to(a, shape))
+
+
+reshape = _structural("reshape", lambda a, shape: np.reshape(a, shape))
+transpose = _structural("transpose", lambda a, perm: np.transpose(a, perm))
+squeeze = _structural("squeeze", lambda a, axis: np.squeeze(a, axis=axis))
+expand_dims = _structural("expand_dims", lambda a, axis: np.expand_dims(a, axis))
+tile = _structural("tile", lambda a, multiples: np.tile(a, multiples))
+broadcast_to = _structural("broadcast_to", _broadcast_to)
+getitem = _structural("getitem", _getitem)
+gather = _structural("gather", lambda p, indices, axis, batch_dims:
+                     _gather(p, indices, axis, batch_dims))
+stack = _structural("stack", lambda *xs, axis: np.stack(xs, axis=axis), True)
+concat = _structural("concat", lambda *xs, axis: np.concatenate(xs, axis=axis), True)
+reverse = _structural("reverse", lambda a, axis: np.flip(a, axis))
+

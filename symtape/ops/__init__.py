@@ -2,8 +2,9 @@
 
 An op is applied with ``op.bind(*args, **params)`` (or by calling it); ``tensor.py`` installs
 the binder that converts arguments, checks shapes and dtypes (:meth:`Primitive.prepare`),
-builds the atoms of the result (:meth:`Primitive.build`, one small definition per element),
-evaluates it with numpy (:meth:`Primitive.numeric`) and records it on the active tapes.
+makes the result's tensor-level node (folded per :meth:`Primitive.structure`), evaluates it
+with numpy (:meth:`Primitive.evaluator`) and records it on the active tapes. The element view
+of a node (:meth:`Primitive.build`, one small definition per element) is built on demand.
 
 Derivative rules have one fixed signature, ``rule(g, ans, *args, **params) -> cotangent``,
 one rule per argument, ``None`` meaning no gradient flows through that argument (not the

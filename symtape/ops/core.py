@@ -1,20 +1,5 @@
-"""The primitive framework: ``Primitive``, abstract values, zero cotangents and the
-helpers every stanza shares.
-
-The primitive table: for each op, its SymPy builder, numpy evaluation and derivative rule.
-
-An op is applied with ``op.bind(*args, **params)`` (or by calling it); ``tensor.py`` installs
-the binder that converts arguments, checks shapes and dtypes (:meth:`Primitive.prepare`),
-builds the atoms of the result (:meth:`Primitive.build`, one small definition per element),
-evaluates it with numpy (:meth:`Primitive.numeric`) and records it on the active tapes.
-
-Derivative rules have one fixed signature, ``rule(g, ans, *args, **params) -> cotangent``,
-one rule per argument, ``None`` meaning no gradient flows through that argument (not the
-same as zero: a rule may return :class:`Zero`). Rules use only ops of this table, so
-derivatives of any order are just more sweeps. Elementwise ops are SymPy *templates*; their
-default rule is SymPy's local partial of the template, itself a template op. TensorFlow's
-conventions at kinks, and stable forms, override it where named.
-"""
+"""The primitive framework: ``Primitive``, abstract values (``Aval``), zero cotangents
+(``Zero``), the tables the stanzas register in, and the helpers they share."""
 
 from __future__ import annotations
 

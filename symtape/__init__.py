@@ -14,14 +14,29 @@ from __future__ import annotations
 
 from . import errors, linalg, nn, optimizers, random, saved_model, testing
 from . import math as math
-from .custom import (RegisterGradient, custom_gradient, define_function, get_function,
-                     register_gradient, stop_gradient)
-from .function import (Function, SparseResult, TensorSpec, compile, derivative, function, grad,
-                       hessian, jacobian)
+from .custom import (
+                     RegisterGradient,
+                     custom_gradient,
+                     define_function,
+                     get_function,
+                     register_gradient,
+                     stop_gradient,
+)
+from .function import (
+                     Function,
+                     SparseResult,
+                     TensorSpec,
+                     compile,
+                     derivative,
+                     function,
+                     grad,
+                     hessian,
+                     jacobian,
+)
 from .math import *  # noqa: F403 - TensorFlow exposes its math names at the top level
 from .serialize import load
 from .tape import GradientTape, UnconnectedGradients
-from .tensor import (Tensor, Variable, constant, convert_to_tensor, is_tensor, symbol)
+from .tensor import Tensor, Variable, constant, convert_to_tensor, is_tensor, symbol
 
 float64 = "float64"
 float32 = "float32"

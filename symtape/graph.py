@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import sympy as sp
+from mpmath.libmp import from_float
 from sympy.core.expr import Expr
 from sympy.core.numbers import Float, Integer, Number, Rational
-from mpmath.libmp import from_float
 from sympy.logic.boolalg import BooleanAtom
 
 from .numeric import HEADS, ieee_pow

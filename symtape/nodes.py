@@ -228,16 +228,20 @@ def _key(value):
     return (type(value).__name__, value)
 
 
-def apply(prim, params: dict, inputs: tuple, shape: tuple, dtype, commutative: bool) -> Node:
+def apply(prim, params: dict, inputs: tuple, shape: tuple, dtype, commutative: bool,
+          pkey=None) -> Node:
     """The node of ``prim(params)(inputs)``: an existing one when the same op was applied to
-    the same nodes (argument order ignored for commutative ops), else a new one."""
+    the same nodes (argument order ignored for commutative ops), else a new one. ``pkey`` is
+    :func:`params_key` of ``params`` when known (None: computed here, or not hashable)."""
     ids = tuple(id(n) for n in inputs)
     if commutative:
         ids = tuple(sorted(ids))
-    try:
-        key = (prim, params_key(params), ids)
-    except TypeError:
-        key = None
+    if pkey is None:
+        try:
+            pkey = params_key(params)
+        except TypeError:
+            pkey = None
+    key = (prim, pkey, ids) if pkey is not None else None
     if key is not None:
         node = _TABLE.get(key)
         if node is not None and node.shape == tuple(shape) and node.dtype == dtype:

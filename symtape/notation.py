@@ -14,9 +14,8 @@ import sympy as sp
 from sympy.printing.precedence import PRECEDENCE
 
 from . import nodes as N
-from . import ops
 
-__all__ = ["tensor_formula"]
+__all__ = ["tensor_formula", "wants_notation", "Dot", "Transpose", "applied"]
 
 
 class Dot(sp.Function):
@@ -53,7 +52,13 @@ def _params_text(params: dict) -> str:
     return ", ".join(parts)
 
 
-def _applied(name: str, params: dict, args: list):
+def applied(name: str, params: dict, args: list):
+    """``name[params](args)``: how an op without a formula of its own prints.
+
+    >>> applied("reduce_sum", {"axis": (1,)}, [sp.Symbol("x")])
+    reduce_sum[axis=(1,)](x)
+    """
+    params = {k: v for k, v in params.items() if not callable(v)}
     label = f"{name}[{_params_text(params)}]" if params else name
     return sp.Function(label)(*args)
 
@@ -98,18 +103,9 @@ def tensor_formula(root: N.Node) -> tuple[list, object]:
 
 
 def _expression(node: N.Node, args: list):
-    prim = node.prim
-    if isinstance(prim, ops.Elementwise):
-        return prim.template.xreplace(dict(zip(prim.placeholders, args)))
-    if isinstance(prim, ops.MatMul):
-        a, b = args
-        a = Transpose(a) if node.params["transpose_a"] else a
-        b = Transpose(b) if node.params["transpose_b"] else b
-        return Dot(a, b)
     if node.kind == "view":
         return sp.Function("custom")(*args)
-    params = {k: v for k, v in node.params.items() if not callable(v)}
-    return _applied(prim.name, params, args)
+    return node.prim.notation(args, node.params)
 
 
 def wants_notation(node: N.Node, size_limit: int = 64, view_limit: int = 4096) -> bool:

@@ -9,7 +9,6 @@ comparisons with nan are false; ``Mod`` is the floored modulo; ``Heaviside(x, h0
 
 from __future__ import annotations
 
-
 import numpy as np
 import sympy as sp
 

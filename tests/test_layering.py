@@ -12,7 +12,7 @@ L0 = ["errors", "nest", "recording", "functions", "heads", "dataio", "numeric", 
       "evaluate"]
 LEVELS = {
     **{m: (0, i) for i, m in enumerate(L0)},
-    "ops": (1, 0), "codegen": (1, 0), "nodes": (1, 1), "notation": (1, 2),
+    "nodes": (1, 0), "notation": (1, 1), "ops": (1, 2), "codegen": (1, 0),
     "tensor": (2, 0),
     "math": (3, 0), "nn": (3, 1), "linalg": (3, 1), "random": (3, 0), "autodiff": (3, 0),
     "tape": (4, 0), "custom": (4, 0),

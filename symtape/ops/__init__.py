@@ -57,7 +57,6 @@ from .core import (  # noqa: F401
     Y,
     Z,
     Zero,
-    install_binder,
     irregular_rows,
     row_flags,
 )

@@ -11,6 +11,7 @@ import sympy as sp
 
 from .. import graph as G
 from ..errors import DTypeError
+from ..notation import applied
 
 # Placeholders of templates: x, y, z for arguments; g for the cotangent; c for a condition.
 X, Y, Z, W = sp.symbols("x y z w", real=True)
@@ -21,15 +22,6 @@ C = sp.Symbol("c")
 OPS: dict[str, Primitive] = {}
 COMPOSITES: dict[str, Callable] = {}
 CREATION: dict[str, Callable] = {}
-
-_binder: Callable | None = None
-
-
-def install_binder(fn: Callable) -> None:
-    """Set the function that applies a primitive to arguments (installed by ``tensor.py``)."""
-    global _binder
-    _binder = fn
-
 
 class Aval(NamedTuple):
     """The abstract value of a tensor: its shape and numpy dtype."""
@@ -90,7 +82,9 @@ class Primitive:
 
     def bind(self, *args, **params):
         """Apply the op to tensors (or values convertible to tensors)."""
-        return _binder(self, args, params)
+        from .binder import apply  # the package's last module: it makes tensors of ops
+
+        return apply(self, args, params)
 
     __call__ = bind
 
@@ -167,6 +161,10 @@ class Primitive:
         binder evaluates those through the DAG); None: none beyond ``exact_elsewhere``.
         ``args`` are the arguments' nodes, as :meth:`evaluate` saw them."""
         return None
+
+    def notation(self, args: Sequence, params: dict):
+        """This op applied to the tensor-notation expressions ``args`` (``notation.py``)."""
+        return applied(self.name, params, args)
 
     # -- differentiation -------------------------------------------------------------------
     def rule_for(self, i: int):

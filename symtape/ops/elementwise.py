@@ -198,6 +198,9 @@ class Elementwise(Primitive):
         used = {s: i for i, s in stand_ins.items() if s in found}
         return E.program([out], [stand_ins[i] for i in keep], quiet=False), keep, out, used
 
+    def notation(self, args, params):
+        return self.template.xreplace(dict(zip(self.placeholders, args)))
+
     def vjp_op(self, i: int) -> Elementwise | None:
         """The template op ``g * d(template)/d(arg i)`` of ``(g, *args)``, None when zero."""
         if i not in self._vjp_ops:

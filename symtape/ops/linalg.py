@@ -13,6 +13,7 @@ import sympy as sp
 
 from .. import graph as G
 from ..errors import InvalidArgumentError, ShapeError
+from ..notation import Dot, Transpose
 from .core import Aval, Primitive, _fmt, _irregular_anywhere, _obj, _register, row_flags
 from .elementwise import multiply, negative, unbroadcast
 from .reductions import ORDERED_TERMS
@@ -138,6 +139,12 @@ class MatMul(Primitive):
             if a.size * b.shape[-1] > ORDERED_TERMS:
                 return np.matmul(a, b)
             return in_order_sum(a[..., :, :, None] * b[..., None, :, :], -2)
+
+    def notation(self, args, params):
+        a, b = args
+        a = Transpose(a) if params["transpose_a"] else a
+        b = Transpose(b) if params["transpose_b"] else b
+        return Dot(a, b)
 
     @staticmethod
     def _rule_a(g, ans, a, b, transpose_a, transpose_b):

@@ -1,0 +1,765 @@
+"""The binder: tensors, constants and the application of primitives.
+
+A :class:`Tensor` holds a tensor-level node (see ``nodes.py``) -- the op application that
+made it, whose element view of SymPy atoms gives the exact value of each element on demand --
+and, when every leaf it depends on has a value, the numeric value computed eagerly with numpy
+on whole arrays. Applying a primitive (:func:`apply`, what :meth:`Primitive.bind` calls)
+converts the arguments, checks them, makes the result's node, evaluates it and records it on
+the active tapes. The binder lives in the op table's package because applying an op builds
+tensors and a tensor's operators apply ops; ``symtape/tensor.py`` adds the leaves (variables,
+symbols) on top.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import sympy as sp
+
+from .. import evaluate as E
+from .. import graph as G
+from .. import nodes as N
+from .. import ops, recording
+from ..errors import DTypeError, InvalidArgumentError, ShapeError, UnboundLeafError
+from ..notation import tensor_formula, wants_notation
+
+_ids = itertools.count(1)
+
+#: Formulas larger than this many atoms are shown in CSE form by ``latex()`` and ``str()``.
+DISPLAY_LIMIT = 120
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a = np.array(a, copy=True)
+    a.flags.writeable = False
+    return a
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    """``a`` read-only: a fresh result is frozen in place, anything else copied."""
+    if a.flags.writeable and a.flags.owndata:
+        a.flags.writeable = False
+        return a
+    return a if not a.flags.writeable else _readonly(a)
+
+
+_number = np.frompyfunc(lambda v: v if isinstance(v, sp.Basic) else G.number(v), 1, 1)
+
+
+def _number_atoms(value: np.ndarray) -> np.ndarray:
+    out = _number(value)
+    if not isinstance(out, np.ndarray):
+        arr = np.empty((), dtype=object)
+        arr[()] = out
+        return arr
+    return out
+
+
+class CSEForm:
+    """A formula in common-subexpression form: ``replacements`` then ``exprs``.
+
+    Iterates as ``(replacements, exprs)`` like ``sympy.cse``'s answer; prints one
+    ``name = expression`` line per intermediate and the result last.
+    """
+
+    def __init__(self, replacements: list, exprs, shape: tuple) -> None:
+        self.replacements = replacements
+        self.exprs = exprs
+        self.shape = shape
+
+    def __iter__(self):
+        return iter((self.replacements, self.exprs))
+
+    def _result(self):
+        return self.exprs if self.shape == () else sp.Array(self.exprs)
+
+    def __str__(self) -> str:
+        lines = [f"{s} = {e}" for s, e in self.replacements]
+        return "\n".join(lines + [str(self._result())])
+
+    __repr__ = __str__
+
+    def latex(self) -> str:
+        rows = [rf"{sp.latex(s)} &= {sp.latex(e)}" for s, e in self.replacements]
+        rows.append(rf"\text{{result}} &= {sp.latex(self._result())}")
+        return r"\begin{aligned}" + r" \\ ".join(rows) + r"\end{aligned}"
+
+    def _repr_latex_(self) -> str:
+        return f"$\\displaystyle {self.latex()}$"
+
+
+class Tensor:
+    """An immutable tensor: a node (exact elements on demand) and, when known, its values.
+
+    >>> import symtape as st
+    >>> x = st.symbol("x", 2.0)
+    >>> y = x ** 3 + 1
+    >>> float(y), y.formula()
+    (9.0, x**3 + 1)
+    """
+
+    __slots__ = ("_node", "_value_", "_dtype", "_id", "_name", "__weakref__")
+    _is_variable = False
+    _is_symbol = False
+    __array_priority__ = 100
+    __array_ufunc__ = None  # numpy defers binary operators to the Tensor's reflected ones
+
+    def __init__(self, node: N.Node, value, dtype, _id: int | None = None,
+                 name: str | None = None) -> None:
+        self._node = node
+        self._value_ = value
+        self._dtype = np.dtype(dtype)
+        self._id = next(_ids) if _id is None else _id
+        self._name = name
+
+    # -- basic properties ------------------------------------------------------------------
+    @property
+    def _value(self):
+        return self._value_
+
+    @property
+    def _atoms(self) -> np.ndarray:
+        """The element view: an object array of graph atoms (built on demand)."""
+        return self._node.atoms()
+
+    @property
+    def shape(self) -> tuple:
+        return self._node.shape
+
+    def get_shape(self) -> tuple:
+        return self.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self._node.shape)
+
+    @property
+    def size(self) -> int:
+        return self._node.size
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self._dtype
+
+    @property
+    def name(self) -> str | None:
+        return self._name
+
+    def ref(self):
+        """A hashable reference to this tensor (tensors compare elementwise, so are not
+        hashable themselves)."""
+        return _Ref(self)
+
+    def numpy(self):
+        """The numeric value: a numpy scalar for 0-d tensors, else a new ndarray.
+
+        Raises UnboundLeafError naming the leaves without a value.
+        """
+        value = self._value
+        if value is None:
+            names = ", ".join(self._node.unbound()) or "?"
+            raise UnboundLeafError(
+                f"this tensor depends on leaves with no value ({names}): give them values "
+                "(st.symbol(name, value=...)) or evaluate it with st.compile")
+        return value[()] if value.ndim == 0 else np.array(value, copy=True)
+
+    def __array__(self, dtype=None, copy=None):
+        out = np.asarray(self.numpy())
+        return out.astype(dtype) if dtype is not None else out
+
+    # -- formulas --------------------------------------------------------------------------
+    @property
+    def symbols(self) -> np.ndarray:
+        return self._atoms
+
+    @property
+    def expr(self):
+        """The SymPy expression(s) in terms of leaf symbols (0-d: an Expr; else an object
+        ndarray of Exprs)."""
+        memo: dict = {}
+        if self.ndim == 0:
+            return G.expand(self._atoms[()], memo)
+        out = np.empty(self.shape, dtype=object)
+        for idx, a in np.ndenumerate(self._atoms):
+            out[idx] = G.expand(a, memo)
+        return out
+
+    def formula(self, simplify: bool = False, notation: str = "auto"):
+        """The exact formula with every intermediate substituted away.
+
+        A SymPy expression for 0-d tensors, a ``sympy.Array`` otherwise; ``simplify=True``
+        applies ``sympy.simplify`` to each element. Large tensors (more than 64 elements, or
+        an element view of more than 4,096 atoms) are written in tensor notation
+        (``tanh(W·x + b)``; a :class:`CSEForm` when nodes are shared); ``notation`` is
+        ``'elements'`` or ``'tensor'`` to choose.
+
+        >>> import symtape as st
+        >>> x = st.symbol("x")
+        >>> with st.GradientTape() as t:
+        ...     y = st.nn.sigmoid(x)
+        >>> t.gradient(y, x).formula(simplify=True)
+        1/(4*cosh(x/2)**2)
+        """
+        if notation not in ("auto", "elements", "tensor"):
+            raise InvalidArgumentError(f"formula: notation must be 'auto', 'elements' or "
+                                       f"'tensor', got {notation!r}")
+        if notation == "tensor" or notation == "auto" and wants_notation(self._node):
+            return self._tensor_notation(simplify)
+        expr = self.expr
+        if self.ndim == 0:
+            return sp.simplify(expr) if simplify else expr
+        if simplify:
+            expr = np.vectorize(sp.simplify, otypes=[object])(expr)
+        return sp.Array(expr.tolist(), self.shape)
+
+    def cse(self) -> CSEForm:
+        """The formula in CSE form, read off the DAG (shared nodes become intermediates)."""
+        replacements, exprs = G.cse(list(self._atoms.flat))
+        if self.ndim == 0:
+            return CSEForm(replacements, exprs[0], ())
+        return CSEForm(replacements, np.array(exprs, dtype=object).reshape(self.shape).tolist(),
+                       self.shape)
+
+    def _tensor_notation(self, simplify: bool = False):
+        replacements, expr = tensor_formula(self._node)
+        if simplify:
+            expr = sp.simplify(expr)
+        return CSEForm(replacements, expr, ()) if replacements else expr
+
+    def _display(self):
+        if wants_notation(self._node):
+            return self._tensor_notation()
+        if G.tree_size(self._atoms.flat) > DISPLAY_LIMIT:
+            return self.cse()
+        return self.formula()
+
+    def latex(self) -> str:
+        """LaTeX of the formula (CSE form when it is large)."""
+        shown = self._display()
+        return shown.latex() if isinstance(shown, CSEForm) else sp.latex(shown)
+
+    def _repr_latex_(self) -> str:
+        return f"$\\displaystyle {self.latex()}$"
+
+    # -- printing --------------------------------------------------------------------------
+    def _body(self) -> str:
+        if self._value is not None:
+            return np.array2string(np.asarray(self._value), separator=" ") \
+                if self.ndim else repr(self._value[()].item())
+        return str(self._display())
+
+    def __repr__(self) -> str:
+        key = "numpy" if self._value is not None else "formula"
+        return f"<st.Tensor: shape={self.shape}, dtype={self.dtype.name}, {key}={self._body()}>"
+
+    def __str__(self) -> str:
+        return f"st.Tensor({self._body()}, shape={self.shape}, dtype={self.dtype.name})"
+
+    def __format__(self, spec: str) -> str:
+        if spec and self.ndim == 0:
+            return format(self.numpy(), spec)
+        return str(self) if not spec else format(str(self), spec)
+
+    # -- Python protocol -------------------------------------------------------------------
+    def __len__(self) -> int:
+        if self.ndim == 0:
+            raise TypeError("len is not well defined for a scalar (0-d) tensor")
+        return self.shape[0]
+
+    def __iter__(self):
+        if self.ndim == 0:
+            raise TypeError("cannot iterate over a scalar (0-d) tensor")
+        for i in range(self.shape[0]):
+            yield self[i]
+
+    def _scalar(self, what: str):
+        if self.size != 1:
+            raise ValueError(f"{what}() of a tensor with {self.size} elements is ambiguous; "
+                             "reduce it first")
+        return self.numpy().reshape(()).item() if self.ndim else self.numpy().item()
+
+    def __float__(self) -> float:
+        return float(self._scalar("float"))
+
+    def __int__(self) -> int:
+        return int(self._scalar("int"))
+
+    def __bool__(self) -> bool:
+        return bool(self._scalar("bool"))
+
+    def __index__(self) -> int:
+        if self.dtype.kind not in "iu":
+            raise TypeError(f"only integer tensors can be used as an index, not {self.dtype}")
+        return int(self._scalar("index"))
+
+    __hash__ = None  # type: ignore[assignment] - elementwise == makes tensors unhashable
+
+    def __getitem__(self, key):
+        return ops.getitem.bind(self, key=_normalize_key(key))
+
+    # -- operators -------------------------------------------------------------------------
+    def __add__(self, o):
+        return ops.add.bind(self, o)
+
+    def __radd__(self, o):
+        return ops.add.bind(o, self)
+
+    def __sub__(self, o):
+        return ops.subtract.bind(self, o)
+
+    def __rsub__(self, o):
+        return ops.subtract.bind(o, self)
+
+    def __mul__(self, o):
+        return ops.multiply.bind(self, o)
+
+    def __rmul__(self, o):
+        return ops.multiply.bind(o, self)
+
+    def __truediv__(self, o):
+        return _truediv(self, o)
+
+    def __rtruediv__(self, o):
+        return _truediv(o, self)
+
+    def __floordiv__(self, o):
+        return ops.floordiv.bind(self, o)
+
+    def __rfloordiv__(self, o):
+        return ops.floordiv.bind(o, self)
+
+    def __mod__(self, o):
+        return ops.floormod.bind(self, o)
+
+    def __rmod__(self, o):
+        return ops.floormod.bind(o, self)
+
+    def __pow__(self, o):
+        return ops.pow_.bind(self, o)
+
+    def __rpow__(self, o):
+        return ops.pow_.bind(o, self)
+
+    def __matmul__(self, o):
+        return ops.matmul.bind(self, o)
+
+    def __rmatmul__(self, o):
+        return ops.matmul.bind(o, self)
+
+    def __neg__(self):
+        return ops.negative.bind(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return ops.abs_.bind(self)
+
+    def __lt__(self, o):
+        return ops.less.bind(self, o)
+
+    def __le__(self, o):
+        return ops.less_equal.bind(self, o)
+
+    def __gt__(self, o):
+        return ops.greater.bind(self, o)
+
+    def __ge__(self, o):
+        return ops.greater_equal.bind(self, o)
+
+    def __eq__(self, o):  # type: ignore[override]
+        if o is None:
+            return False
+        return ops.equal.bind(self, o)
+
+    def __ne__(self, o):  # type: ignore[override]
+        if o is None:
+            return True
+        return ops.not_equal.bind(self, o)
+
+    def __and__(self, o):
+        return ops.logical_and.bind(self, o)
+
+    def __rand__(self, o):
+        return ops.logical_and.bind(o, self)
+
+    def __or__(self, o):
+        return ops.logical_or.bind(self, o)
+
+    def __ror__(self, o):
+        return ops.logical_or.bind(o, self)
+
+    def __invert__(self):
+        return ops.logical_not.bind(self)
+
+
+class _Ref:
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: Tensor) -> None:
+        self.tensor = tensor
+
+    def deref(self) -> Tensor:
+        return self.tensor
+
+    def __hash__(self) -> int:
+        return hash(self.tensor._id)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Ref) and other.tensor._id == self.tensor._id
+
+
+def _truediv(a, b):
+    # TF: true division of integers gives float64
+    a, b = (convert_to_tensor(v) if isinstance(v, Tensor) else v for v in (a, b))
+    kinds = [(v.dtype if isinstance(v, Tensor) else np.asarray(v).dtype).kind for v in (a, b)]
+    if all(k in "iub" for k in kinds):
+        a, b = (ops.cast.bind(convert_to_tensor(v), dtype=np.float64) for v in (a, b))
+    return ops.divide.bind(a, b)
+
+
+def _normalize_key(key):
+    """Tensor indices become numpy arrays (their values); the rest stays numpy indexing."""
+    if isinstance(key, tuple):
+        return tuple(_normalize_key(k) for k in key)
+    if isinstance(key, Tensor):
+        v = np.asarray(key.numpy())
+        if v.dtype.kind not in "iub":
+            raise TypeError(f"tensor index must be integer or bool, not {v.dtype}")
+        return v.item() if v.ndim == 0 and v.dtype.kind in "iu" else v
+    if isinstance(key, list):
+        return np.asarray(key)
+    return key
+
+
+def _const_node(exact: np.ndarray, dtype) -> N.Node:
+    return N.const(exact, dtype, lambda: _number_atoms(exact))
+
+
+# --------------------------------------------------------------------------------------------
+# Constants and conversion
+# --------------------------------------------------------------------------------------------
+
+
+def _clean_name(name: str) -> str:
+    name = name.split(":")[0]
+    return name or "v"
+
+
+def _infer_dtype(value) -> np.dtype:
+    if isinstance(value, (bool, np.bool_)):
+        return np.dtype(bool)
+    if isinstance(value, (int, np.integer)) and not isinstance(value, np.integer):
+        return np.dtype(np.int32)
+    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
+        return value.dtype
+    if isinstance(value, sp.Basic):
+        return np.dtype(np.int32) if value.is_Integer else np.dtype(np.float64)
+    arr = np.asarray(value)
+    if arr.dtype.kind == "i":
+        return np.dtype(np.int32)
+    if arr.dtype.kind in "fb":
+        return np.dtype(np.float64) if arr.dtype.kind == "f" else arr.dtype
+    return arr.dtype
+
+
+def _value_of(value, dtype, what: str) -> np.ndarray:
+    """A numpy array of ``value`` in ``dtype`` (inferred when None), checked."""
+    if isinstance(value, Tensor):
+        value = value.numpy()
+    if isinstance(value, sp.Basic):
+        value = G.const_value(value) if value.is_number else value
+    target = np.dtype(dtype) if dtype is not None else _infer_dtype(value)
+    try:
+        arr = np.asarray(value)
+    except (ValueError, TypeError) as e:
+        raise InvalidArgumentError(f"{what}: cannot convert {value!r} to a tensor ({e})") \
+            from None
+    if arr.dtype == object or arr.dtype.kind not in "fiub":
+        raise DTypeError(f"{what}: cannot convert a value of type {type(value).__name__} "
+                         f"(dtype {arr.dtype}) to a numeric tensor")
+    if target.kind in "iu" and arr.dtype.kind == "f":
+        if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
+            raise DTypeError(f"{what}: cannot convert non-integer values to {target.name}")
+    if target.kind == "b" and arr.dtype.kind != "b":
+        raise DTypeError(f"{what}: cannot convert {arr.dtype.name} values to bool")
+    if target.kind not in "fiub":
+        raise DTypeError(f"{what}: unsupported dtype {target}")
+    return arr.astype(target)
+
+
+def constant(value, dtype=None, shape=None, name: str | None = None) -> Tensor:
+    """A constant tensor: Python numbers, nested lists, numpy arrays (float64 by default for
+    floats; Python ints give int32 as in TensorFlow).
+
+    >>> import symtape as st
+    >>> st.constant([1.0, 2.0]).numpy()
+    array([1., 2.])
+    """
+    if isinstance(value, Tensor) and dtype is None and shape is None:
+        value = value.numpy()
+    arr = _value_of(value, dtype, "st.constant")
+    if shape is not None:
+        shape = tuple(int(n) for n in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+        try:
+            arr = np.broadcast_to(arr, shape) if arr.size != 1 else np.full(shape, arr.reshape(
+                ())[()], dtype=arr.dtype)
+        except ValueError:
+            raise ShapeError(f"st.constant: value of shape {arr.shape} does not fit shape "
+                             f"{shape}") from None
+    src = np.asarray(value) if not isinstance(value, Tensor) and shape is None else arr
+    exact = src if (src.dtype.kind in "iub" and arr.dtype.kind == "f" and src.shape ==
+                    arr.shape) else arr
+    node = _const_node(exact, arr.dtype)
+    node.label = _clean_name(name) if name else None
+    return Tensor(node, _frozen(arr), arr.dtype, name=name)
+
+
+def convert_to_tensor(value, dtype=None, name=None) -> Tensor:
+    """``value`` as a tensor (tensors pass through; variables give a snapshot).
+
+    >>> import symtape as st
+    >>> st.convert_to_tensor([1, 2]).dtype
+    dtype('int32')
+    """
+    if isinstance(value, Tensor):
+        t = _read(value)
+        if dtype is not None and t.dtype != np.dtype(dtype):
+            raise DTypeError(f"convert_to_tensor: tensor has dtype {t.dtype.name}, requested "
+                             f"{np.dtype(dtype).name}")
+        return t
+    if isinstance(value, ops.Zero):
+        return constant(np.zeros(value.shape, value.dtype))
+    return constant(value, dtype=dtype, name=name)
+
+
+def is_tensor(x) -> bool:
+    """True for tensors and variables.
+
+    >>> import symtape as st
+    >>> st.is_tensor(st.Variable(1.0)), st.is_tensor(1.0)
+    (True, False)
+    """
+    return isinstance(x, Tensor)
+
+
+def _read(t: Tensor) -> Tensor:
+    if t._is_variable:
+        recording.accessed(t)
+        return t.read()
+    if t._is_symbol:
+        recording.accessed(t)
+    return t
+
+
+def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
+    """Tensors for ``args``: non-tensors take the dtype of the op's tensor arguments."""
+    tdtype = None
+    for i, a in enumerate(args):
+        if isinstance(a, Tensor) and prim.role(i) == "T":
+            tdtype = a.dtype
+            break
+    out = []
+    for i, a in enumerate(args):
+        role = prim.role(i)
+        if isinstance(a, Tensor):
+            out.append(_read(a))
+            continue
+        if isinstance(a, ops.Zero):
+            out.append(constant(np.zeros(a.shape, a.dtype)))
+            continue
+        if a is None:
+            raise InvalidArgumentError(f"st.{prim.name}: argument {i} is None")
+        dtype = np.dtype(bool) if role == "bool" else (tdtype if role == "T" else None)
+        if dtype is not None and dtype.kind == "f":
+            kind = np.asarray(a).dtype.kind if not isinstance(a, (sp.Basic,)) else "f"
+            if kind not in "fiub":
+                raise DTypeError(f"st.{prim.name}: argument {i} of type {type(a).__name__} is "
+                                 "not numeric")
+            if kind in "iub" and not isinstance(a, (sp.Basic, np.ndarray)):
+                out.append(exact_constant(a, dtype))
+                continue
+        try:
+            out.append(constant(a, dtype=dtype) if not isinstance(a, sp.Basic) else
+                       _sympy_constant(a, dtype))
+        except DTypeError as e:
+            raise DTypeError(f"st.{prim.name}: argument {i}: {e}") from None
+    return out
+
+
+def exact_constant(a, dtype) -> Tensor:
+    """A constant of ``dtype`` whose elements are the exact integers of ``a`` in formulas
+    (Python ints mixed with float tensors; unit seeds of derivatives)."""
+    arr = np.asarray(a)
+    exact = arr.astype(object) if arr.dtype.kind != "b" else arr.astype(int).astype(object)
+    return Tensor(_const_node(exact, dtype), _frozen(arr.astype(dtype)), dtype)
+
+
+def atom_constant(atoms: np.ndarray, value: np.ndarray, dtype) -> Tensor:
+    """A constant whose exact elements are the SymPy numbers ``atoms`` (saved models)."""
+    return Tensor(N.const(atoms, dtype, lambda: atoms), _readonly(value), dtype)
+
+
+def view(make, shape: tuple, value, dtype, inputs: tuple = ()) -> Tensor:
+    """A tensor whose element view ``make()`` builds on demand from the views of the tensors
+    ``inputs`` (custom functions' aliased outputs)."""
+    node = N.lazy(tuple(shape), dtype, tuple(t._node for t in inputs), make)
+    return Tensor(node, value, dtype)
+
+
+def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
+    if not a.is_number:
+        raise DTypeError(f"a SymPy expression with free symbols ({a}) is not a constant; use "
+                         "st.symbol for symbols")
+    dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.float64)
+    exact = np.empty((), dtype=object)
+    exact[()] = a
+    return Tensor(_const_node(exact, dtype), _readonly(np.asarray(G.const_value(a),
+                                                                  dtype=dtype)), dtype)
+
+
+_is_const_atom = np.frompyfunc(G.is_const, 1, 1)
+
+
+def _settle(value: np.ndarray, atoms: np.ndarray, inputs, unsettled,
+            exact_elsewhere: bool) -> np.ndarray:
+    """Eager values that agree with the element DAG, hence with formulas and compiled code.
+
+    numpy computes each op on whole arrays; the DAG folds identities exactly (``x * 0 = 0``,
+    ``x - x = 0``, a select's zero branch times anything is zero, ``x + 0 = x``), and where
+    the two can differ the DAG's value is taken:
+    - an element whose atom folded to a constant takes the constant's value;
+    - an element the op marks ``unsettled`` (and, unless the op is ``exact_elsewhere``, a
+      zero, nan or infinite one) is evaluated through its definition, reading the inputs'
+      elements (their values already settled the same way, so one level of definitions is
+      enough): ``x + 0`` folded to
+      ``x`` keeps the sign of a zero ``x``, a select's zero branch times ``1/x`` is 0 where
+      numpy gives nan, ``-g*x/x**2`` is computed as the ``-g/x`` it folded to.
+    """
+    if atoms.size == 0 or value.dtype.kind != "f":
+        return value
+    flat_atoms = atoms.reshape(-1)
+    flat = np.array(value, copy=True).reshape(-1)
+    const = _is_const_atom(flat_atoms).astype(bool)
+    for i in np.flatnonzero(const):
+        flat[i] = G.const_value(flat_atoms[i])
+    odd = np.zeros(flat.shape, dtype=bool) if unsettled is None else np.reshape(unsettled, -1)
+    if not exact_elsewhere:
+        odd = odd | (flat == 0) | ~np.isfinite(flat)
+    odd = np.flatnonzero(~const & odd)
+    if odd.size:
+        known = _known_values(inputs)
+        for i, v in zip(odd, E.evaluate_from([flat_atoms[i] for i in odd], known)):
+            if v is not None:
+                flat[i] = v
+    return flat.reshape(value.shape)
+
+
+def _known_values(tensors) -> dict:
+    """``atom -> value`` for the symbolic elements of tensors with values."""
+    known: dict = {}
+    for t in tensors:
+        if t._value is None or t._dtype.kind != "f":
+            continue
+        for a, v in zip(t._atoms.flat, np.broadcast_to(t._value, t.shape).flat):
+            if G.is_symbolic(a):
+                known[a] = v
+    return known
+
+
+#: ``signature -> (aval, params, structure, evaluator, params key)`` of recent applications:
+#: the checks and the folding of an op depend only on its parameters and its arguments'
+#: shapes, dtypes and node facts, so a training loop pays for them once.
+_PLANS: dict = {}
+_PLANS_MAX = 4096
+
+
+def _signature(prim: ops.Primitive, args: list, params: dict):
+    first: dict = {}
+    facts = tuple((a.shape, a.dtype, a.uniform, type(a.uniform), a.regular, a.constant,
+                   first.setdefault(id(a), i)) for i, a in enumerate(args))
+    try:
+        return prim, N.params_key(params), facts
+    except TypeError:
+        return None
+
+
+def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> tuple:
+    """``(aval, params, (regular, uniform, alias), evaluator, params key)`` of an
+    application (cached)."""
+    sig = _signature(prim, args, params)
+    hit = _PLANS.get(sig) if sig is not None else None
+    if hit is not None:
+        return hit
+    aval, params = prim.prepare([ops.Aval(t.shape, t.dtype) for t in tensors], dict(params))
+    structure = prim.structure(args, params, aval.shape)
+    evaluator = prim.evaluator(args, params) if sig is not None else None
+    try:
+        pkey = N.params_key(params)
+    except TypeError:
+        pkey = None
+    out = aval, params, structure, evaluator, pkey
+    if sig is not None:
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.clear()
+        _PLANS[sig] = out
+    return out
+
+
+def _result_node(prim: ops.Primitive, params: dict, args: list, aval, structure,
+                 pkey) -> N.Node:
+    """The node of ``prim(params)(args)``, folded to an argument or a constant when the
+    template says so."""
+    regular, uniform, alias = structure
+    if alias is not None:
+        return args[alias]
+    if uniform is not None:
+        exact = np.empty(aval.shape, dtype=object)
+        exact.fill(uniform)
+        return N.const(exact, aval.dtype, lambda: exact, uniform)
+    node = N.apply(prim, params, tuple(args), aval.shape, aval.dtype, prim.commutative, pkey)
+    node.regular = regular
+    node.constant = all(a.constant for a in args) and getattr(prim, "folds_constants", True)
+    return node
+
+
+def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, structure,
+           evaluator, aval) -> np.ndarray:
+    """The numeric value of the result, with numpy on whole arrays (see :func:`_settle`)."""
+    _, uniform, alias = structure
+    if alias is not None:
+        return tensors[alias]._value
+    if uniform is not None and aval.dtype.kind == "f":
+        return _frozen(np.full(aval.shape, G.const_value(uniform), dtype=aval.dtype))
+    values = [t._value for t in tensors]
+    args = [t._node for t in tensors]
+    with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
+        value = np.asarray(evaluator(values) if evaluator is not None else
+                           prim.evaluate(values, args, params))
+    if value.shape != aval.shape:
+        value = np.broadcast_to(value, aval.shape)
+    value = value.astype(aval.dtype, copy=False)
+    if node.constant and aval.dtype.kind == "f":
+        if not value.all():
+            value = value + aval.dtype.type(0)  # constants have no -0: -0 + 0 is +0
+    elif not node.regular and aval.dtype.kind == "f" and node.small():
+        atoms = [t._atoms for t in tensors]
+        unsettled = prim.unsettled(atoms, params, aval.shape, args)
+        value = _settle(value, node.atoms(), tensors, unsettled,
+                        getattr(prim, "exact_elsewhere", False))
+    return _frozen(value)
+
+
+def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
+    """Apply ``prim`` to ``args``: convert, check, make the node, evaluate, record."""
+    tensors = _convert_args(prim, args)
+    nodes = [t._node for t in tensors]
+    aval, params, structure, evaluator, pkey = _plan(prim, params, tensors, nodes)
+    node = _result_node(prim, params, nodes, aval, structure, pkey)
+    value = None
+    if all(t._value is not None for t in tensors):
+        value = _eager(prim, params, tensors, node, structure, evaluator, aval)
+    out = Tensor(node, value, aval.dtype)
+    recording.record(prim, params, tensors, (out,))
+    return out

@@ -15,7 +15,8 @@ conventions at kinks, and stable forms, override it where named.
 
 The table is split by kind: ``core`` (the framework), ``elementwise``, ``structural``,
 ``reductions``, ``linalg`` (contractions and linear algebra), ``axis`` (softmax family,
-``stop_gradient``) and ``composites`` (with creation functions).
+``stop_gradient``) and ``binder`` (tensors and the application of ops). TensorFlow's
+composites live in ``math.py``, ``nn.py`` and ``linalg.py``.
 """
 
 from __future__ import annotations
@@ -28,25 +29,9 @@ from .axis import (  # noqa: F401
     softmax_cross_entropy_with_logits,
     stop_gradient,
 )
-from .composites import (  # noqa: F401
-    clip_by_global_norm,
-    clip_by_norm,
-    composite,
-    fill,
-    global_norm,
-    leaky_relu,
-    linspace,
-    norm,
-    ones_like_of,
-    pad,
-    reduce_variance,
-    tensordot,
-    trace,
-)
+
 from .core import (  # noqa: F401
     ANS,
-    COMPOSITES,
-    CREATION,
     GS,
     OPS,
     Aval,

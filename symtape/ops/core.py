@@ -20,8 +20,6 @@ ANS = sp.Symbol("ans", real=True)
 C = sp.Symbol("c")
 
 OPS: dict[str, Primitive] = {}
-COMPOSITES: dict[str, Callable] = {}
-CREATION: dict[str, Callable] = {}
 
 class Aval(NamedTuple):
     """The abstract value of a tensor: its shape and numpy dtype."""

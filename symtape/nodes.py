@@ -27,7 +27,7 @@ import sympy as sp
 
 from . import graph as G
 
-__all__ = ["Node", "leaf", "const", "of_atoms", "lazy", "apply", "params_key", "ancestry",
+__all__ = ["Node", "leaf", "const", "lazy", "apply", "params_key", "ancestry",
            "ELEMENT_LIMIT"]
 
 #: Nodes whose element view (with the unbuilt part of their ancestry) has at most this many
@@ -71,9 +71,9 @@ class Node:
     def built(self) -> bool:
         return self._atoms is not None
 
-    def small(self) -> bool:
+    def view_cost_within(self, limit: int) -> bool:
         """Whether building the element view (with its unbuilt ancestry) takes at most
-        :data:`ELEMENT_LIMIT` atoms, so values can be settled exactly."""
+        ``limit`` atoms (the walk stops as soon as it knows)."""
         total = 0
         seen, stack = {id(self)}, [self]
         while stack:
@@ -81,13 +81,17 @@ class Node:
             if node._atoms is not None:
                 continue
             total += node.size
-            if total > ELEMENT_LIMIT:
+            if total > limit:
                 return False
             for n in node.inputs:
                 if id(n) not in seen:
                     seen.add(id(n))
                     stack.append(n)
         return True
+
+    def small(self) -> bool:
+        """Whether the element view is cheap enough to settle values exactly."""
+        return self.view_cost_within(ELEMENT_LIMIT)
 
     def atoms(self) -> np.ndarray:
         """The element view (built once, ancestors first, without recursion)."""
@@ -171,13 +175,6 @@ def const(exact: np.ndarray, dtype, make, uniform=None) -> Node:
         values = np.asarray(exact, dtype=np.float64) if np.asarray(exact).dtype != object \
             else None
         node.regular = values is not None and bool(np.all(np.isfinite(values) & (values != 0)))
-    return node
-
-
-def of_atoms(atoms: np.ndarray, dtype, inputs: tuple = ()) -> Node:
-    """A node whose element view is given."""
-    node = Node("view", None, {}, inputs, atoms.shape, dtype)
-    node._atoms = atoms
     return node
 
 

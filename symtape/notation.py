@@ -112,12 +112,4 @@ def wants_notation(node: N.Node, size_limit: int = 64, view_limit: int = 4096) -
     """Whether a formula of ``node`` reads better in tensor notation: the tensor has more
     than ``size_limit`` elements, or its element view would take more than ``view_limit``
     atoms to build."""
-    if node.size > size_limit:
-        return True
-    total = 0
-    for n in N.ancestry(node, lambda m: m._atoms is None):
-        total += n.size
-        if total > view_limit:
-            return True
-    return False
-
+    return node.size > size_limit or not node.view_cost_within(view_limit)

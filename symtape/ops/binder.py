@@ -715,9 +715,10 @@ def _result_node(prim: ops.Primitive, params: dict, args: list, aval, structure,
     if alias is not None:
         return args[alias]
     if uniform is not None:
-        exact = np.empty(aval.shape, dtype=object)
-        exact.fill(uniform)
-        return N.const(exact, aval.dtype, lambda: exact, uniform)
+        one = np.empty((), dtype=object)
+        one[()] = uniform
+        exact = np.broadcast_to(one, aval.shape)  # no array of the full size until asked
+        return N.const(exact, aval.dtype, lambda: np.array(exact), uniform)
     node = N.apply(prim, params, tuple(args), aval.shape, aval.dtype, prim.commutative, pkey)
     node.regular = regular
     node.constant = all(a.constant for a in args) and getattr(prim, "folds_constants", True)

@@ -20,6 +20,7 @@ Two facts computed at the tensor level let eager evaluation skip the element vie
 
 from __future__ import annotations
 
+import math
 import weakref
 
 import numpy as np
@@ -43,7 +44,8 @@ class Node:
 
     made = 0  # nodes made so far (a counter for benchmarks)
     __slots__ = ("kind", "prim", "params", "inputs", "shape", "dtype", "size", "uniform",
-                 "regular", "constant", "label", "_atoms", "_make", "leaf_store", "__weakref__")
+                 "regular", "constant", "label", "_ukey", "_atoms", "_make", "leaf_store",
+                 "__weakref__")
 
     def __init__(self, kind: str, prim, params: dict, inputs: tuple, shape: tuple,
                  dtype) -> None:
@@ -54,7 +56,7 @@ class Node:
         self.inputs = inputs
         self.shape = tuple(shape)
         self.dtype = np.dtype(dtype)
-        self.size = int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
+        self.size = math.prod(self.shape)
         self.uniform = None
         self.regular = False
         self.constant = kind == "const"
@@ -62,10 +64,22 @@ class Node:
         self._make = None
         self.leaf_store = None
         self.label = None  # a leaf's or named constant's name, for tensor notation
+        self._ukey = None
 
     def __repr__(self) -> str:
         what = getattr(self.prim, "name", None) or self.kind
         return f"<node {what} {self.shape} {self.dtype.name}>"
+
+    @property
+    def ukey(self):
+        """A cheap hashable key of ``uniform`` (SymPy numbers hash slowly): its type and
+        value, or None."""
+        if self._ukey is None and self.uniform is not None:
+            u = self.uniform
+            value = G.const_value(u) if G.is_const(u) else u
+            self._ukey = (type(u).__name__, float(value).hex() if isinstance(value, float)
+                          else value)
+        return self._ukey
 
     @property
     def built(self) -> bool:
@@ -170,7 +184,9 @@ def const(exact: np.ndarray, dtype, make, uniform=None) -> Node:
     ``make()`` builds its atoms; ``uniform`` is the one atom all elements are, when known."""
     node = Node("const", None, {}, (), np.shape(exact), dtype)
     node._make = make
-    node.uniform = uniform if uniform is not None else _uniform(exact)
+    if uniform is None:
+        uniform, node._ukey = _uniform(exact)
+    node.uniform = uniform
     if node.uniform is None and node.dtype.kind == "f":
         values = np.asarray(exact, dtype=np.float64) if np.asarray(exact).dtype != object \
             else None
@@ -185,10 +201,12 @@ def lazy(shape: tuple, dtype, inputs: tuple, make) -> Node:
     return node
 
 
-def _uniform(exact) -> object | None:
+def _uniform(exact) -> tuple:
+    """``(atom, key)`` when every element of ``exact`` is one number (key: None when only
+    the atom knows), else ``(None, None)``."""
     arr = np.asarray(exact)
     if arr.size == 0:
-        return None
+        return None, None
     first = arr.reshape(-1)[0]
     if arr.dtype == object:
         same = all(b == first for b in arr.reshape(-1))
@@ -197,9 +215,13 @@ def _uniform(exact) -> object | None:
     else:
         same = bool(np.all(arr == first))
     if not same:
-        return None
-    return first if isinstance(first, sp.Basic) else G.number(first.item() if hasattr(
-        first, "item") else first)
+        return None, None
+    if isinstance(first, sp.Basic):
+        return first, None
+    value = first.item() if hasattr(first, "item") else first
+    atom = G.number(value)
+    key = float(value).hex() if isinstance(value, float) else value
+    return atom, (type(atom).__name__, key)
 
 
 def params_key(params: dict) -> tuple:

@@ -553,6 +553,24 @@ def _read(t: Tensor) -> Tensor:
     return t
 
 
+#: Constants made for Python numbers mixed with tensors, by (type, value, dtype): a training
+#: loop's ``lr * g`` and ``x * 2.0`` convert each number once. These tensors never leave the
+#: binder except as recorded inputs, so nothing watches or promotes them.
+_SCALARS: dict = {}
+_SCALARS_MAX = 1024
+
+
+def _scalar(a, dtype) -> Tensor:
+    key = (type(a), a.hex() if type(a) is float else a, dtype.str)
+    hit = _SCALARS.get(key)
+    if hit is None:
+        if len(_SCALARS) >= _SCALARS_MAX:
+            _SCALARS.clear()
+        hit = _SCALARS[key] = (exact_constant(a, dtype) if type(a) is int and dtype.kind == "f"
+                               else constant(a, dtype=dtype))
+    return hit
+
+
 def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
     """Tensors for ``args``: non-tensors take the dtype of the op's tensor arguments."""
     tdtype = None
@@ -572,6 +590,12 @@ def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
         if a is None:
             raise InvalidArgumentError(f"st.{prim.name}: argument {i} is None")
         dtype = np.dtype(bool) if role == "bool" else (tdtype if role == "T" else None)
+        if type(a) in (float, int) and dtype is not None and dtype.kind in "fi":
+            try:
+                out.append(_scalar(a, dtype))
+            except DTypeError as e:
+                raise DTypeError(f"st.{prim.name}: argument {i}: {e}") from None
+            continue
         if dtype is not None and dtype.kind == "f":
             kind = np.asarray(a).dtype.kind if not isinstance(a, (sp.Basic,)) else "f"
             if kind not in "fiub":
@@ -677,7 +701,7 @@ _PLANS_MAX = 4096
 
 def _signature(prim: ops.Primitive, args: list, params: dict):
     first: dict = {}
-    facts = tuple((a.shape, a.dtype, a.uniform, type(a.uniform), a.regular, a.constant,
+    facts = tuple((a.shape, a.dtype, a.ukey, a.regular, a.constant,
                    first.setdefault(id(a), i)) for i, a in enumerate(args))
     try:
         return prim, N.params_key(params), facts

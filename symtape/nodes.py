@@ -15,7 +15,9 @@ Two facts computed at the tensor level let eager evaluation skip the element vie
   (a constant whose values are all finite and nonzero counts as regular too: ``c * x`` and
   ``c + x`` fold nothing either);
 - ``constant``: every element is a constant atom (the op's arguments are all constants), whose
-  folding in IEEE double arithmetic is numpy's (constants have no signed zero).
+  folding in IEEE double arithmetic is numpy's (constants have no signed zero);
+- ``folds``: for a small node that is regular except at a few elements that are constants
+  (``x * c`` where the constant ``c`` holds zeros), those elements' mask and atoms.
 """
 
 from __future__ import annotations
@@ -44,8 +46,8 @@ class Node:
 
     made = 0  # nodes made so far (a counter for benchmarks)
     __slots__ = ("kind", "prim", "params", "inputs", "shape", "dtype", "size", "uniform",
-                 "regular", "constant", "label", "_ukey", "_atoms", "_make", "leaf_store",
-                 "__weakref__")
+                 "regular", "constant", "label", "folds", "_ukey", "_atoms", "_make",
+                 "leaf_store", "_exact", "__weakref__")
 
     def __init__(self, kind: str, prim, params: dict, inputs: tuple, shape: tuple,
                  dtype) -> None:
@@ -64,7 +66,9 @@ class Node:
         self._make = None
         self.leaf_store = None
         self.label = None  # a leaf's or named constant's name, for tensor notation
+        self.folds = None  # (mask, atoms) of constant elements of an otherwise regular node
         self._ukey = None
+        self._exact = None  # a constant's exact elements
 
     def __repr__(self) -> str:
         what = getattr(self.prim, "name", None) or self.kind
@@ -103,6 +107,28 @@ class Node:
                     stack.append(n)
         return True
 
+    def fold_view(self):
+        """``(mask, atoms)``: the constant elements of a node that is regular elsewhere --
+        for a constant, its zero and non-finite elements (where the builders fold); None
+        when the node has symbolic elements that fold further (use the element view)."""
+        if self.kind == "const" and self._exact is not None and self.dtype.kind == "f":
+            if self.folds is None:
+                exact = np.asarray(self._exact)
+                values = exact.astype(np.float64) if exact.dtype != object else np.array(
+                    [G.const_value(a) if isinstance(a, sp.Basic) else float(a)
+                     for a in exact.reshape(-1)]).reshape(exact.shape)
+                mask = ~(np.isfinite(values) & (values != 0))
+                atoms = np.empty(exact.shape, dtype=object)
+                for idx in map(tuple, np.argwhere(mask)):
+                    e = exact[idx]
+                    atoms[idx] = e if isinstance(e, sp.Basic) else G.number(e.item() if hasattr(
+                        e, "item") else e)
+                self.folds = (mask, atoms)
+            return self.folds
+        if self.regular:
+            return np.zeros(self.shape, dtype=bool), None
+        return self.folds
+
     def small(self) -> bool:
         """Whether the element view is cheap enough to settle values exactly."""
         return self.view_cost_within(ELEMENT_LIMIT)
@@ -131,6 +157,10 @@ class Node:
             return G.is_const(self.uniform) and G._is_zero(self.uniform)
         if self.regular or not self.small():
             return False
+        view = self.fold_view()
+        if view is not None:  # regular except at its folds
+            mask, atoms = view
+            return bool(mask.all()) and all(G._is_zero(a) for a in atoms.flat)
         return all(G.is_const(a) and a.is_Number and a.is_zero for a in self.atoms().flat)
 
     def unbound(self) -> list[str]:
@@ -184,6 +214,7 @@ def const(exact: np.ndarray, dtype, make, uniform=None) -> Node:
     ``make()`` builds its atoms; ``uniform`` is the one atom all elements are, when known."""
     node = Node("const", None, {}, (), np.shape(exact), dtype)
     node._make = make
+    node._exact = exact
     if uniform is None:
         uniform, node._ukey = _uniform(exact)
     node.uniform = uniform

@@ -769,6 +769,11 @@ def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, struc
         if not value.all():
             value = value + aval.dtype.type(0)  # constants have no -0: -0 + 0 is +0
     elif not node.regular and aval.dtype.kind == "f" and node.small():
+        with np.errstate(all="ignore"):
+            settled = prim.settle_folds(value, values, args, params)
+        if settled is not None:
+            value, node.folds, node.regular = settled
+            return _frozen(value)
         atoms = [t._atoms for t in tensors]
         unsettled = prim.unsettled(atoms, params, aval.shape, args)
         value = _settle(value, node.atoms(), tensors, unsettled,

@@ -153,6 +153,13 @@ class Primitive:
     #: zero terms) can change a value.
     exact_elsewhere = False
 
+    def settle_folds(self, value: np.ndarray, values: Sequence, args: Sequence,
+                     params: dict) -> tuple | None:
+        """Exact values without the element view, for arguments that are regular except at
+        constant elements (``Node.fold_view``): ``(value, folds, regular)`` of the result,
+        or None when the op cannot tell (the binder then uses the element view)."""
+        return None
+
     def unsettled(self, atoms: Sequence[np.ndarray], params: dict, shape: tuple,
                   args: Sequence = ()) -> np.ndarray | None:
         """Which elements of :meth:`evaluate`'s value may differ from their definitions (the

@@ -190,13 +190,57 @@ class Elementwise(Primitive):
         n = len(self.placeholders)
         same = tuple(range(n)) if same is None else same
         fixed = dict(consts)
-        keep = [i for i in range(n) if i not in fixed and same[i] == i]
+        keep = [i for i in range(n) if i not in fixed and same[i] == i]  # one per node
         stand_ins = {i: G.Leaf.new(f"p{i}") for i in keep}
-        out = self._build_one(*[fixed[i] if i in fixed else stand_ins[same[i]]
-                                for i in range(n)])
+        out = self._build_one(*[fixed[i] if i in fixed else fixed[same[i]] if same[i] in fixed
+                                else stand_ins[same[i]] for i in range(n)])
         found = set(G.leaves([out])) if G.is_symbolic(out) else set()
         used = {s: i for i, s in stand_ins.items() if s in found}
         return E.program([out], [stand_ins[i] for i in keep], quiet=False), keep, out, used
+
+    def settle_folds(self, value, values, args, params):
+        """Elements where an argument is a folded constant are evaluated by the template
+        specialised to those constants (grouped by constant); the result's constants there
+        are its folds. An element that folds to an argument's element is taken as that
+        element (its value is exact; see README, "One rule for values"); one that folds to a
+        select is left to the element view."""
+        shape = value.shape
+        consts, same = self._specialisation(args)
+        fixed = {i for i, _ in consts}
+        views = {}
+        for i, a in enumerate(args):
+            if i in fixed or same[i] != i:
+                continue
+            view = a.fold_view()
+            if view is None:
+                return None
+            if view[0].any():
+                views[i] = (np.broadcast_to(view[0], shape), np.broadcast_to(view[1], shape))
+        special = np.zeros(shape, dtype=bool)
+        for mask, _ in views.values():
+            special |= mask
+        groups: dict = {}
+        for idx in map(tuple, np.argwhere(special)):
+            key = tuple((i, atoms[idx]) for i, (mask, atoms) in views.items() if mask[idx])
+            groups.setdefault(key, []).append(idx)
+        out = np.array(value, copy=True)
+        mask = np.zeros(shape, dtype=bool)
+        atoms = np.empty(shape, dtype=object)
+        for key, where in groups.items():
+            run, keep, atom, used = self._prototype(consts + key, same)
+            if G.absorbs_products(atom):
+                return None
+            rows = tuple(np.array(k) for k in zip(*where))
+            picked = [np.broadcast_to(values[i], shape)[rows] for i in keep]
+            out[rows] = run(*picked)[0]
+            if G.is_const(atom):
+                mask[rows] = True
+                for idx in where:
+                    atoms[idx] = atom
+        plain = [_Plain(a) if i in views or a.kind == "const" else a
+                 for i, a in enumerate(args)]
+        regular = self.structure(plain, params, shape)[0] and not mask.any()
+        return out, ((mask, atoms) if mask.any() else None), regular
 
     def notation(self, args, params):
         return self.template.xreplace(dict(zip(self.placeholders, args)))
@@ -438,3 +482,12 @@ sigmoid_cross_entropy_with_logits = _ew(
            lambda g, ans, z, x: _t(GS * (1 / (1 + sp.exp(-X)) - Z), GS, Z, X,
                                    name="sce_vjp1").bind(g, z, x)))
 
+
+class _Plain:
+    """An argument seen as regular (its folded constants are handled apart)."""
+
+    __slots__ = ("shape", "dtype", "uniform", "regular", "constant")
+
+    def __init__(self, node) -> None:
+        self.shape, self.dtype, self.uniform = node.shape, node.dtype, node.uniform
+        self.regular, self.constant = True, node.constant

@@ -91,6 +91,29 @@ class Reduction(Primitive):
     def build(self, atoms, params):
         return _reduced(atoms[0], params["axis"], params["keepdims"], self.combine)
 
+    def settle_folds(self, value, values, args, params):
+        """A sum drops its folded zero terms: they are summed as -0.0, the exact identity of
+        IEEE addition, and a sum of nothing but folded zeros is the constant 0."""
+        (x,) = args
+        view = x.fold_view()
+        axes = params["axis"]
+        lane = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
+        if self is not reduce_sum or view is None or lane < 2 or x.dtype.kind != "f":
+            return None
+        mask, atoms = view
+        if any(not G._is_zero(a) for a in atoms[mask]):
+            return None  # nonzero constants join the sum's constant term: another order
+        terms = np.where(mask, -0.0, np.asarray(values[0]))
+        out = np.asarray(self.numeric([terms], params), dtype=value.dtype)
+        empty = np.all(mask, axis=axes, keepdims=params["keepdims"])
+        out = np.where(empty, 0.0, out).astype(value.dtype)
+        folds = None
+        if empty.any():
+            folded = np.empty(empty.shape, dtype=object)
+            folded[empty] = G.ZERO
+            folds = (empty, folded)
+        return out, folds, folds is None
+
     def structure(self, args, params, shape):
         (x,) = args
         lane = int(np.prod([x.shape[i] for i in params["axis"]], dtype=np.int64))

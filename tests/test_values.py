@@ -3,10 +3,10 @@ the points where numpy's whole-array operations would round or fold differently.
 
 import math
 
-import differential as D
 import numpy as np
 from numpy.testing import assert_array_equal
 
+import differential as D
 import symtape as st
 
 

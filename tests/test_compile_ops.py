@@ -14,7 +14,6 @@ from test_ops import ROWS, Row, _float_args
 
 import symtape as st
 
-
 def _points(r: Row) -> list[list[np.ndarray]]:
     """Argument tuples: regular samples; samples with zeros (both signs) and negatives mixed
     in; samples scaled to large magnitudes; samples with inf, -inf and nan entries."""

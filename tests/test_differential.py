@@ -4,9 +4,10 @@ values, eager against compiled (see tests/differential.py for the method).
 CI runs a few hundred programs (about 15 s); ``--long`` runs 5,000.
 """
 
-import differential as D
 import numpy as np
 import pytest
+
+import differential as D
 
 CI_PROGRAMS = 300
 LONG_PROGRAMS = 5000

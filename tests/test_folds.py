@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import symtape as st
-from tests.differential import SPECIAL, mismatches
+from differential import SPECIAL, mismatches
 
 CONSTANTS = np.array([0.0, 1.0, 2.0, np.inf, -0.5, 0.0, np.nan, 3.0])
 

@@ -6,8 +6,11 @@ elimination whose pivot order is chosen from the numeric values at trace time.
 
 from __future__ import annotations
 
+import functools
+
 from . import ops
 from .errors import ShapeError
+from .math import _entry
 from .math import einsum, eye, global_norm, matmul, norm, tensordot  # also under tf.linalg
 from .tensor import convert_to_tensor
 
@@ -15,17 +18,9 @@ __all__ = ["det", "inv", "solve", "trace", "matrix_transpose", "matmul", "norm",
            "tensordot", "eye", "global_norm"]
 
 
-
 #: ``name -> composite`` of this module (the op-table test asks for a row per entry).
 COMPOSITES: dict = {}
-
-
-def _composite(name: str):
-    def deco(fn):
-        COMPOSITES[name] = fn
-        return fn
-
-    return deco
+_composite = functools.partial(_entry, COMPOSITES)
 
 
 @_composite("trace")

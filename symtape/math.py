@@ -53,12 +53,8 @@ def _entry(table: dict, name: str):
     return deco
 
 
-def _composite(name: str):
-    return _entry(COMPOSITES, name)
-
-
-def _creation(name: str):
-    return _entry(CREATION, name)
+_composite = functools.partial(_entry, COMPOSITES)
+_creation = functools.partial(_entry, CREATION)
 
 
 @_composite("reduce_variance")

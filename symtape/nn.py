@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import functools
+
 from . import ops
 from .errors import InvalidArgumentError
+from .math import _entry
 from .math import sigmoid, softplus, tanh  # TensorFlow exposes these under tf.nn too
 
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax",
@@ -11,17 +14,9 @@ __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax
            "sigmoid", "softplus", "tanh"]
 
 
-
 #: ``name -> composite`` of this module (the op-table test asks for a row per entry).
 COMPOSITES: dict = {}
-
-
-def _composite(name: str):
-    def deco(fn):
-        COMPOSITES[name] = fn
-        return fn
-
-    return deco
+_composite = functools.partial(_entry, COMPOSITES)
 
 
 @_composite("leaky_relu")

@@ -110,3 +110,21 @@ def test_nodes_nobody_refers_to_are_released():
         step()
     gc.collect()
     assert N.table_size() <= before
+
+
+def test_selects_of_large_tensors_fold_like_their_elements():
+    # two zero-branched selects made by the same op: each keeps its own arguments when a
+    # product folds them together, and a zero branch times inf stays 0 (no where trap)
+    rng = np.random.default_rng(3)
+    n = 5000
+    xv, wv = rng.normal(size=n), rng.normal(size=n)
+    xv[::7], wv[::11] = np.inf, np.nan
+    c1, c2 = xv < 0.5, wv > -0.5
+    x, w = st.Variable(xv), st.Variable(wv)
+    y = st.where(c1, x, 0.0) * st.where(c2, w, 0.0) * st.exp(x)
+    with np.errstate(all="ignore"):
+        want = np.where(c1 & c2, xv * wv * np.exp(xv), 0.0)
+    np.testing.assert_array_equal(y.numpy(), want)
+    small = st.Variable(xv[:3]), st.Variable(wv[:3])
+    ys = st.where(c1[:3], small[0], 0.0) * st.where(c2[:3], small[1], 0.0) * st.exp(small[0])
+    np.testing.assert_array_equal(ys.numpy(), want[:3])  # the element level agrees

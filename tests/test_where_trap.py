@@ -168,3 +168,15 @@ def test_many_hinges_stay_exact_and_small():
                   for k in knots)
     np.testing.assert_allclose(got, ref, rtol=1e-12)
     assert got[0] == 0.0 and got[1] == 0.0
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_large_tensors_fold_the_select_too(name, order):
+    """Above the element level (here 3,000 elements), the unselected branch's zero cotangent
+    folds inside the fused templates: the same values, no nan."""
+    fn, expr, cond, scond, points = CASES[name]
+    ref = _reference(expr, cond, points, order)
+    big = np.resize(np.array(points, dtype=float), 3000)
+    eager = _eager(fn, scond, big, order)
+    np.testing.assert_allclose(eager, np.resize(np.array(ref), 3000), rtol=1e-12, atol=0)

@@ -99,7 +99,7 @@ class Tensor:
     (9.0, x**3 + 1)
     """
 
-    __slots__ = ("_node", "_value_", "_dtype", "_id", "_name", "__weakref__")
+    __slots__ = ("_node", "_value_", "_dtype", "_id", "_name", "_fusion", "__weakref__")
     _is_variable = False
     _is_symbol = False
     __array_priority__ = 100
@@ -112,6 +112,7 @@ class Tensor:
         self._dtype = np.dtype(dtype)
         self._id = next(_ids) if _id is None else _id
         self._name = name
+        self._fusion = None  # (select atom, {stand-in: value}) of a zero-branched select
 
     # -- basic properties ------------------------------------------------------------------
     @property
@@ -750,18 +751,30 @@ def _result_node(prim: ops.Primitive, params: dict, args: list, aval, structure,
 
 
 def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, structure,
-           evaluator, aval) -> np.ndarray:
-    """The numeric value of the result, with numpy on whole arrays (see :func:`_settle`)."""
+           evaluator, aval) -> tuple:
+    """The numeric value of the result, with numpy on whole arrays (see :func:`_settle`), and
+    its fusion (a zero-branched select later elementwise ops fold into), or None."""
     _, uniform, alias = structure
     if alias is not None:
-        return tensors[alias]._value
+        return tensors[alias]._value, tensors[alias]._fusion
     if uniform is not None and aval.dtype.kind == "f":
-        return _frozen(np.full(aval.shape, G.const_value(uniform), dtype=aval.dtype))
+        return _frozen(np.full(aval.shape, G.const_value(uniform), dtype=aval.dtype)), None
     values = [t._value for t in tensors]
     args = [t._node for t in tensors]
+    fusion = None
     with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
-        value = np.asarray(evaluator(values) if evaluator is not None else
-                           prim.evaluate(values, args, params))
+        fusions = [t._fusion for t in tensors]
+        if aval.dtype.kind == "f" and isinstance(prim, ops.Elementwise):
+            if any(f is not None for f in fusions):
+                value, fusion = prim.fuse(values, args, fusions)
+            else:
+                fusion = prim.fusion(values, args) if not node.regular else None
+                value = evaluator(values) if evaluator is not None else prim.evaluate(
+                    values, args, params)
+        else:
+            value = evaluator(values) if evaluator is not None else prim.evaluate(
+                values, args, params)
+        value = np.asarray(value)
     if value.shape != aval.shape:
         value = np.broadcast_to(value, aval.shape)
     value = value.astype(aval.dtype, copy=False)
@@ -773,12 +786,12 @@ def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, struc
             settled = prim.settle_folds(value, values, args, params)
         if settled is not None:
             value, node.folds, node.regular = settled
-            return _frozen(value)
+            return _frozen(value), fusion
         atoms = [t._atoms for t in tensors]
         unsettled = prim.unsettled(atoms, params, aval.shape, args)
         value = _settle(value, node.atoms(), tensors, unsettled,
                         getattr(prim, "exact_elsewhere", False))
-    return _frozen(value)
+    return _frozen(value), fusion
 
 
 def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
@@ -787,9 +800,10 @@ def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
     nodes = [t._node for t in tensors]
     aval, params, structure, evaluator, pkey = _plan(prim, params, tensors, nodes)
     node = _result_node(prim, params, nodes, aval, structure, pkey)
-    value = None
+    value = fusion = None
     if all(t._value is not None for t in tensors):
-        value = _eager(prim, params, tensors, node, structure, evaluator, aval)
+        value, fusion = _eager(prim, params, tensors, node, structure, evaluator, aval)
     out = Tensor(node, value, aval.dtype)
+    out._fusion = fusion
     recording.record(prim, params, tensors, (out,))
     return out

@@ -242,6 +242,39 @@ class Elementwise(Primitive):
         regular = self.structure(plain, params, shape)[0] and not mask.any()
         return out, ((mask, atoms) if mask.any() else None), regular
 
+    def fuse(self, values, args, fusions) -> tuple:
+        """Evaluate with the arguments whose values came from a zero-branched select
+        (``fusions[i]``, see :meth:`fusion`) replaced by that select's definition, so the
+        graph's builders fold this op into it (``select(c, g, 0) * h`` is
+        ``select(c, g*h, 0)``: 0 where ``c`` is false, also where ``h`` is inf).
+
+        Returns ``(value, fusion)``; ``fusion`` is None unless the result is again a
+        zero-branched select."""
+        consts, same = self._specialisation(args)
+        fixed = {i for i, _ in consts}
+        children = tuple((i, f[0]) for i, f in enumerate(fusions)
+                         if f is not None and i not in fixed and same[i] == i)
+        taken = {i for i, _ in children}
+        own = tuple(i for i in range(len(args)) if i not in fixed and i not in taken and
+                    same[i] == i)
+        recipe = (self, consts, same, children)
+        flat = [values[i] for i in own]
+        for i, _ in children:
+            flat.extend(fusions[i][1])
+        run, atom = _recipe_program(recipe)
+        value = run(*flat)[0]
+        return value, ((recipe, tuple(flat)) if G.absorbs_products(atom) else None)
+
+    def fusion(self, values, args) -> tuple | None:
+        """``(recipe, values)`` when this op's template (as specialised) is a zero-branched
+        select, for later ops to fold into: the recipe rebuilds it on fresh stand-ins (see
+        :func:`_recipe_atom`), the values are its arguments' in order; else None."""
+        consts, same = self._specialisation(args)
+        _, keep, atom, _ = self._prototype(consts, same)
+        if not G.absorbs_products(atom):
+            return None
+        return (self, consts, same, ()), tuple(values[i] for i in keep)
+
     def notation(self, args, params):
         return self.template.xreplace(dict(zip(self.placeholders, args)))
 
@@ -491,3 +524,31 @@ class _Plain:
     def __init__(self, node) -> None:
         self.shape, self.dtype, self.uniform = node.shape, node.dtype, node.uniform
         self.regular, self.constant = True, node.constant
+
+
+def _recipe_atom(recipe: tuple) -> tuple:
+    """``(atom, stand-ins)`` of a fused chain ``(op, consts, same, children)`` built on fresh
+    stand-ins -- the op's own arguments first, then each child's, in order -- so two
+    arguments fused from the same op never share one."""
+    op, consts, same, children = recipe
+    fixed = dict(consts)
+    stand_ins: list = []
+    parts = {}
+    built = dict(children)
+    for i in range(len(op.placeholders)):
+        if i not in fixed and i not in built and same[i] == i:
+            parts[i] = G.Leaf.new(f"s{i}")
+            stand_ins.append(parts[i])
+    for i, child in children:
+        parts[i], inner = _recipe_atom(child)
+        stand_ins.extend(inner)
+    args = [fixed[i] if i in fixed else fixed[same[i]] if same[i] in fixed else parts[same[i]]
+            for i in range(len(op.placeholders))]
+    return op._build_one(*args), stand_ins
+
+
+@functools.lru_cache(maxsize=256)
+def _recipe_program(recipe: tuple) -> tuple:
+    """A numpy program of a fused chain's arguments (in :func:`_recipe_atom`'s order)."""
+    atom, stand_ins = _recipe_atom(recipe)
+    return E.program([atom], stand_ins, quiet=False), atom

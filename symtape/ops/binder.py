@@ -767,6 +767,9 @@ def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, struc
         if aval.dtype.kind == "f" and isinstance(prim, ops.Elementwise):
             if any(f is not None for f in fusions):
                 value, fusion = prim.fuse(values, args, fusions)
+                if node.small():  # the element view settles it exactly, from plain values
+                    value = evaluator(values) if evaluator is not None else prim.evaluate(
+                        values, args, params)
             else:
                 fusion = prim.fusion(values, args) if not node.regular else None
                 value = evaluator(values) if evaluator is not None else prim.evaluate(

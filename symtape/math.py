@@ -12,7 +12,8 @@ import sympy as sp
 
 from . import ops
 from .errors import InvalidArgumentError, ShapeError
-from .tensor import Tensor, _truediv, constant, convert_to_tensor
+from .ops.binder import _truediv
+from .tensor import Tensor, constant, convert_to_tensor
 from .tensor import shape_arg as _shape_arg
 
 __all__ = [

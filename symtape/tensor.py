@@ -24,7 +24,6 @@ from .ops.binder import (
     _frozen,
     _read,
     _readonly,
-    _truediv,
     _value_of,
     atom_constant,
     constant,
@@ -36,7 +35,7 @@ from .ops.binder import (
 
 __all__ = ["Tensor", "Variable", "SymbolTensor", "constant", "symbol", "convert_to_tensor",
            "is_tensor", "CSEForm", "promote", "shape_arg", "exact_constant", "atom_constant",
-           "view", "_truediv"]
+           "view"]
 
 _variable_ids = itertools.count(1)
 _leaf_names = itertools.count(1)

@@ -693,7 +693,8 @@ def _known_values(tensors) -> dict:
     return known
 
 
-#: ``signature -> (aval, params, structure, evaluator, params key)`` of recent applications:
+#: ``signature -> (aval, params, structure, evaluator, selects, params key)`` of recent
+#: applications (``selects``: an elementwise result that is a zero-branched select):
 #: the checks and the folding of an op depend only on its parameters and its arguments'
 #: shapes, dtypes and node facts, so a training loop pays for them once.
 _PLANS: dict = {}
@@ -711,7 +712,7 @@ def _signature(prim: ops.Primitive, args: list, params: dict):
 
 
 def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> tuple:
-    """``(aval, params, (regular, uniform, alias), evaluator, params key)`` of an
+    """``(aval, params, (regular, uniform, alias), evaluator, selects, params key)`` of an
     application (cached)."""
     sig = _signature(prim, args, params)
     hit = _PLANS.get(sig) if sig is not None else None
@@ -719,12 +720,14 @@ def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> tuple
         return hit
     aval, params = prim.prepare([ops.Aval(t.shape, t.dtype) for t in tensors], dict(params))
     structure = prim.structure(args, params, aval.shape)
-    evaluator = prim.evaluator(args, params) if sig is not None else None
+    evaluator = prim.evaluator(args, params)
+    selects = (isinstance(prim, ops.Elementwise) and aval.dtype.kind == "f" and
+               prim.makes_select(args))
     try:
         pkey = N.params_key(params)
     except TypeError:
         pkey = None
-    out = aval, params, structure, evaluator, pkey
+    out = aval, params, structure, evaluator, selects, pkey
     if sig is not None:
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
@@ -751,7 +754,7 @@ def _result_node(prim: ops.Primitive, params: dict, args: list, aval, structure,
 
 
 def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, structure,
-           evaluator, aval) -> tuple:
+           evaluator, selects: bool, aval) -> tuple:
     """The numeric value of the result, with numpy on whole arrays (see :func:`_settle`), and
     its fusion (a zero-branched select later elementwise ops fold into), or None."""
     _, uniform, alias = structure
@@ -761,23 +764,16 @@ def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, struc
         return _frozen(np.full(aval.shape, G.const_value(uniform), dtype=aval.dtype)), None
     values = [t._value for t in tensors]
     args = [t._node for t in tensors]
-    fusion = None
+    fusion = value = None
+    fusions = [t._fusion for t in tensors]
     with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
-        fusions = [t._fusion for t in tensors]
-        if aval.dtype.kind == "f" and isinstance(prim, ops.Elementwise):
-            if any(f is not None for f in fusions):
-                value, fusion = prim.fuse(values, args, fusions)
-                if node.small():  # the element view settles it exactly, from plain values
-                    value = evaluator(values) if evaluator is not None else prim.evaluate(
-                        values, args, params)
-            else:
-                fusion = prim.fusion(values, args) if not node.regular else None
-                value = evaluator(values) if evaluator is not None else prim.evaluate(
-                    values, args, params)
-        else:
-            value = evaluator(values) if evaluator is not None else prim.evaluate(
-                values, args, params)
-        value = np.asarray(value)
+        if isinstance(prim, ops.Elementwise) and aval.dtype.kind == "f" and any(
+                f is not None for f in fusions):
+            # small nodes settle exactly from plain values below; only the recipe is kept
+            value, fusion = prim.fuse(values, args, fusions, evaluate=not node.small())
+        elif selects:
+            fusion = prim.fusion(values, args)
+        value = np.asarray(evaluator(values) if value is None else value)
     if value.shape != aval.shape:
         value = np.broadcast_to(value, aval.shape)
     value = value.astype(aval.dtype, copy=False)
@@ -801,11 +797,12 @@ def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
     """Apply ``prim`` to ``args``: convert, check, make the node, evaluate, record."""
     tensors = _convert_args(prim, args)
     nodes = [t._node for t in tensors]
-    aval, params, structure, evaluator, pkey = _plan(prim, params, tensors, nodes)
+    aval, params, structure, evaluator, selects, pkey = _plan(prim, params, tensors, nodes)
     node = _result_node(prim, params, nodes, aval, structure, pkey)
     value = fusion = None
     if all(t._value is not None for t in tensors):
-        value, fusion = _eager(prim, params, tensors, node, structure, evaluator, aval)
+        value, fusion = _eager(prim, params, tensors, node, structure, evaluator, selects,
+                               aval)
     out = Tensor(node, value, aval.dtype)
     out._fusion = fusion
     recording.record(prim, params, tensors, (out,))

@@ -130,14 +130,11 @@ class Primitive:
     def numeric(self, values: Sequence[np.ndarray], params: dict) -> np.ndarray:
         raise NotImplementedError(f"{self.name} needs a numeric evaluation")
 
-    def evaluate(self, values: Sequence[np.ndarray], args: Sequence, params: dict) -> np.ndarray:
-        """The numeric value; ``args`` are the arguments' tensor-level nodes (``uniform``:
-        the one constant all elements are, or None), there to specialise on."""
-        return self.numeric(values, params)
-
     def evaluator(self, args: Sequence, params: dict) -> Callable:
-        """``values -> value`` for arguments like ``args`` (the binder caches it per
-        signature, so it must not keep ``args``; see :meth:`evaluate`)."""
+        """``values -> value``, the numeric value for arguments like ``args`` (their
+        tensor-level nodes: ``uniform`` is the one constant all elements are, or None, there
+        to specialise on). The binder caches it per signature, so it must not keep
+        ``args``."""
         return lambda values: self.numeric(values, params)
 
     def structure(self, args: Sequence, params: dict, shape: tuple) -> tuple:
@@ -147,7 +144,7 @@ class Primitive:
         the result *is* (or None)."""
         return False, None, None
 
-    #: Whether :meth:`evaluate` gives exactly the definitions' values outside
+    #: Whether :meth:`evaluator` gives exactly the definitions' values outside
     #: :meth:`unsettled`, zeros and non-finite values included; when False the binder also
     #: settles the zero and non-finite elements, where folding (``x * 0``, ``x - x``, dropped
     #: zero terms) can change a value.
@@ -162,9 +159,9 @@ class Primitive:
 
     def unsettled(self, atoms: Sequence[np.ndarray], params: dict, shape: tuple,
                   args: Sequence = ()) -> np.ndarray | None:
-        """Which elements of :meth:`evaluate`'s value may differ from their definitions (the
+        """Which elements of :meth:`evaluator`'s value may differ from their definitions (the
         binder evaluates those through the DAG); None: none beyond ``exact_elsewhere``.
-        ``args`` are the arguments' nodes, as :meth:`evaluate` saw them."""
+        ``args`` are the arguments' nodes, as :meth:`evaluator` saw them."""
         return None
 
     def notation(self, args: Sequence, params: dict):

@@ -121,16 +121,13 @@ class Elementwise(Primitive):
                 return self._prototype(())[0](*values)[0]
             return self._numeric(*values)
 
-    def evaluate(self, values, args, params):
+    def evaluator(self, args, params):
         """Float results are evaluated through a prototype: the template built once by the
         graph's own builders on stand-in leaves, so values round exactly as the built
         definitions (and compiled code) do; arguments that are one constant (an exponent,
         a slope) fold as they do in the graph (``x**(y - 2)`` at ``y = 2`` is 1, also at
         ``x = 0``), and an argument given twice is one stand-in (``x - x`` is 0). Elements
         whose own atoms fold further are left to :meth:`unsettled`."""
-        return self.evaluator(args, params)(values)
-
-    def evaluator(self, args, params):
         if self._hand_numeric and (self.out != "T" or any(a.dtype.kind != "f" for a in args)):
             fn = self._numeric
             return lambda values: fn(*values)
@@ -242,14 +239,14 @@ class Elementwise(Primitive):
         regular = self.structure(plain, params, shape)[0] and not mask.any()
         return out, ((mask, atoms) if mask.any() else None), regular
 
-    def fuse(self, values, args, fusions) -> tuple:
+    def fuse(self, values, args, fusions, evaluate: bool = True) -> tuple:
         """Evaluate with the arguments whose values came from a zero-branched select
         (``fusions[i]``, see :meth:`fusion`) replaced by that select's definition, so the
         graph's builders fold this op into it (``select(c, g, 0) * h`` is
         ``select(c, g*h, 0)``: 0 where ``c`` is false, also where ``h`` is inf).
 
-        Returns ``(value, fusion)``; ``fusion`` is None unless the result is again a
-        zero-branched select."""
+        Returns ``(value, fusion)``: ``value`` is None unless ``evaluate``; ``fusion`` is
+        None unless the result is again a zero-branched select."""
         consts, same = self._specialisation(args)
         fixed = {i for i, _ in consts}
         children = tuple((i, f[0]) for i, f in enumerate(fusions)
@@ -262,17 +259,19 @@ class Elementwise(Primitive):
         for i, _ in children:
             flat.extend(fusions[i][1])
         run, atom = _recipe_program(recipe)
-        value = run(*flat)[0]
+        value = run(*flat)[0] if evaluate else None
         return value, ((recipe, tuple(flat)) if G.absorbs_products(atom) else None)
 
-    def fusion(self, values, args) -> tuple | None:
-        """``(recipe, values)`` when this op's template (as specialised) is a zero-branched
+    def makes_select(self, args) -> bool:
+        """Whether this op's template, specialised to ``args``, is a zero-branched select."""
+        return G.absorbs_products(self._prototype(*self._specialisation(args))[2])
+
+    def fusion(self, values, args) -> tuple:
+        """``(recipe, values)`` of a result :meth:`makes_select` says is a zero-branched
         select, for later ops to fold into: the recipe rebuilds it on fresh stand-ins (see
-        :func:`_recipe_atom`), the values are its arguments' in order; else None."""
+        :func:`_recipe_atom`), the values are its arguments' in order."""
         consts, same = self._specialisation(args)
-        _, keep, atom, _ = self._prototype(consts, same)
-        if not G.absorbs_products(atom):
-            return None
+        keep = self._prototype(consts, same)[1]
         return (self, consts, same, ()), tuple(values[i] for i in keep)
 
     def notation(self, args, params):

@@ -101,14 +101,15 @@ def _lookup(sym):
     return sym if isinstance(sym, (Leaf, Node)) else None
 
 
-def _step(node: Node, heads: dict) -> Callable:
+def _step(node: Node, heads: dict, lookup: Callable = _lookup) -> Callable:
     """A closure ``f(values) -> value`` of one node: its ``forward`` atom for aliases, else its
-    definition compiled."""
+    definition compiled (``lookup`` as for :func:`_compile`)."""
     fwd = node.forward
     if fwd is None:
-        return _compile(node.definition, _lookup, heads)
+        return _compile(node.definition, lookup, heads)
     if isinstance(fwd, (Leaf, Node)):
-        return lambda values: values[fwd]
+        key = lookup(fwd)
+        return lambda values: values[key]
     c = _const(fwd)
     return lambda values: c
 
@@ -135,13 +136,24 @@ def program(outputs: Sequence, inputs: Sequence[Leaf], heads: dict = HEADS,
 
         raise UnboundLeafError(f"no value given for leaf {missing[0].name!r}")
 
-    steps = [(node, _step(node, heads)) for node in reachable(outputs, through_forward=True)]
+    # values live in a list: the inputs, then each node in order
+    index = dict(position)
+    nodes = reachable(outputs, through_forward=True)
+    for k, node in enumerate(nodes, len(inputs)):
+        index[node] = k
+
+    def lookup(atom):
+        return index.get(atom) if isinstance(atom, (Leaf, Node)) else None
+
+    steps = [_step(node, heads, lookup) for node in nodes]
+    results = [(True, index[a]) if isinstance(a, (Leaf, Node)) else (False, _const(a))
+               for a in outputs]
 
     def run(*arrays):
-        values: dict = {leaf: arrays[i] for leaf, i in position.items()}
-        for node, fn in steps:
-            values[node] = fn(values)
-        return [values[a] if isinstance(a, (Leaf, Node)) else _const(a) for a in outputs]
+        values = list(arrays)
+        for fn in steps:
+            values.append(fn(values))
+        return [values[k] if ref else k for ref, k in results]
 
     if not quiet:
         return run

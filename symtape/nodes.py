@@ -47,7 +47,7 @@ class Node:
     made = 0  # nodes made so far (a counter for benchmarks)
     __slots__ = ("kind", "prim", "params", "inputs", "shape", "dtype", "size", "uniform",
                  "regular", "constant", "label", "folds", "_ukey", "_atoms", "_make",
-                 "leaf_store", "_exact", "__weakref__")
+                 "leaf_store", "_exact", "_fkey", "__weakref__")
 
     def __init__(self, kind: str, prim, params: dict, inputs: tuple, shape: tuple,
                  dtype) -> None:
@@ -69,6 +69,7 @@ class Node:
         self.folds = None  # (mask, atoms) of constant elements of an otherwise regular node
         self._ukey = None
         self._exact = None  # a constant's exact elements
+        self._fkey = None
 
     def __repr__(self) -> str:
         what = getattr(self.prim, "name", None) or self.kind
@@ -128,6 +129,18 @@ class Node:
         if self.regular:
             return np.zeros(self.shape, dtype=bool), None
         return self.folds
+
+    def fold_key(self):
+        """A hashable key of :meth:`fold_view` (equal keys, equal views), or None when the
+        node has no fold view. Computed once per node."""
+        if self._fkey is None:
+            view = self.fold_view()
+            if view is None:
+                return None
+            mask, atoms = view
+            self._fkey = ("r",) if atoms is None or not mask.any() else (
+                self.shape, mask.tobytes(), tuple((type(a), a) for a in atoms[mask]))
+        return self._fkey
 
     def small(self) -> bool:
         """Whether the element view is cheap enough to settle values exactly."""

@@ -572,15 +572,44 @@ def _scalar(a, dtype) -> Tensor:
     return hit
 
 
+#: Constants made for small numpy arrays mixed with tensors, by dtype, shape and bytes: a
+#: training loop's data batch converts once (and keeps one node, so plans are reused).
+_ARRAYS: dict = {}
+_ARRAYS_MAX = 256
+_ARRAY_SIZE = 256
+
+
+def _array_constant(a: np.ndarray, dtype, convert) -> Tensor:
+    if a.size > _ARRAY_SIZE or a.dtype.kind not in "fiub" or a.dtype.hasobject:
+        return convert()
+    key = (a.dtype.str, a.shape, a.tobytes(), None if dtype is None else dtype.str)
+    hit = _ARRAYS.get(key)
+    if hit is None:
+        if len(_ARRAYS) >= _ARRAYS_MAX:
+            _ARRAYS.clear()
+        hit = _ARRAYS[key] = convert()
+    return hit
+
+
 def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
     """Tensors for ``args``: non-tensors take the dtype of the op's tensor arguments."""
+    out = []
+    for a in args:
+        if type(a) is Tensor:
+            out.append(a)
+        elif isinstance(a, Tensor):
+            out.append(_read(a))
+        else:
+            break
+    else:
+        return out
     tdtype = None
     for i, a in enumerate(args):
         if isinstance(a, Tensor) and prim.role(i) == "T":
             tdtype = a.dtype
             break
-    out = []
-    for i, a in enumerate(args):
+    for i in range(len(out), len(args)):
+        a = args[i]
         role = prim.role(i)
         if isinstance(a, Tensor):
             out.append(_read(a))
@@ -606,8 +635,11 @@ def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
                 out.append(exact_constant(a, dtype))
                 continue
         try:
-            out.append(constant(a, dtype=dtype) if not isinstance(a, sp.Basic) else
-                       _sympy_constant(a, dtype))
+            if isinstance(a, np.ndarray):
+                out.append(_array_constant(a, dtype, lambda: constant(a, dtype=dtype)))
+            else:
+                out.append(constant(a, dtype=dtype) if not isinstance(a, sp.Basic) else
+                           _sympy_constant(a, dtype))
         except DTypeError as e:
             raise DTypeError(f"st.{prim.name}: argument {i}: {e}") from None
     return out
@@ -693,10 +725,27 @@ def _known_values(tensors) -> dict:
     return known
 
 
-#: ``signature -> (aval, params, structure, evaluator, selects, params key)`` of recent
-#: applications (``selects``: an elementwise result that is a zero-branched select):
-#: the checks and the folding of an op depend only on its parameters and its arguments'
-#: shapes, dtypes and node facts, so a training loop pays for them once.
+class _Plan:
+    """What an application does, given its parameters and its arguments' shapes, dtypes and
+    node facts: the checked result shape and dtype, normalised ``params``, how the template
+    folds (``regular``, ``uniform``, ``alias``: see :meth:`Primitive.structure`), the numpy
+    ``evaluator``, whether the result is a zero-branched select (``selects``) and the params
+    key for hash-consing."""
+
+    __slots__ = ("shape", "dtype", "params", "regular", "uniform", "alias", "evaluator",
+                 "selects", "pkey", "fuses", "floating")
+
+    def __init__(self, prim, aval, params, structure, evaluator, selects, pkey) -> None:
+        self.shape, self.dtype, self.params = aval.shape, aval.dtype, params
+        self.regular, self.uniform, self.alias = structure
+        self.evaluator, self.selects, self.pkey = evaluator, selects, pkey
+        self.floating = aval.dtype.kind == "f"
+        self.fuses = self.floating and isinstance(prim, ops.Elementwise)
+
+
+#: ``signature -> _Plan`` of recent applications: the checks and the folding of an op
+#: depend only on its parameters and its arguments' shapes, dtypes and node facts, so a
+#: training loop pays for them once.
 _PLANS: dict = {}
 _PLANS_MAX = 4096
 
@@ -706,14 +755,13 @@ def _signature(prim: ops.Primitive, args: list, params: dict):
     facts = tuple((a.shape, a.dtype, a.ukey, a.regular, a.constant,
                    first.setdefault(id(a), i)) for i, a in enumerate(args))
     try:
-        return prim, N.params_key(params), facts
+        return prim, N.params_key(params) if params else (), facts
     except TypeError:
         return None
 
 
-def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> tuple:
-    """``(aval, params, (regular, uniform, alias), evaluator, selects, params key)`` of an
-    application (cached)."""
+def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> _Plan:
+    """The :class:`_Plan` of an application (cached)."""
     sig = _signature(prim, args, params)
     hit = _PLANS.get(sig) if sig is not None else None
     if hit is not None:
@@ -727,7 +775,7 @@ def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> tuple
         pkey = N.params_key(params)
     except TypeError:
         pkey = None
-    out = aval, params, structure, evaluator, selects, pkey
+    out = _Plan(prim, aval, params, structure, evaluator, selects, pkey)
     if sig is not None:
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
@@ -735,59 +783,61 @@ def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> tuple
     return out
 
 
-def _result_node(prim: ops.Primitive, params: dict, args: list, aval, structure,
-                 pkey) -> N.Node:
+def _result_node(prim: ops.Primitive, plan: _Plan, args: list) -> N.Node:
     """The node of ``prim(params)(args)``, folded to an argument or a constant when the
     template says so."""
-    regular, uniform, alias = structure
-    if alias is not None:
-        return args[alias]
+    if plan.alias is not None:
+        return args[plan.alias]
+    uniform = plan.uniform
     if uniform is not None:
         one = np.empty((), dtype=object)
         one[()] = uniform
-        exact = np.broadcast_to(one, aval.shape)  # no array of the full size until asked
-        return N.const(exact, aval.dtype, lambda: np.array(exact), uniform)
-    node = N.apply(prim, params, tuple(args), aval.shape, aval.dtype, prim.commutative, pkey)
-    node.regular = regular
+        exact = np.broadcast_to(one, plan.shape)  # no array of the full size until asked
+        return N.const(exact, plan.dtype, lambda: np.array(exact), uniform)
+    node = N.apply(prim, plan.params, tuple(args), plan.shape, plan.dtype, prim.commutative,
+                   plan.pkey)
+    node.regular = plan.regular
     node.constant = all(a.constant for a in args) and getattr(prim, "folds_constants", True)
     return node
 
 
-def _eager(prim: ops.Primitive, params: dict, tensors: list, node: N.Node, structure,
-           evaluator, selects: bool, aval) -> tuple:
+def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node) -> tuple:
     """The numeric value of the result, with numpy on whole arrays (see :func:`_settle`), and
     its fusion (a zero-branched select later elementwise ops fold into), or None."""
-    _, uniform, alias = structure
-    if alias is not None:
-        return tensors[alias]._value, tensors[alias]._fusion
-    if uniform is not None and aval.dtype.kind == "f":
-        return _frozen(np.full(aval.shape, G.const_value(uniform), dtype=aval.dtype)), None
+    if plan.alias is not None:
+        t = tensors[plan.alias]
+        return t._value, t._fusion
+    dtype = plan.dtype
+    if plan.uniform is not None and plan.floating:
+        return _frozen(np.full(plan.shape, G.const_value(plan.uniform), dtype=dtype)), None
     values = [t._value for t in tensors]
-    args = [t._node for t in tensors]
     fusion = value = None
-    fusions = [t._fusion for t in tensors]
     with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
-        if isinstance(prim, ops.Elementwise) and aval.dtype.kind == "f" and any(
-                f is not None for f in fusions):
+        if plan.fuses and any(t._fusion is not None for t in tensors):
             # small nodes settle exactly from plain values below; only the recipe is kept
-            value, fusion = prim.fuse(values, args, fusions, evaluate=not node.small())
-        elif selects:
-            fusion = prim.fusion(values, args)
-        value = np.asarray(evaluator(values) if value is None else value)
-    if value.shape != aval.shape:
-        value = np.broadcast_to(value, aval.shape)
-    value = value.astype(aval.dtype, copy=False)
-    if node.constant and aval.dtype.kind == "f":
+            value, fusion = prim.fuse(values, [t._node for t in tensors],
+                                      [t._fusion for t in tensors], evaluate=not node.small())
+        elif plan.selects:
+            fusion = prim.fusion(values, [t._node for t in tensors])
+        value = np.asarray(plan.evaluator(values) if value is None else value)
+    if value.shape != plan.shape:
+        value = np.broadcast_to(value, plan.shape)
+    if value.dtype != dtype:
+        value = value.astype(dtype)
+    if not plan.floating or node.regular:
+        return _frozen(value), fusion
+    if node.constant:
         if not value.all():
-            value = value + aval.dtype.type(0)  # constants have no -0: -0 + 0 is +0
-    elif not node.regular and aval.dtype.kind == "f" and node.small():
+            value = value + dtype.type(0)  # constants have no -0: -0 + 0 is +0
+    elif node.small():
+        args = [t._node for t in tensors]
         with np.errstate(all="ignore"):
-            settled = prim.settle_folds(value, values, args, params)
+            settled = prim.settle_folds(value, values, args, plan.params)
         if settled is not None:
             value, node.folds, node.regular = settled
             return _frozen(value), fusion
         atoms = [t._atoms for t in tensors]
-        unsettled = prim.unsettled(atoms, params, aval.shape, args)
+        unsettled = prim.unsettled(atoms, plan.params, plan.shape, args)
         value = _settle(value, node.atoms(), tensors, unsettled,
                         getattr(prim, "exact_elsewhere", False))
     return _frozen(value), fusion
@@ -797,13 +847,16 @@ def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
     """Apply ``prim`` to ``args``: convert, check, make the node, evaluate, record."""
     tensors = _convert_args(prim, args)
     nodes = [t._node for t in tensors]
-    aval, params, structure, evaluator, selects, pkey = _plan(prim, params, tensors, nodes)
-    node = _result_node(prim, params, nodes, aval, structure, pkey)
+    plan = _plan(prim, params, tensors, nodes)
+    node = _result_node(prim, plan, nodes)
     value = fusion = None
-    if all(t._value is not None for t in tensors):
-        value, fusion = _eager(prim, params, tensors, node, structure, evaluator, selects,
-                               aval)
-    out = Tensor(node, value, aval.dtype)
-    out._fusion = fusion
-    recording.record(prim, params, tensors, (out,))
+    for t in tensors:
+        if t._value is None:
+            break
+    else:
+        value, fusion = _eager(prim, plan, tensors, node)
+    out = Tensor(node, value, plan.dtype)
+    if fusion is not None:
+        out._fusion = fusion
+    recording.record(prim, plan.params, tensors, (out,))
     return out

@@ -11,6 +11,7 @@ import sympy as sp
 from .. import evaluate as E
 from .. import functions as F
 from .. import graph as G
+from .. import nodes as N
 from ..errors import NonDifferentiableError, ShapeError
 from .core import (
     ANS,
@@ -93,6 +94,7 @@ class Elementwise(Primitive):
         self._hand_numeric = numeric is not None
         self._numeric = numeric
         self._vjp_ops: dict[int, Elementwise | None] = {}
+        self._fold_plans: dict = {}
 
     def shape_rule(self, shapes, params):
         try:
@@ -200,44 +202,73 @@ class Elementwise(Primitive):
         specialised to those constants (grouped by constant); the result's constants there
         are its folds. An element that folds to an argument's element is taken as that
         element (its value is exact; see README, "One rule for values"); one that folds to a
-        select is left to the element view."""
-        shape = value.shape
+        select is left to the element view. Which elements fold how depends only on the
+        arguments' folds, so it is planned once per kind of application."""
+        plan = self._fold_plan(args, params, value.shape)
+        if plan is None:
+            return None
+        groups, folds, regular = plan
+        out = np.array(value, copy=True)
+        for rows, run, keep in groups:
+            out[rows] = run(*[np.broadcast_to(values[i], value.shape)[rows] for i in keep])[0]
+        return out, folds, regular
+
+    def _fold_plan(self, args, params, shape):
+        """``(groups, folds, regular)`` for :meth:`settle_folds` (``groups``: the rows each
+        specialised template evaluates), or None; cached by the arguments' fold keys."""
         consts, same = self._specialisation(args)
         fixed = {i for i, _ in consts}
+        keys = []
+        for i, a in enumerate(args):
+            key = None if i in fixed or same[i] != i else a.fold_key()
+            if key is None and not (i in fixed or same[i] != i):
+                return None
+            keys.append(key)
+        try:
+            key = (consts, same, tuple(keys), tuple(shape), N.params_key(params))
+        except TypeError:
+            return self._make_fold_plan(args, params, shape, consts, same, fixed)
+        if key in self._fold_plans:
+            return self._fold_plans[key]
+        plan = self._make_fold_plan(args, params, shape, consts, same, fixed)
+        if len(self._fold_plans) >= 256:
+            self._fold_plans.clear()
+        self._fold_plans[key] = plan
+        return plan
+
+    def _make_fold_plan(self, args, params, shape, consts, same, fixed):
         views = {}
         for i, a in enumerate(args):
             if i in fixed or same[i] != i:
                 continue
-            view = a.fold_view()
-            if view is None:
-                return None
-            if view[0].any():
-                views[i] = (np.broadcast_to(view[0], shape), np.broadcast_to(view[1], shape))
+            mask, atoms = a.fold_view()
+            if mask.any():
+                views[i] = (np.broadcast_to(mask, shape), np.broadcast_to(atoms, shape))
         special = np.zeros(shape, dtype=bool)
         for mask, _ in views.values():
             special |= mask
-        groups: dict = {}
+        where_of: dict = {}
         for idx in map(tuple, np.argwhere(special)):
             key = tuple((i, atoms[idx]) for i, (mask, atoms) in views.items() if mask[idx])
-            groups.setdefault(key, []).append(idx)
-        out = np.array(value, copy=True)
+            where_of.setdefault(key, []).append(idx)
         mask = np.zeros(shape, dtype=bool)
         atoms = np.empty(shape, dtype=object)
-        for key, where in groups.items():
-            run, keep, atom, used = self._prototype(consts + key, same)
+        groups = []
+        for key, where in where_of.items():
+            run, keep, atom, _ = self._prototype(consts + key, same)
             if G.absorbs_products(atom):
                 return None
-            rows = tuple(np.array(k) for k in zip(*where))
-            picked = [np.broadcast_to(values[i], shape)[rows] for i in keep]
-            out[rows] = run(*picked)[0]
+            groups.append((tuple(np.array(k) for k in zip(*where)), run, keep))
             if G.is_const(atom):
-                mask[rows] = True
                 for idx in where:
+                    mask[idx] = True
                     atoms[idx] = atom
         plain = [_Plain(a) if i in views or a.kind == "const" else a
                  for i, a in enumerate(args)]
         regular = self.structure(plain, params, shape)[0] and not mask.any()
-        return out, ((mask, atoms) if mask.any() else None), regular
+        for arr in (mask, atoms):
+            arr.flags.writeable = False
+        return groups, ((mask, atoms) if mask.any() else None), regular
 
     def fuse(self, values, args, fusions, evaluate: bool = True) -> tuple:
         """Evaluate with the arguments whose values came from a zero-branched select

@@ -38,7 +38,13 @@ __all__ = ["Node", "leaf", "const", "lazy", "apply", "params_key", "ancestry",
 #: level (the loop-nest semantics of compiled code for large tensors).
 ELEMENT_LIMIT = 256
 
-_TABLE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+#: ``(prim, params key, input ids) -> weakref to the node``; an entry leaves with its node.
+_TABLE: dict = {}
+
+
+def _forget(key, ref) -> None:
+    if _TABLE.get(key) is ref:
+        del _TABLE[key]
 
 
 class Node:
@@ -273,8 +279,13 @@ def params_key(params: dict) -> tuple:
     return tuple(sorted((k, _key(v)) for k, v in params.items()))
 
 
+_PLAIN = (int, bool, str, type(None))
+
+
 def _key(value):
     """A hashable stand-in for a parameter value, or raise TypeError."""
+    if type(value) in _PLAIN:
+        return (type(value).__name__, value)
     if isinstance(value, np.ndarray):
         if value.size > 64:
             raise TypeError("large array parameter")
@@ -296,8 +307,8 @@ def apply(prim, params: dict, inputs: tuple, shape: tuple, dtype, commutative: b
     """The node of ``prim(params)(inputs)``: an existing one when the same op was applied to
     the same nodes (argument order ignored for commutative ops), else a new one. ``pkey`` is
     :func:`params_key` of ``params`` when known (None: computed here, or not hashable)."""
-    ids = tuple(id(n) for n in inputs)
-    if commutative:
+    ids = tuple(map(id, inputs))
+    if commutative and len(ids) > 1:
         ids = tuple(sorted(ids))
     if pkey is None:
         try:
@@ -306,12 +317,13 @@ def apply(prim, params: dict, inputs: tuple, shape: tuple, dtype, commutative: b
             pkey = None
     key = (prim, pkey, ids) if pkey is not None else None
     if key is not None:
-        node = _TABLE.get(key)
+        ref = _TABLE.get(key)
+        node = ref() if ref is not None else None
         if node is not None and node.shape == tuple(shape) and node.dtype == dtype:
             return node
     node = Node("op", prim, params, tuple(inputs), shape, dtype)
     if key is not None:
-        _TABLE[key] = node
+        _TABLE[key] = weakref.ref(node, lambda ref, key=key: _forget(key, ref))
     return node
 
 

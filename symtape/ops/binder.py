@@ -579,10 +579,10 @@ _ARRAYS_MAX = 256
 _ARRAY_SIZE = 256
 
 
-def _array_constant(a: np.ndarray, dtype, convert) -> Tensor:
+def _array_constant(a: np.ndarray, dtype, convert, exact: bool = False) -> Tensor:
     if a.size > _ARRAY_SIZE or a.dtype.kind not in "fiub" or a.dtype.hasobject:
         return convert()
-    key = (a.dtype.str, a.shape, a.tobytes(), None if dtype is None else dtype.str)
+    key = (a.dtype.str, a.shape, a.tobytes(), None if dtype is None else dtype.str, exact)
     hit = _ARRAYS.get(key)
     if hit is None:
         if len(_ARRAYS) >= _ARRAYS_MAX:
@@ -649,8 +649,12 @@ def exact_constant(a, dtype) -> Tensor:
     """A constant of ``dtype`` whose elements are the exact integers of ``a`` in formulas
     (Python ints mixed with float tensors; unit seeds of derivatives)."""
     arr = np.asarray(a)
-    exact = arr.astype(object) if arr.dtype.kind != "b" else arr.astype(int).astype(object)
-    return Tensor(_const_node(exact, dtype), _frozen(arr.astype(dtype)), dtype)
+
+    def make() -> Tensor:
+        exact = arr.astype(object) if arr.dtype.kind != "b" else arr.astype(int).astype(object)
+        return Tensor(_const_node(exact, dtype), _frozen(arr.astype(dtype)), dtype)
+
+    return _array_constant(arr, np.dtype(dtype), make, exact=True)
 
 
 def atom_constant(atoms: np.ndarray, value: np.ndarray, dtype) -> Tensor:
@@ -812,6 +816,13 @@ def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node) -> tup
         return _frozen(np.full(plan.shape, G.const_value(plan.uniform), dtype=dtype)), None
     values = [t._value for t in tensors]
     fusion = value = None
+    if prim.settles_alone and plan.floating and not (node.regular or node.constant) and \
+            node.small():
+        with np.errstate(all="ignore"):
+            settled = prim.settle_folds(None, values, [t._node for t in tensors], plan.params)
+        if settled is not None:
+            value, node.folds, node.regular = settled
+            return _frozen(value), None
     with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
         if plan.fuses and any(t._fusion is not None for t in tensors):
             # small nodes settle exactly from plain values below; only the recipe is kept
@@ -832,7 +843,8 @@ def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node) -> tup
     elif node.small():
         args = [t._node for t in tensors]
         with np.errstate(all="ignore"):
-            settled = prim.settle_folds(value, values, args, plan.params)
+            settled = None if prim.settles_alone else prim.settle_folds(value, values, args,
+                                                                         plan.params)
         if settled is not None:
             value, node.folds, node.regular = settled
             return _frozen(value), fusion

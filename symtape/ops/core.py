@@ -154,8 +154,13 @@ class Primitive:
                      params: dict) -> tuple | None:
         """Exact values without the element view, for arguments that are regular except at
         constant elements (``Node.fold_view``): ``(value, folds, regular)`` of the result,
-        or None when the op cannot tell (the binder then uses the element view)."""
+        or None when the op cannot tell (the binder then uses the element view). ``value``
+        is :meth:`evaluator`'s, or None for an op that :attr:`settles_alone`."""
         return None
+
+    #: Whether :meth:`settle_folds` computes its value without the evaluator's (the binder
+    #: then tries it first).
+    settles_alone = False
 
     def unsettled(self, atoms: Sequence[np.ndarray], params: dict, shape: tuple,
                   args: Sequence = ()) -> np.ndarray | None:

@@ -42,7 +42,8 @@ def _reduced(atoms: np.ndarray, axes: tuple, keepdims: bool, combine: Callable) 
 
 def _sequential(x: np.ndarray, axes: tuple, keepdims: bool, product: bool = False):
     """Sum (product) over ``axes`` left to right, in the order the graph's definitions add
-    (multiply), so eager values round exactly as compiled code does."""
+    (multiply), so eager values round exactly as compiled code does (callers set numpy's
+    error state)."""
     x = np.asarray(x)
     keep = [i for i in range(x.ndim) if i not in axes]
     moved = np.transpose(x, keep + list(axes))
@@ -52,11 +53,9 @@ def _sequential(x: np.ndarray, axes: tuple, keepdims: bool, product: bool = Fals
     if rows.shape[-1] == 0:
         out = np.full(lead, 1 if product else 0, dtype=x.dtype)
     elif rows.size > ORDERED_TERMS:  # large: numpy's order, as loop nests accumulate
-        with np.errstate(all="ignore"):
-            out = (np.prod if product else np.sum)(rows, axis=-1)
+        out = (np.prod if product else np.sum)(rows, axis=-1)
     else:
-        with np.errstate(all="ignore"):
-            out = (np.cumprod if product else np.cumsum)(rows, axis=-1)[..., -1]
+        out = (np.cumprod if product else np.cumsum)(rows, axis=-1)[..., -1]
     if keepdims:
         out = out.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
     return out
@@ -78,6 +77,7 @@ class Reduction(Primitive):
         super().__init__(name, ("T",), kinds, rules=(rule,))
         self.combine = combine
         self._numeric = numeric
+        self._fold_plans: dict = {}
 
     def prepare(self, avals, params):
         (a,) = avals
@@ -94,25 +94,49 @@ class Reduction(Primitive):
     def settle_folds(self, value, values, args, params):
         """A sum drops its folded zero terms: they are summed as -0.0, the exact identity of
         IEEE addition, and a sum of nothing but folded zeros is the constant 0."""
-        (x,) = args
-        view = x.fold_view()
+        plan = self._fold_plan(args[0], params)
+        if plan is None:
+            return None
+        mask, empty, folds = plan
+        dtype = args[0].dtype
+        out = np.asarray(self.numeric([np.where(mask, -0.0, np.asarray(values[0]))], params),
+                         dtype=dtype)
+        if folds is not None:
+            out = np.where(empty, 0.0, out).astype(dtype)
+        return out, folds, folds is None
+
+    settles_alone = True
+
+    def _fold_plan(self, x, params):
+        """``(mask, empty, folds)`` of a sum over an argument with folded zeros (cached by its
+        fold key), or None."""
         axes = params["axis"]
         lane = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
-        if self is not reduce_sum or view is None or lane < 2 or x.dtype.kind != "f":
+        if self is not reduce_sum or lane < 2 or x.dtype.kind != "f":
             return None
-        mask, atoms = view
-        if any(not G._is_zero(a) for a in atoms[mask]):
+        fkey = x.fold_key()
+        if fkey is None:
+            return None
+        key = (fkey, x.shape, axes, params["keepdims"])
+        if key not in self._fold_plans:
+            if len(self._fold_plans) >= 256:
+                self._fold_plans.clear()
+            self._fold_plans[key] = self._make_fold_plan(x, axes, params["keepdims"])
+        return self._fold_plans[key]
+
+    @staticmethod
+    def _make_fold_plan(x, axes, keepdims):
+        mask, atoms = x.fold_view()
+        if atoms is not None and any(not G._is_zero(a) for a in atoms[mask]):
             return None  # nonzero constants join the sum's constant term: another order
-        terms = np.where(mask, -0.0, np.asarray(values[0]))
-        out = np.asarray(self.numeric([terms], params), dtype=value.dtype)
-        empty = np.all(mask, axis=axes, keepdims=params["keepdims"])
-        out = np.where(empty, 0.0, out).astype(value.dtype)
+        empty = np.all(mask, axis=axes, keepdims=keepdims)
         folds = None
         if empty.any():
             folded = np.empty(empty.shape, dtype=object)
             folded[empty] = G.ZERO
             folds = (empty, folded)
-        return out, folds, folds is None
+            folded.flags.writeable = False
+        return mask, empty, folds
 
     def structure(self, args, params, shape):
         (x,) = args

@@ -44,7 +44,7 @@ def _unconnected(value) -> UnconnectedGradients:
 
 def _zeros(shape: tuple, dtype) -> Tensor:
     """Exact zeros (they print as 0 and fold away in later formulas)."""
-    return exact_constant(np.zeros(shape, dtype=np.int64), dtype)
+    return exact_constant(np.zeros(shape, dtype=np.int64), dtype, cache=True)
 
 
 class GradientTape:
@@ -174,7 +174,7 @@ class GradientTape:
         seeds: dict = {}
         for i, (t, g) in enumerate(zip(targets, grads)):
             if g is None:
-                g = exact_constant(np.ones(t.shape, dtype=np.int64), t.dtype)
+                g = exact_constant(np.ones(t.shape, dtype=np.int64), t.dtype, cache=True)
             else:
                 g = convert_to_tensor(g) if isinstance(g, Tensor) else constant(g, dtype=t.dtype)
                 if tuple(g.shape) != tuple(t.shape):

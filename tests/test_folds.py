@@ -64,3 +64,44 @@ def test_folds_settle_without_the_element_view():
     for t in (x * c, y, g):
         assert not t._node.built  # settled from the folds, not the element view
     assert (x * c)._node.folds[0].tolist() == [True, False, False]
+
+
+MATRIX = np.array([[0.0, 1.0, -2.0], [0.0, 0.0, 0.0], [3.0, 0.0, 0.5]])
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+def test_matmul_drops_products_with_folded_zeros(transpose):
+    """A zero in a constant operand drops its products from the sums (inf * 0 is not nan),
+    an all-zero row gives the constant 0, and the gradient's one-hot seeds settle the same
+    way; eager agrees with compiled code at special values without the element view."""
+    rng = np.random.default_rng(7)
+    c = st.constant(MATRIX)
+
+    def run(x):
+        y = st.matmul(x, c, transpose_b=transpose)
+        return [y, st.reduce_sum(st.sin(y) * x)]
+
+    sx = st.symbol("x", shape=(2, 3))
+    with st.GradientTape() as tape:
+        tape.watch(sx)
+        outs = run(sx)
+    compiled = st.compile(outs + [tape.gradient(outs[1], sx)], [sx])
+    for _ in range(20):
+        xv = rng.choice(SPECIAL, (2, 3))
+        x = st.Variable(xv)
+        with st.GradientTape(persistent=True) as tape:
+            eager = run(x)
+        eager = eager + [tape.gradient(eager[1], x)]
+        jac = tape.jacobian(eager[0], x)
+        for t in eager + [jac]:
+            assert not t._node.built
+        for k, (e, g) in enumerate(zip(eager, compiled(xv))):
+            bad = mismatches(np.asarray(e.numpy(), float), np.asarray(g, float), rtol=1e-12)
+            assert not bad, (k, xv, np.ravel(e.numpy())[bad], np.ravel(g)[bad])
+    # by hand: products with a zero of c are dropped, so x's inf and nan meet only nonzeros;
+    # transposed, c's zero row makes the middle element the constant 0 whatever x holds
+    y = st.matmul(st.Variable([[np.inf, np.nan, 1.0]]), c, transpose_b=transpose)
+    want = [np.nan, 0.0, np.inf] if transpose else [3.0, np.inf, -np.inf]
+    np.testing.assert_array_equal(y.numpy(), [want])
+    assert not np.signbit(y.numpy()[0, 1])
+    assert (y._node.folds is not None) == transpose and not y._node.built

@@ -128,3 +128,24 @@ def test_selects_of_large_tensors_fold_like_their_elements():
     small = st.Variable(xv[:3]), st.Variable(wv[:3])
     ys = st.where(c1[:3], small[0], 0.0) * st.where(c2[:3], small[1], 0.0) * st.exp(small[0])
     np.testing.assert_array_equal(ys.numpy(), want[:3])  # the element level agrees
+
+
+def test_converted_arrays_and_seeds_share_nodes_not_identity():
+    # a training loop's data converts once to a node, but each conversion (and each seed a
+    # gradient returns) is its own tensor: watching one does not watch the others
+    data = np.array([0.0, 1.0, 2.0])
+    v = st.Variable(2.0)
+    y1, y2 = v * data, v * data
+    assert y1._node is y2._node  # one constant node, so one hash-consed product
+    first, second = st.ones_like(y1) * data, st.ones_like(y1) * data
+    assert first._node is second._node
+    x = st.constant([1.0, 2.0])
+    with st.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+    g1, g2 = tape.gradient(x, x), tape.gradient(x, x)
+    assert g1 is not g2 and g1._id != g2._id and g1._node is g2._node
+    np.testing.assert_array_equal(g1.numpy(), [1.0, 1.0])
+    with st.GradientTape() as outer:
+        outer.watch(g1)
+        z = g2 * 3.0
+    assert outer.gradient(z, g1) is None  # g2 is not g1

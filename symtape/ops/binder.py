@@ -573,7 +573,8 @@ def _scalar(a, dtype) -> Tensor:
 
 
 #: Constants made for small numpy arrays mixed with tensors, by dtype, shape and bytes: a
-#: training loop's data batch converts once (and keeps one node, so plans are reused).
+#: training loop's data batch converts once and keeps one node, so plans are reused. Each
+#: conversion is a new tensor over that node (a tensor's identity is its own).
 _ARRAYS: dict = {}
 _ARRAYS_MAX = 256
 _ARRAY_SIZE = 256
@@ -587,8 +588,9 @@ def _array_constant(a: np.ndarray, dtype, convert, exact: bool = False) -> Tenso
     if hit is None:
         if len(_ARRAYS) >= _ARRAYS_MAX:
             _ARRAYS.clear()
-        hit = _ARRAYS[key] = convert()
-    return hit
+        t = convert()
+        hit = _ARRAYS[key] = (t._node, t._value_, t._dtype, t._name)
+    return Tensor(hit[0], hit[1], hit[2], name=hit[3])
 
 
 def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
@@ -645,16 +647,17 @@ def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
     return out
 
 
-def exact_constant(a, dtype) -> Tensor:
+def exact_constant(a, dtype, cache: bool = False) -> Tensor:
     """A constant of ``dtype`` whose elements are the exact integers of ``a`` in formulas
-    (Python ints mixed with float tensors; unit seeds of derivatives)."""
+    (Python ints mixed with float tensors; unit seeds of derivatives); ``cache``: a small
+    one made again (a gradient's seed of ones) is the same tensor."""
     arr = np.asarray(a)
 
     def make() -> Tensor:
         exact = arr.astype(object) if arr.dtype.kind != "b" else arr.astype(int).astype(object)
         return Tensor(_const_node(exact, dtype), _frozen(arr.astype(dtype)), dtype)
 
-    return _array_constant(arr, np.dtype(dtype), make, exact=True)
+    return _array_constant(arr, np.dtype(dtype), make, exact=True) if cache else make()
 
 
 def atom_constant(atoms: np.ndarray, value: np.ndarray, dtype) -> Tensor:
@@ -822,7 +825,7 @@ def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node) -> tup
             settled = prim.settle_folds(None, values, [t._node for t in tensors], plan.params)
         if settled is not None:
             value, node.folds, node.regular = settled
-            return _frozen(value), None
+            return _frozen(np.asarray(value, dtype=dtype)), None
     with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
         if plan.fuses and any(t._fusion is not None for t in tensors):
             # small nodes settle exactly from plain values below; only the recipe is kept

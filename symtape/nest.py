@@ -53,20 +53,20 @@ def pack_sequence_as(structure: Any, flat: list) -> Any:
     >>> pack_sequence_as({"b": [0, 0], "a": 0}, [1, 2, 3])
     {'b': [2, 3], 'a': 1}
     """
-    it = iter(flat)
+    return _build(structure, iter(flat))
 
-    def build(node):
-        if isinstance(node, Mapping):
-            built = {k: build(node[k]) for k in sorted(node, key=_key)}
-            values = {k: built[k] for k in node}
-            return type(node)(values) if type(node) is not dict else values
-        if isinstance(node, tuple) and hasattr(node, "_fields"):
-            return type(node)(*[build(c) for c in node])
-        if isinstance(node, (list, tuple)):
-            return type(node)(build(c) for c in node)
-        return next(it)
 
-    return build(structure)
+def _build(node: Any, it) -> Any:
+    # a module-level recursion: a nested closure would be a reference cycle holding ``flat``
+    if isinstance(node, Mapping):
+        built = {k: _build(node[k], it) for k in sorted(node, key=_key)}
+        values = {k: built[k] for k in node}
+        return type(node)(values) if type(node) is not dict else values
+    if isinstance(node, tuple) and hasattr(node, "_fields"):
+        return type(node)(*[_build(c, it) for c in node])
+    if isinstance(node, (list, tuple)):
+        return type(node)(_build(c, it) for c in node)
+    return next(it)
 
 
 def map_structure(fn: Callable, structure: Any) -> Any:

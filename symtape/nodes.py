@@ -42,18 +42,32 @@ ELEMENT_LIMIT = 256
 _TABLE: dict = {}
 
 
-def _forget(key, ref) -> None:
-    if _TABLE.get(key) is ref:
-        del _TABLE[key]
+class _Ref(weakref.ref):
+    """A table entry's weak reference, knowing its key (the entry leaves with its node)."""
+
+    __slots__ = ("key",)
+
+
+def _forget(ref: _Ref) -> None:
+    if _TABLE.get(ref.key) is ref:
+        del _TABLE[ref.key]
 
 
 class Node:
     """A tensor-level node; see the module docstring."""
 
     made = 0  # nodes made so far (a counter for benchmarks)
-    __slots__ = ("kind", "prim", "params", "inputs", "shape", "dtype", "size", "uniform",
-                 "regular", "constant", "label", "folds", "_ukey", "_atoms", "_make",
-                 "leaf_store", "_exact", "_fkey", "__weakref__")
+    # facts most nodes keep at their defaults (class attributes: a node sets only its own)
+    uniform = None
+    regular = False
+    label = None  # a leaf's or named constant's name, for tensor notation
+    folds = None  # (mask, atoms) of constant elements of an otherwise regular node
+    leaf_store = None
+    _ukey = None
+    _atoms = None
+    _make = None
+    _exact = None  # a constant's exact elements
+    _fkey = None
 
     def __init__(self, kind: str, prim, params: dict, inputs: tuple, shape: tuple,
                  dtype) -> None:
@@ -62,20 +76,10 @@ class Node:
         self.prim = prim
         self.params = params
         self.inputs = inputs
-        self.shape = tuple(shape)
-        self.dtype = np.dtype(dtype)
+        self.shape = shape if type(shape) is tuple else tuple(shape)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.size = math.prod(self.shape)
-        self.uniform = None
-        self.regular = False
         self.constant = kind == "const"
-        self._atoms = None
-        self._make = None
-        self.leaf_store = None
-        self.label = None  # a leaf's or named constant's name, for tensor notation
-        self.folds = None  # (mask, atoms) of constant elements of an otherwise regular node
-        self._ukey = None
-        self._exact = None  # a constant's exact elements
-        self._fkey = None
 
     def __repr__(self) -> str:
         what = getattr(self.prim, "name", None) or self.kind
@@ -323,7 +327,8 @@ def apply(prim, params: dict, inputs: tuple, shape: tuple, dtype, commutative: b
             return node
     node = Node("op", prim, params, tuple(inputs), shape, dtype)
     if key is not None:
-        _TABLE[key] = weakref.ref(node, lambda ref, key=key: _forget(key, ref))
+        ref = _TABLE[key] = _Ref(node, _forget)
+        ref.key = key
     return node
 
 

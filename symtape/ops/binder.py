@@ -109,7 +109,7 @@ class Tensor:
                  name: str | None = None) -> None:
         self._node = node
         self._value_ = value
-        self._dtype = np.dtype(dtype)
+        self._dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self._id = next(_ids) if _id is None else _id
         self._name = name
         self._fusion = None  # (select atom, {stand-in: value}) of a zero-branched select
@@ -758,9 +758,10 @@ _PLANS_MAX = 4096
 
 
 def _signature(prim: ops.Primitive, args: list, params: dict):
-    first: dict = {}
-    facts = tuple((a.shape, a.dtype, a.ukey, a.regular, a.constant,
-                   first.setdefault(id(a), i)) for i, a in enumerate(args))
+    facts = tuple([(a.shape, a.dtype, a.ukey, a.regular, a.constant) for a in args])
+    if len(args) > 1 and len(set(map(id, args))) < len(args):  # an argument given twice
+        first: dict = {}
+        facts += tuple([first.setdefault(id(a), i) for i, a in enumerate(args)]),
     try:
         return prim, N.params_key(params) if params else (), facts
     except TypeError:

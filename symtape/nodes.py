@@ -124,17 +124,7 @@ class Node:
         when the node has symbolic elements that fold further (use the element view)."""
         if self.kind == "const" and self._exact is not None and self.dtype.kind == "f":
             if self.folds is None:
-                exact = np.asarray(self._exact)
-                values = exact.astype(np.float64) if exact.dtype != object else np.array(
-                    [G.const_value(a) if isinstance(a, sp.Basic) else float(a)
-                     for a in exact.reshape(-1)]).reshape(exact.shape)
-                mask = ~(np.isfinite(values) & (values != 0))
-                atoms = np.empty(exact.shape, dtype=object)
-                for idx in map(tuple, np.argwhere(mask)):
-                    e = exact[idx]
-                    atoms[idx] = e if isinstance(e, sp.Basic) else G.number(e.item() if hasattr(
-                        e, "item") else e)
-                self.folds = (mask, atoms)
+                self.folds = _constant_folds(np.asarray(self._exact))
             return self.folds
         if self.regular:
             return np.zeros(self.shape, dtype=bool), None
@@ -195,6 +185,35 @@ class Node:
                 for a in atoms.flat:
                     names[a.name] = None
         return list(names)
+
+
+def _constant_folds(exact: np.ndarray) -> tuple:
+    """``(mask, atoms)`` of a constant's zero and non-finite elements (exact numbers or
+    SymPy numbers); each distinct number becomes an atom once."""
+    try:
+        values = exact.astype(np.float64)
+    except (TypeError, ValueError):  # SymPy numbers float() refuses (zoo)
+        values = np.array([G.const_value(a) if isinstance(a, sp.Basic) else float(a)
+                           for a in exact.reshape(-1)]).reshape(exact.shape)
+    mask = ~(np.isfinite(values) & (values != 0))
+    atoms = np.empty(exact.shape, dtype=object)
+    if exact.dtype != object:  # one dtype: group the folded elements by their bits
+        picked = exact[mask]
+        bits = picked.view(f"i{picked.itemsize}") if picked.dtype.kind == "f" else picked
+        _, first, inverse = np.unique(bits, return_index=True, return_inverse=True)
+        made = np.empty(len(first), dtype=object)
+        for k, i in enumerate(first):
+            made[k] = G.number(picked[i].item())
+        atoms[mask] = made[inverse.reshape(-1)]
+        return mask, atoms
+    made: dict = {}
+    for idx in map(tuple, np.argwhere(mask)):
+        e = exact[idx]
+        key = (type(e), float(e).hex() if isinstance(e, float) else e)
+        if key not in made:
+            made[key] = e if isinstance(e, sp.Basic) else G.number(e)
+        atoms[idx] = made[key]
+    return mask, atoms
 
 
 def ancestry(root: Node, through=lambda node: True) -> list[Node]:

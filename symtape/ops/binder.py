@@ -654,7 +654,7 @@ def exact_constant(a, dtype, cache: bool = False) -> Tensor:
     arr = np.asarray(a)
 
     def make() -> Tensor:
-        exact = arr.astype(object) if arr.dtype.kind != "b" else arr.astype(int).astype(object)
+        exact = arr.astype(np.int64) if arr.dtype.kind == "b" else arr  # ints stay exact
         return Tensor(_const_node(exact, dtype), _frozen(arr.astype(dtype)), dtype)
 
     return _array_constant(arr, np.dtype(dtype), make, exact=True) if cache else make()

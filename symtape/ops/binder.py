@@ -650,7 +650,11 @@ def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
 def exact_constant(a, dtype, cache: bool = False) -> Tensor:
     """A constant of ``dtype`` whose elements are the exact integers of ``a`` in formulas
     (Python ints mixed with float tensors; unit seeds of derivatives); ``cache``: a small
-    one made again (a gradient's seed of ones) is the same tensor."""
+    one made again (a gradient's seed of ones) is a new tensor over the same node.
+
+    >>> exact_constant([0, 1], "float64").formula()
+    [0, 1]
+    """
     arr = np.asarray(a)
 
     def make() -> Tensor:

@@ -220,8 +220,9 @@ class Elementwise(Primitive):
         fixed = {i for i, _ in consts}
         keys = []
         for i, a in enumerate(args):
-            key = None if i in fixed or same[i] != i else a.fold_key()
-            if key is None and not (i in fixed or same[i] != i):
+            own = i not in fixed and same[i] == i  # an argument the template reads itself
+            key = a.fold_key() if own else None
+            if own and key is None:
                 return None
             keys.append(key)
         try:

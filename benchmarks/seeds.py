@@ -9,6 +9,8 @@ on; shorter ones are printed below them (their times are mostly fixed costs).
 
     python benchmarks/seeds.py                    # against v0.1 (one baseline run)
     python benchmarks/seeds.py --baseline HEAD~5 --repeat 3
+
+``v0.1`` is the tag of the 0.1 release (commit 20a360b).
 """
 
 from __future__ import annotations
@@ -54,7 +56,9 @@ def main() -> None:
     work = pathlib.Path(tempfile.mkdtemp(prefix="symtape-baseline-"))
     try:
         subprocess.run(["git", "clone", "-q", str(ROOT), str(work)], check=True)
-        subprocess.run(["git", "checkout", "-q", args.baseline], cwd=work, check=True)
+        if subprocess.run(["git", "checkout", "-q", args.baseline], cwd=work).returncode:
+            sys.exit(f"seeds.py: no revision {args.baseline!r} in this repository; give one "
+                     "with --baseline (0.1 is commit 20a360b)")
         base = durations(work, args.repeat)
     finally:
         shutil.rmtree(work, ignore_errors=True)

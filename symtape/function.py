@@ -279,6 +279,20 @@ class Transform:
         self._last: CompiledFunction | None = None
 
     def __call__(self, *args, out=None):
+        key = []
+        for a in args:  # floats and float64 arrays go straight to a compiled function
+            t = type(a)
+            if t is float or t is np.float64:
+                key.append(())
+            elif t is np.ndarray and a.dtype == np.float64:
+                key.append(a.shape)
+            else:
+                break
+        else:
+            compiled = self._compiled.get(tuple(key))
+            if compiled is not None:
+                self._last = compiled
+                return compiled(*args, out=out)
         arrays = [np.asarray(a.numpy() if isinstance(a, Tensor) else a, dtype=np.float64)
                   for a in args]
         key = tuple(a.shape for a in arrays)

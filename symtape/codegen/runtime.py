@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import binascii
 import ctypes
+import functools
 import itertools
 import json
 import math
@@ -35,7 +36,7 @@ from . import c99, cache, jit, kernel
 from .lower import OPS
 from .plan import ArgLayout, Instr, OutLayout, Plan, build_plan, formulas
 
-__all__ = ["TensorSpec", "CompiledFunction", "compile_atoms", "load"]
+__all__ = ["TensorSpec", "CompiledFunction", "BufferCall", "compile_atoms", "load"]
 
 _FILE_MAGIC = b"SYMTAPEF"
 _FILE_FORMAT = 2  # 1 was a pickle: such files are refused, never unpickled
@@ -265,6 +266,53 @@ def _pool() -> ThreadPoolExecutor:
 # CompiledFunction
 # --------------------------------------------------------------------------------------------
 
+_GENERAL = object()  # a call the one-point path leaves to the general one
+_INT_LIMIT = 1 << 53  # ints the one-point path converts (exactly) to float
+
+
+class BufferCall:
+    """A compiled function bound to arrays (see :meth:`CompiledFunction.buffer`): calling it
+    runs the native code over them; ``out`` holds the results, ``args`` the arguments."""
+
+    __slots__ = ("_run", "args", "out", "_keep")
+
+    def __init__(self, fn: CompiledFunction, arrays: list, targets: list, batch: tuple,
+                 result) -> None:
+        self.args, self.out = tuple(arrays), result
+        self._keep = fn  # the engine the native code lives in
+        bufs = list(arrays) + list(targets)
+        total = math.prod(batch)
+        nb = len(batch)
+        if total == 0:
+            self._run = _nothing
+            return
+        full = all(a.ndim == nb + nc and a.shape[:nb] == batch and a.flags.c_contiguous
+                   for a, nc in zip(bufs, fn._core_ndims))
+        dims = ([(total, fn._sizes)] if full
+                else _collapse(batch, bufs, fn._core_ndims, fn._itemsizes))
+        addrs = [a.ctypes.data for a in bufs]
+        if len(dims) == 1:
+            n, strides = dims[0]
+            ptrs = fn._ptr_type(*addrs)
+            if strides == fn._sizes:
+                self._run = functools.partial(fn._dense, n, ptrs)
+            else:
+                self._run = functools.partial(fn._strided, n, ptrs, fn._stride_type(*strides))
+            return
+        n, strides = dims[-1]
+        stride_arr = fn._stride_type(*strides)
+        calls = [(n, fn._ptr_type(*[a + b * w for a, b, w in zip(addrs, base, fn._itemsizes)]),
+                  stride_arr) for base in _outer_offsets(dims[:-1], len(bufs))]
+        self._run = functools.partial(_run_group, fn._strided, calls)
+
+    def __call__(self) -> None:
+        self._run()
+
+
+def _nothing() -> None:
+    return None
+
+
 
 class CompiledFunction:
     """A native function of arrays, vectorised over leading batch dimensions.
@@ -326,6 +374,7 @@ class CompiledFunction:
         n = len(self._sizes)
         self._ptr_type = ctypes.c_void_p * max(n, 1)
         self._stride_type = ctypes.c_int64 * max(n, 1)
+        self._local = threading.local()  # each thread's buffers for one-point calls
 
     # ----- properties ---------------------------------------------------------------------
 
@@ -385,6 +434,10 @@ class CompiledFunction:
     # ----- calling ------------------------------------------------------------------------
 
     def __call__(self, *args, out=None):
+        if out is None:
+            result = self._point_call(args)
+            if result is not _GENERAL:
+                return result
         arrays, batch = self._check_inputs(args)
         targets, copies, result = self._check_outputs(out, batch, arrays)
         self._run(arrays, targets, batch)
@@ -393,6 +446,89 @@ class CompiledFunction:
         if out is None:
             return _rebuild(self._structure, [t[()] if t.ndim == 0 else t for t in targets])
         return result
+
+    def _point_call(self, args):
+        """One point, without the general checks: every argument a Python or numpy float (or
+        an int) for a 0-d input, or an array of exactly the input's core shape and dtype. The
+        values are copied into this thread's fixed buffers, so the pointers are made once.
+        Anything else returns :data:`_GENERAL` (the general path checks and converts it)."""
+        try:
+            ins, outs, ptrs = self._local.point
+        except AttributeError:
+            ins, outs, ptrs = self._local.point = self._point_buffers()
+        if len(args) != len(ins):
+            return _GENERAL
+        for x, buf in zip(args, ins):
+            t = type(x)
+            if t is float or t is np.float64 or (t is int and -_INT_LIMIT < x < _INT_LIMIT):
+                if buf.ndim:
+                    return _GENERAL
+                buf[()] = x
+            elif t is np.ndarray and x.shape == buf.shape and x.dtype == buf.dtype:
+                buf[...] = x
+            else:
+                return _GENERAL
+        self._dense(1, ptrs)
+        return _rebuild(self._structure, [o[()] if o.ndim == 0 else o.copy() for o in outs])
+
+    def _point_buffers(self) -> tuple:
+        ins = [np.zeros(s.shape, dtype=self._dtype) for s in self._in_specs]
+        outs = [np.zeros(s.shape, dtype=d) for s, d in zip(self._out_specs, self._out_dtypes)]
+        return ins, outs, self._ptr_type(*[a.ctypes.data for a in ins + outs])
+
+    def buffer(self, *args, out=None) -> BufferCall:
+        """A call bound to arrays, for tight loops: ``call()`` runs the native code on the
+        arrays' current contents and writes ``call.out`` (the result's structure; ``out``
+        when given, else new arrays), with no checks, conversions or copies. The arguments
+        must be arrays of this function's dtype whose core dimensions are contiguous (they
+        are read in place, so changes between calls are seen); they are checked once here.
+        The call runs on the calling thread.
+
+        >>> import symtape as st
+        >>> x = st.symbol("x")
+        >>> f = st.compile(x * x, [x])
+        >>> xs = np.array([1.0, 2.0])
+        >>> call = f.buffer(xs)
+        >>> call(); call.out
+        array([1., 4.])
+        >>> xs[:] = [3.0, 4.0]; call(); call.out
+        array([ 9., 16.])
+        """
+        if len(args) != len(self._in_specs):
+            raise TypeError(f"{self._name}.buffer takes {len(self._in_specs)} array arguments, "
+                            f"got {len(args)}")
+        for i, (x, spec) in enumerate(zip(args, self._in_specs)):
+            if not isinstance(x, np.ndarray) or x.dtype != self._dtype:
+                what = type(x).__name__ if not isinstance(x, np.ndarray) else x.dtype
+                raise DTypeError(f"{self._name}.buffer: {self._arg_name(i)} must be a numpy "
+                                 f"array of {self._dtype.name} (read in place), got {what}")
+            nc = len(spec.shape)
+            if x.ndim >= nc and x.shape[x.ndim - nc:] == spec.shape and x.size and \
+                    not (x.flags.aligned and _core_contiguous(x, nc)):
+                raise InvalidArgumentError(f"{self._name}.buffer: {self._arg_name(i)} must "
+                                           "have contiguous core dimensions (it is read in "
+                                           "place); pass np.ascontiguousarray of it")
+        arrays, batch = self._check_inputs(args)  # shapes (nothing left to convert)
+        if out is not None:
+            given = self._flatten_out(out)
+            for k, arr in given.items():
+                _check_out(self._name, arr[0], arr[1], batch + self._out_specs[k].shape,
+                           self._out_dtypes[k])
+            targets = [given[k][0] for k in range(len(self._out_specs))]
+            for k, arr in enumerate(targets):
+                if arr.size and (any(np.may_share_memory(arr, a)
+                                     for a in list(arrays) + targets[:k]) or
+                                 not (arr.flags.aligned and
+                                      _core_contiguous(arr, len(self._out_specs[k].shape)))):
+                    raise InvalidArgumentError(
+                        f"{self._name}.buffer: output {k} must not overlap an argument or "
+                        "another output and must have contiguous core dimensions")
+            result = out
+        else:
+            targets = [np.empty(batch + s.shape, dtype=d)
+                       for s, d in zip(self._out_specs, self._out_dtypes)]
+            result = _rebuild(self._structure, targets)
+        return BufferCall(self, arrays, targets, batch, result)
 
     def _arg_name(self, i: int) -> str:
         nm = self._input_names[i]

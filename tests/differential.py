@@ -5,8 +5,9 @@ A program draws ops from the tables below over a few input variables holding spe
 gradient and a second derivative are computed eagerly on tapes, then the same tensors are
 compiled and evaluated at the same point.
 
-Eager values use numpy's transcendental functions and compiled code the C library's; the two
-differ by an ulp now and then, which cancellation can amplify at ill-conditioned points. So
+Eager values use numpy's transcendental functions and compiled code the C library's (or
+symtape's own ``exp`` and ``log`` in vectorised kernels); the two differ by an ulp now and
+then, which cancellation can amplify at ill-conditioned points. So
 :func:`check` compares each side with the DAG interpreted by the matching library (exactly:
 folding, nan patterns, infinities, signed zeros), and eager with compiled directly wherever
 the two libraries agree on the DAG's value.
@@ -137,10 +138,20 @@ _LIBM_NAMES = {sp.exp: "exp", sp.log: "log", F.log1p: "log1p", F.expm1: "expm1",
                sp.atan2: "atan2", sp.Pow: "pow"}
 
 
+_VECMATH = {"exp": sp.exp, "log": sp.log}
+
+
+def vector_functions(f) -> tuple:
+    """The functions the compiled function ``f`` computes with symtape's own IR (vectorised
+    kernels; see ``symtape/codegen/vecmath.py``) rather than the C library."""
+    return tuple(name for name in _VECMATH if f"@st.{name}.f64(" in f.llvm_ir)
+
+
 @functools.cache
-def libm_heads() -> dict:
-    """The interpreter's head table with the C library's functions (what compiled code
-    calls) in place of numpy's."""
+def libm_heads(vector: tuple = ()) -> dict:
+    """The interpreter's head table with the elementary functions compiled code uses in
+    place of numpy's: the C library's, and for the names in ``vector`` symtape's own (their
+    accuracy is tested against mpmath)."""
     libm = ctypes.CDLL(ctypes.util.find_library("m"))
     heads = dict(evaluate.HEADS)
     for head, name in _LIBM_NAMES.items():
@@ -149,6 +160,10 @@ def libm_heads() -> dict:
         fn.restype = ctypes.c_double
         fn.argtypes = [ctypes.c_double] * arity
         heads[head] = _elementwise(fn, arity)
+    x = st.symbol("x")
+    for name in vector:
+        own = st.compile(getattr(st, name)(x), [x], name=f"reference_{name}")
+        heads[_VECMATH[name]] = lambda a, own=own: own(np.asarray(a, dtype=np.float64))
     return heads
 
 
@@ -189,10 +204,10 @@ def check(rng: np.random.Generator, n_inputs: int = 2, size: int = 3) -> list:
     hs = outer.gradient(total, xs, unconnected_gradients="zero")
     outputs = [y, *gs, *hs]
     eager = [np.asarray(t.numpy(), dtype=np.float64) for t in outputs]
-    compiled = [np.asarray(c, dtype=np.float64)
-                for c in st.compile(outputs, xs)(*[x.numpy() for x in xs])]
+    f = st.compile(outputs, xs)
+    compiled = [np.asarray(c, dtype=np.float64) for c in f(*[x.numpy() for x in xs])]
     ref_np = reference(outputs, xs, evaluate.HEADS)
-    ref_libm = reference(outputs, xs, libm_heads())
+    ref_libm = reference(outputs, xs, libm_heads(vector_functions(f)))
     found = []
     for k in range(len(outputs)):
         stable = ~np.isin(np.arange(outputs[k].size), mismatches(ref_np[k], ref_libm[k]))

@@ -212,6 +212,8 @@ class _Body:
             ]
             return
         op = OPS[ins.op]
+        if op.scalar is not None and not self.loop_vectorize:
+            op = op.scalar
         args = [self._as(a, kind) for a, kind in zip(ins.args, op.args)]
         self.decls.update(op.decls)
         lines = op.ir32 if op.ir32 is not None and self.dtype == "float32" else op.ir

@@ -26,6 +26,7 @@ from .. import functions as F
 from ..errors import LoweringError
 from ..heads import RECORDS
 from ..numeric import pow_plan, split_quotient
+from . import vecmath
 
 __all__ = ["Op", "OPS", "HEADS", "Builder", "head_rule"]
 
@@ -61,6 +62,9 @@ class Op:
     decls: tuple[str, ...] = ()
     ir32: tuple[str, ...] | None = None  # lines for float32 kernels, where they differ
     call: bool = False  # lowered to a scalar C library call (no vector form)
+    # the C library form of an op written in IR for vectorised loops, which kernels whose
+    # batch loop is not vectorised use instead (one scalar call is faster there)
+    scalar: Op | None = None
 
 
 def _arith(instr: str, c: str, fn: Callable) -> Op:
@@ -100,6 +104,23 @@ def _libm(name: str, fn: Callable, arity: int = 1) -> Op:
     )
 
 
+def _vecmath(name: str, definition: str, fn: Callable) -> Op:
+    """An op computed by ``@st.<name>.f64``, defined in IR (:mod:`~symtape.codegen.vecmath`)
+    and inlined; float32 kernels compute it in double and round once."""
+    return Op(
+        "f",
+        "f",
+        (f"{{r}} = call double @st.{name}.f64(double {{0}})",),
+        f"{name}{{m}}({{0}})",
+        fn,
+        (definition.replace("{", "{{").replace("}", "}}"), *vecmath.DECLARATIONS),
+        ir32=("{r}.x = fpext float {0} to double",
+              f"{{r}}.e = call double @st.{name}.f64(double {{r}}.x)",
+              "{r} = fptrunc double {r}.e to float"),
+        scalar=_intrinsic(name, name, fn),
+    )
+
+
 def _compare(pred: str, c: str, fn: Callable) -> Op:
     return Op("ff", "b", (f"{{r}} = fcmp {pred} {{t}} {{0}}, {{1}}",), c, fn)
 
@@ -128,8 +149,9 @@ OPS: dict[str, Op] = {
     ),
     # intrinsics: LLVM lowers them to instructions (sqrt, fabs, rounding) or libm calls
     "sqrt": _intrinsic("sqrt", "sqrt", sp.sqrt),
-    "exp": _intrinsic("exp", "exp", sp.exp),
-    "log": _intrinsic("log", "log", sp.log),
+    # exp and log in IR (vecmath): no library call, so the batch loop around them vectorises
+    "exp": _vecmath("exp", vecmath.EXP_F64, sp.exp),
+    "log": _vecmath("log", vecmath.LOG_F64, sp.log),
     "sin": _intrinsic("sin", "sin", sp.sin),
     "cos": _intrinsic("cos", "cos", sp.cos),
     "abs": _intrinsic("fabs", "fabs", sp.Abs),

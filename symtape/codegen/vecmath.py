@@ -1,0 +1,184 @@
+"""Vector math: elementary functions written in LLVM IR, so loops that use them vectorise.
+
+A call to the C library has no vector form: LLVM keeps it a scalar call per point and does
+not vectorise the batch loop around it. The functions here are plain IR (arithmetic, bit
+operations, selects and intrinsics that are instructions on current CPUs), inlined into the
+kernel, so the loop vectoriser widens them like any other arithmetic.
+
+``exp``: Cody-Waite reduction ``x = q ln2 + s`` (``q`` the nearest integer to ``x / ln2``)
+with ``ln2`` split into a high part of 32 significant bits (``q ln2_hi`` is exact) and a low
+part, the Taylor polynomial of ``(e**s - 1 - s) / s**2`` to degree 11 on ``|s| <= ln2/2``
+(truncation below 1e-17 relative), ``s*s*p + s + 1``, and the scale by ``2**q`` in two halves
+so that results near overflow and in the subnormal range are formed without an intermediate
+overflow. Inputs above ``log(DBL_MAX)`` give ``inf``, below -1000 give ``+0``, nan gives nan.
+The accuracy is tested against mpmath (``tests/codegen``): at most 1 ulp from the correctly
+rounded value. No fast-math flags are used inside, so ``fastmath=True`` kernels round these
+functions the same way.
+"""
+
+from __future__ import annotations
+
+import fractions
+import math
+import struct
+
+import mpmath
+
+__all__ = ["EXP_F64", "LOG_F64", "DECLARATIONS"]
+
+
+def _hex(value: float) -> str:
+    """An LLVM IR double literal for ``value`` (exact)."""
+    return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+
+
+def _split_ln2() -> tuple:
+    """``(1/ln2, ln2_hi, ln2_lo)``: ``ln2_hi`` has 32 significant bits, so ``q * ln2_hi`` is
+    exact for ``|q| < 2**21``; ``ln2_lo`` is the rest, rounded."""
+    with mpmath.workprec(200):
+        ln2 = mpmath.log(2)
+        hi = float(mpmath.ldexp(mpmath.floor(mpmath.ldexp(ln2, 32)), -32))
+        return float(1 / ln2), hi, float(ln2 - hi)
+
+
+_R_LN2, _L2U, _L2L = _split_ln2()
+#: 1/k! for k = 13 down to 2: (e**s - 1 - s) / s**2 by Horner's rule
+_EXP_COEFFS = tuple(float(fractions.Fraction(1, math.factorial(k))) for k in range(13, 1, -1))
+
+
+def _exp_overflow() -> float:
+    """The largest double whose exponential rounds to a finite double (below DBL_MAX plus
+    half its ulp)."""
+    with mpmath.workprec(200):
+        limit = mpmath.log(mpmath.mpf(2) ** 1024 - mpmath.mpf(2) ** 970)
+        x = float(limit)
+        return x if x < limit else math.nextafter(x, -math.inf)
+
+
+_EXP_MAX = _exp_overflow()  # above it the result is inf
+_EXP_MIN = -1000.0  # below it the result is +0
+
+
+def _exp_f64() -> str:
+    horner = [f"  %u0 = fmul double %s, {_hex(_EXP_COEFFS[0])}"]  # highest degree first
+    for k, c in enumerate(_EXP_COEFFS[1:], start=1):
+        horner.append(f"  %a{k} = fadd double %u{k - 1}, {_hex(c)}")
+        if k < len(_EXP_COEFFS) - 1:
+            horner.append(f"  %u{k} = fmul double %a{k}, %s")
+    last = f"%a{len(_EXP_COEFFS) - 1}"
+    lines = [
+        "define internal double @st.exp.f64(double %d) alwaysinline nounwind willreturn "
+        "memory(none) {",
+        "entry:",
+        # clamp first: fptosi of a value out of range (or nan) is poison
+        f"  %c0 = call double @llvm.maxnum.f64(double %d, double {_hex(_EXP_MIN)})",
+        "  %c = call double @llvm.minnum.f64(double %c0, double 7.100000e+02)",
+        f"  %t = fmul double %c, {_hex(_R_LN2)}",
+        "  %q = call double @llvm.rint.f64(double %t)",
+        f"  %qh = fmul double %q, {_hex(_L2U)}",
+        "  %s0 = fsub double %c, %qh",
+        f"  %ql = fmul double %q, {_hex(_L2L)}",
+        "  %s = fsub double %s0, %ql",
+        *horner,
+        "  %ss = fmul double %s, %s",
+        f"  %w0 = fmul double %ss, {last}",
+        "  %w1 = fadd double %w0, %s",
+        "  %w = fadd double %w1, 1.000000e+00",
+        # w * 2**q as w * 2**(q >> 1) * 2**(q - (q >> 1)): each factor a normal number
+        "  %qi = fptosi double %q to i64",
+        "  %h0 = ashr i64 %qi, 1",
+        "  %h1 = sub i64 %qi, %h0",
+        "  %e0 = add i64 %h0, 1023",
+        "  %e1 = add i64 %h1, 1023",
+        "  %b0 = shl i64 %e0, 52",
+        "  %b1 = shl i64 %e1, 52",
+        "  %p0 = bitcast i64 %b0 to double",
+        "  %p1 = bitcast i64 %b1 to double",
+        "  %r0 = fmul double %w, %p0",
+        "  %r1 = fmul double %r0, %p1",
+        f"  %big = fcmp ogt double %d, {_hex(_EXP_MAX)}",
+        "  %r2 = select i1 %big, double 0x7FF0000000000000, double %r1",
+        f"  %tiny = fcmp olt double %d, {_hex(_EXP_MIN)}",
+        "  %r3 = select i1 %tiny, double 0.000000e+00, double %r2",
+        "  %nan = fcmp uno double %d, 0.000000e+00",
+        "  %r = select i1 %nan, double %d, double %r3",
+        "  ret double %r",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+#: The definition of ``@st.exp.f64`` (double -> double).
+EXP_F64 = _exp_f64()
+
+#: 2/(2k+1) for k = 10 down to 1: ``R(z)`` of ``log(1+f) = f - hfsq + s*(hfsq + R(s*s))``
+_LOG_COEFFS = tuple(float(fractions.Fraction(2, 2 * k + 1)) for k in range(10, 0, -1))
+
+
+def _log_f64() -> str:
+    horner = [f"  %u0 = fmul double %z, {_hex(_LOG_COEFFS[0])}"]
+    for k, c in enumerate(_LOG_COEFFS[1:], start=1):
+        horner.append(f"  %a{k} = fadd double %u{k - 1}, {_hex(c)}")
+        horner.append(f"  %u{k} = fmul double %a{k}, %z")
+    r = f"%u{len(_LOG_COEFFS) - 1}"
+    lines = [
+        "define internal double @st.log.f64(double %d) alwaysinline nounwind willreturn "
+        "memory(none) {",
+        "entry:",
+        # subnormals are scaled into the normal range first
+        "  %sub = fcmp olt double %d, 0x0010000000000000",
+        "  %dn = fmul double %d, 0x4350000000000000",  # 2**54
+        "  %x = select i1 %sub, double %dn, double %d",
+        "  %eb = select i1 %sub, i64 -1077, i64 -1023",
+        # x = 2**e * m with m in [1, 2), then m in [sqrt(2)/2, sqrt(2))
+        "  %bits = bitcast double %x to i64",
+        "  %be = lshr i64 %bits, 52",
+        "  %e0 = add i64 %be, %eb",
+        "  %mb = and i64 %bits, 4503599627370495",
+        "  %mb1 = or i64 %mb, 4607182418800017408",
+        "  %m0 = bitcast i64 %mb1 to double",
+        "  %big = fcmp ogt double %m0, 0x3FF6A09E667F3BCD",
+        "  %mh = fmul double %m0, 5.000000e-01",
+        "  %m = select i1 %big, double %mh, double %m0",
+        "  %e1 = add i64 %e0, 1",
+        "  %e = select i1 %big, i64 %e1, i64 %e0",
+        "  %k = sitofp i64 %e to double",
+        # log(m) = log(1 + f): s = f / (2 + f), z = s*s, R(z) = 2z/3 + 2z**2/5 + ...
+        "  %f = fsub double %m, 1.000000e+00",
+        "  %f2 = fadd double %f, 2.000000e+00",
+        "  %s = fdiv double %f, %f2",
+        "  %z = fmul double %s, %s",
+        *horner,
+        "  %ff = fmul double %f, %f",
+        "  %hfsq = fmul double %ff, 5.000000e-01",
+        # k*ln2_hi - ((hfsq - (s*(hfsq + R) + k*ln2_lo)) - f)
+        f"  %t0 = fadd double %hfsq, {r}",
+        "  %t1 = fmul double %s, %t0",
+        f"  %kl = fmul double %k, {_hex(_L2L)}",
+        "  %t2 = fadd double %t1, %kl",
+        "  %t3 = fsub double %hfsq, %t2",
+        "  %t4 = fsub double %t3, %f",
+        f"  %kh = fmul double %k, {_hex(_L2U)}",
+        "  %r0 = fsub double %kh, %t4",
+        # log(+-0) = -inf, log(x < 0) = nan, log(inf) = inf, log(nan) = nan
+        "  %zero = fcmp oeq double %d, 0.000000e+00",
+        "  %r1 = select i1 %zero, double 0xFFF0000000000000, double %r0",
+        "  %inf = fcmp oeq double %d, 0x7FF0000000000000",
+        "  %r2 = select i1 %inf, double %d, double %r1",
+        "  %bad = fcmp ult double %d, 0.000000e+00",  # negative or nan
+        "  %r = select i1 %bad, double 0x7FF8000000000000, double %r2",
+        "  ret double %r",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+#: The definition of ``@st.log.f64`` (double -> double).
+LOG_F64 = _log_f64()
+
+#: The intrinsics the definitions call.
+DECLARATIONS = (
+    "declare double @llvm.maxnum.f64(double, double)",
+    "declare double @llvm.minnum.f64(double, double)",
+    "declare double @llvm.rint.f64(double)",
+)

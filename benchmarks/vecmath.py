@@ -1,9 +1,9 @@
-"""Compiled elementary functions over 10^6 points: symtape's IR ``exp``/``log`` (vectorised
-kernels) against the C library's scalar calls and numpy, in the same run.
+"""Compiled elementary functions over 10^6 points: symtape's IR ``exp``/``log``/``tanh``
+(vectorised kernels) against the C library's scalar calls and numpy, in the same run.
 
 The C library rows compile the same function with the batch loop's vectorisation off
 (``kernel.LOOP_VECTORIZE_MAX_ACCESSES = 0``), where kernels call the C library's scalar
-``exp``/``log`` once per point: what every kernel did before the IR versions.
+``exp``/``log``/``tanh`` once per point: what every kernel did before the IR versions.
 
     python benchmarks/vecmath.py
 """
@@ -43,6 +43,7 @@ def main() -> None:
     cases = [
         ("exp", st.exp(x), xs, lambda: np.exp(xs, out=out)),
         ("log", st.log(x), pos, lambda: np.log(pos, out=out)),
+        ("tanh", st.tanh(x), xs, lambda: np.tanh(xs, out=out)),
         ("sigmoid", st.nn.sigmoid(x), xs, lambda: np.divide(1.0, 1.0 + np.exp(-xs), out=out)),
     ]
     print(f"{N:,} points, one thread; ms (best of 30)")

@@ -78,7 +78,7 @@ def render(plan: Plan, name: str, dtype: str = "float64", fastmath: bool = False
     fmt = {"t": t, "sfx": sfx, "m": m, "fm": fm}
     emitter = _Body(plan, fmt, size)
     body = emitter.lines()
-    decls = sorted(d.format(**fmt) for d in emitter.decls)
+    decls = sorted({d.format(**fmt) for d in emitter.decls})  # one line per declaration
     head = [f"; symtape kernel {name}: {len(plan.inputs)} inputs, {len(plan.outputs)} outputs"]
     tail = [_ATTRIBUTES] + ([_NO_LOOP_VECTORIZE] if not emitter.loop_vectorize else []) + [""]
     return "\n".join(head + decls + body + _entries(plan, name) + tail)

@@ -104,20 +104,22 @@ def _libm(name: str, fn: Callable, arity: int = 1) -> Op:
     )
 
 
-def _vecmath(name: str, definition: str, fn: Callable) -> Op:
-    """An op computed by ``@st.<name>.f64``, defined in IR (:mod:`~symtape.codegen.vecmath`)
-    and inlined; float32 kernels compute it in double and round once."""
+def _vecmath(name: str, definitions: tuple, fn: Callable, scalar: Op | None = None) -> Op:
+    """An op computed by ``@st.<name>.f64``, defined in IR (:mod:`~symtape.codegen.vecmath`:
+    ``definitions``, its own and those it calls) and inlined; float32 kernels compute it in
+    double and round once. ``scalar``: the C library form (default: the LLVM intrinsic)."""
     return Op(
         "f",
         "f",
         (f"{{r}} = call double @st.{name}.f64(double {{0}})",),
         f"{name}{{m}}({{0}})",
         fn,
-        (definition.replace("{", "{{").replace("}", "}}"), *vecmath.DECLARATIONS),
+        (*[d.replace("{", "{{").replace("}", "}}") for d in definitions],
+         *vecmath.DECLARATIONS),
         ir32=("{r}.x = fpext float {0} to double",
               f"{{r}}.e = call double @st.{name}.f64(double {{r}}.x)",
               "{r} = fptrunc double {r}.e to float"),
-        scalar=_intrinsic(name, name, fn),
+        scalar=scalar if scalar is not None else _intrinsic(name, name, fn),
     )
 
 
@@ -150,8 +152,8 @@ OPS: dict[str, Op] = {
     # intrinsics: LLVM lowers them to instructions (sqrt, fabs, rounding) or libm calls
     "sqrt": _intrinsic("sqrt", "sqrt", sp.sqrt),
     # exp and log in IR (vecmath): no library call, so the batch loop around them vectorises
-    "exp": _vecmath("exp", vecmath.EXP_F64, sp.exp),
-    "log": _vecmath("log", vecmath.LOG_F64, sp.log),
+    "exp": _vecmath("exp", (vecmath.EXP_F64,), sp.exp),
+    "log": _vecmath("log", (vecmath.LOG_F64,), sp.log),
     "sin": _intrinsic("sin", "sin", sp.sin),
     "cos": _intrinsic("cos", "cos", sp.cos),
     "abs": _intrinsic("fabs", "fabs", sp.Abs),
@@ -183,7 +185,8 @@ OPS: dict[str, Op] = {
     "atan": _libm("atan", sp.atan),
     "sinh": _libm("sinh", sp.sinh),
     "cosh": _libm("cosh", sp.cosh),
-    "tanh": _libm("tanh", sp.tanh),
+    "tanh": _vecmath("tanh", (vecmath.TANH_F64, vecmath.EXP_F64), sp.tanh,
+                     _libm("tanh", sp.tanh)),
     "asinh": _libm("asinh", sp.asinh),
     "acosh": _libm("acosh", sp.acosh),
     "atanh": _libm("atanh", sp.atanh),

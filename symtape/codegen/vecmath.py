@@ -23,8 +23,9 @@ import math
 import struct
 
 import mpmath
+import sympy as sp
 
-__all__ = ["EXP_F64", "LOG_F64", "DECLARATIONS"]
+__all__ = ["EXP_F64", "LOG_F64", "TANH_F64", "DECLARATIONS"]
 
 
 def _hex(value: float) -> str:
@@ -176,9 +177,67 @@ def _log_f64() -> str:
 #: The definition of ``@st.log.f64`` (double -> double).
 LOG_F64 = _log_f64()
 
+_TANH_SERIES_LIMIT = 0.9  # below: the Taylor series; above: 1 - 2/(exp(2|x|) + 1)
+
+
+def _tanh_coeffs() -> tuple:
+    """Taylor coefficients of ``(tanh(x) - x) / x**3`` in powers of ``x**2``, highest first,
+    enough that the first one left out is below 2**-60 of ``tanh`` on the series' range:
+    ``tanh x = sum 2**(2n) (2**(2n) - 1) B(2n) x**(2n-1) / (2n)!``."""
+    out = []
+    limit = _TANH_SERIES_LIMIT
+    for n in range(2, 200):
+        c = sp.Rational(2 ** (2 * n) * (2 ** (2 * n) - 1)) * sp.bernoulli(2 * n) / \
+            sp.factorial(2 * n)
+        if abs(float(c)) * limit ** (2 * n - 1) < 2.0 ** -60 * math.tanh(limit):
+            break
+        out.append(float(c))
+    return tuple(reversed(out))
+
+
+def _tanh_f64() -> str:
+    coeffs = _tanh_coeffs()
+    horner = [f"  %u0 = fmul double %z, {_hex(coeffs[0])}"]
+    for k, c in enumerate(coeffs[1:], start=1):
+        horner.append(f"  %a{k} = fadd double %u{k - 1}, {_hex(c)}")
+        if k < len(coeffs) - 1:
+            horner.append(f"  %u{k} = fmul double %a{k}, %z")
+    p = f"%a{len(coeffs) - 1}"
+    lines = [
+        "define internal double @st.tanh.f64(double %d) alwaysinline nounwind willreturn "
+        "memory(none) {",
+        "entry:",
+        "  %a = call double @llvm.fabs.f64(double %d)",
+        # the series: d + d*z*P(z)
+        "  %z = fmul double %d, %d",
+        *horner,
+        "  %dz = fmul double %d, %z",
+        f"  %c = fmul double %dz, {p}",
+        "  %ts0 = fadd double %d, %c",
+        "  %ts = call double @llvm.copysign.f64(double %ts0, double %d)",  # tanh(-0) = -0
+        # 1 - 2/(exp(2|d|) + 1), with the sign of d (inf gives 1, nan stays nan)
+        "  %twice = fadd double %a, %a",
+        "  %e = call double @st.exp.f64(double %twice)",
+        "  %e1 = fadd double %e, 1.000000e+00",
+        "  %q = fdiv double 2.000000e+00, %e1",
+        "  %tl0 = fsub double 1.000000e+00, %q",
+        "  %tl = call double @llvm.copysign.f64(double %tl0, double %d)",
+        f"  %near = fcmp olt double %a, {_hex(_TANH_SERIES_LIMIT)}",
+        "  %r = select i1 %near, double %ts, double %tl",
+        "  ret double %r",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+#: The definition of ``@st.tanh.f64`` (double -> double; calls ``@st.exp.f64``).
+TANH_F64 = _tanh_f64()
+
 #: The intrinsics the definitions call.
 DECLARATIONS = (
     "declare double @llvm.maxnum.f64(double, double)",
     "declare double @llvm.minnum.f64(double, double)",
     "declare double @llvm.rint.f64(double)",
+    "declare double @llvm.fabs.f64(double)",
+    "declare double @llvm.copysign.f64(double, double)",
 )

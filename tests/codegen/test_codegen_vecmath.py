@@ -183,3 +183,39 @@ def test_kernels_with_library_calls_keep_the_library_forms():
     assert "llvm.exp.f64" in f.llvm_ir and "llvm.log.f64" in f.llvm_ir
     xs = np.array([0.5, 2.0, 10.0])
     np.testing.assert_allclose(f(xs), np.exp(xs) * np.sin(xs) + np.log(xs), rtol=1e-15)
+
+
+# ---- tanh -----------------------------------------------------------------------------------
+
+def test_tanh_float64_within_one_ulp_of_correctly_rounded():
+    x = st.symbol("x")
+    f = st.compile(st.tanh(x), [x], name="tanh64")
+    assert "@st.tanh.f64" in f.llvm_ir and "@tanh(" not in f.llvm_ir
+    rng = np.random.default_rng(2028)
+    xs = np.concatenate([
+        rng.uniform(-25.0, 25.0, 40_000),
+        rng.uniform(-2.0, 2.0, 40_000),  # where 1 - 2/(e**2x + 1) loses the most
+        rng.uniform(0.85, 0.95, 10_000),  # either side of the series' limit
+        np.sign(rng.normal(size=10_000)) * 10.0 ** rng.uniform(-320, 0, 10_000),
+    ])
+    got = f(xs)
+    want = _correctly_rounded(mpmath.tanh, xs, np.float64)
+    nonzero = want != 0
+    err = _ulps(got[nonzero], want[nonzero])
+    assert err.max() <= 1.0, (xs[nonzero][err.argmax()], err.max())
+    assert np.mean(err == 0) > 0.9
+    special = f(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 40.0, -40.0]))
+    assert special[0] == 0.0 and not np.signbit(special[0])
+    assert special[1] == 0.0 and np.signbit(special[1])
+    assert special[2] == 1.0 and special[3] == -1.0 and np.isnan(special[4])
+    assert special[5] == 5e-324 and special[6] == -5e-324
+    assert special[7] == 1.0 and special[8] == -1.0
+
+
+def test_one_kernel_with_exp_log_and_tanh_defines_each_once():
+    x = st.symbol("x")
+    f = st.compile(st.tanh(x) * st.exp(x) + st.log(st.abs(x)) + st.nn.sigmoid(x), [x])
+    assert f.llvm_ir.count("define internal double @st.exp.f64") == 1
+    xs = np.linspace(-3.0, 3.0, 100)  # no zero
+    want = np.tanh(xs) * np.exp(xs) + np.log(np.abs(xs)) + 1.0 / (1.0 + np.exp(-xs))
+    np.testing.assert_allclose(f(xs), want, rtol=1e-13)

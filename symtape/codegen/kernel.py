@@ -53,6 +53,10 @@ _ATTRIBUTES = "attributes #0 = { nounwind willreturn memory(none) }"
 # not vectorised: each point's accesses form interleaved groups as wide as its core, whose
 # analysis grows quickly with width while the gain fades (SLP still vectorises inside).
 LOOP_VECTORIZE_MAX_ACCESSES = 32
+# IR lines of inlined elementary functions (vecmath) a vectorised kernel may hold: each use
+# of tanh inlines about 140 lines and adds about 30 ms of optimisation, exp about 45 and 8 ms
+# (measured); past this, the kernel calls the C library instead and is not loop-vectorised.
+VECMATH_BUDGET = 600
 _NO_LOOP_VECTORIZE = ('!0 = distinct !{!0, !1}\n'
                       '!1 = !{!"llvm.loop.vectorize.enable", i1 false}')
 
@@ -172,11 +176,15 @@ class _Body:
         accesses = sum(1 for ins in plan.instrs if ins.op == "input") + sum(
             len(o.refs) for o in plan.outputs)
         small = accesses <= LOOP_VECTORIZE_MAX_ACCESSES
-        calls = any(OPS[ins.op].call for ins in plan.instrs if ins.op in OPS)
-        # Library calls (exp, sin, ...) have no vector form here: vectorising the batch loop
+        ops = [OPS[ins.op] for ins in plan.instrs if ins.op in OPS]
+        calls = any(op.call for op in ops)
+        inlined = sum(op.inline_cost for op in ops)
+        # Library calls (sin, erf, ...) have no vector form here: vectorising the batch loop
         # around them only scalarises them again, for <= 12% speed at 2-4x the compile time
-        # (measured); SLP still vectorises the arithmetic between them.
-        self.loop_vectorize = small and not calls
+        # (measured); SLP still vectorises the arithmetic between them. Functions written in
+        # IR (exp, log, tanh) vectorise, at some compile time per use: past a budget they are
+        # library calls too.
+        self.loop_vectorize = small and not calls and inlined <= VECMATH_BUDGET
         ptrs = [f"ptr noalias readonly %in{i}" for i in range(n_in)]
         ptrs += [f"ptr noalias writeonly %out{i}" for i in range(n_out)]
         # a small point is inlined into the loop (and vectorised across points); a large one

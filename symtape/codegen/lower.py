@@ -65,6 +65,7 @@ class Op:
     # the C library form of an op written in IR for vectorised loops, which kernels whose
     # batch loop is not vectorised use instead (one scalar call is faster there)
     scalar: Op | None = None
+    inline_cost: int = 0  # IR lines each use inlines (ops written in IR)
 
 
 def _arith(instr: str, c: str, fn: Callable) -> Op:
@@ -120,6 +121,7 @@ def _vecmath(name: str, definitions: tuple, fn: Callable, scalar: Op | None = No
               f"{{r}}.e = call double @st.{name}.f64(double {{r}}.x)",
               "{r} = fptrunc double {r}.e to float"),
         scalar=scalar if scalar is not None else _intrinsic(name, name, fn),
+        inline_cost=sum(d.count("\n") + 1 for d in definitions),
     )
 
 

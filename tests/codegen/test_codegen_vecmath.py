@@ -219,3 +219,18 @@ def test_one_kernel_with_exp_log_and_tanh_defines_each_once():
     xs = np.linspace(-3.0, 3.0, 100)  # no zero
     want = np.tanh(xs) * np.exp(xs) + np.log(np.abs(xs)) + 1.0 / (1.0 + np.exp(-xs))
     np.testing.assert_allclose(f(xs), want, rtol=1e-13)
+
+
+def test_many_uses_fall_back_to_the_library_within_the_compile_budget():
+    from symtape.codegen import kernel, lower
+
+    x = st.symbol("x", shape=(16,))
+    few = st.compile(st.tanh(x[:2] * 1.5), [x])
+    many = st.compile(st.tanh(x * 1.5), [x])
+    assert 2 * lower.OPS["tanh"].inline_cost <= kernel.VECMATH_BUDGET
+    assert 16 * lower.OPS["tanh"].inline_cost > kernel.VECMATH_BUDGET
+    assert "@st.tanh.f64" in few.llvm_ir
+    assert "@st.tanh.f64" not in many.llvm_ir and "@tanh(" in many.llvm_ir
+    xs = np.random.default_rng(5).normal(size=(10, 16))
+    np.testing.assert_allclose(many(xs), np.tanh(xs * 1.5), rtol=1e-15)
+    np.testing.assert_allclose(few(xs), np.tanh(xs[:, :2] * 1.5), rtol=2.3e-16)

@@ -6,9 +6,9 @@ gradient and a second derivative are computed eagerly on tapes, then the same te
 compiled and evaluated at the same point.
 
 Eager values use numpy's transcendental functions and compiled code the C library's (or
-symtape's own ``exp``, ``log`` and ``tanh`` in vectorised kernels); the two differ by an ulp now and
-then, which cancellation can amplify at ill-conditioned points. So
-:func:`check` compares each side with the DAG interpreted by the matching library (exactly:
+symtape's own ``exp``, ``log``, ``tanh``, ``expm1``, ``log1p`` in vectorised kernels); the
+two differ by an ulp now and then, which cancellation can amplify at ill-conditioned
+points. So :func:`check` compares each side with the DAG interpreted by the matching library (exactly:
 folding, nan patterns, infinities, signed zeros), and eager with compiled directly wherever
 the two libraries agree on the DAG's value.
 """
@@ -138,7 +138,8 @@ _LIBM_NAMES = {sp.exp: "exp", sp.log: "log", F.log1p: "log1p", F.expm1: "expm1",
                sp.atan2: "atan2", sp.Pow: "pow"}
 
 
-_VECMATH = {"exp": sp.exp, "log": sp.log, "tanh": sp.tanh}
+_VECMATH = {"exp": sp.exp, "log": sp.log, "tanh": sp.tanh, "expm1": F.expm1,
+            "log1p": F.log1p}
 
 
 def vector_functions(f) -> tuple:

@@ -193,8 +193,9 @@ OPS: dict[str, Op] = {
     "acosh": _libm("acosh", sp.acosh),
     "atanh": _libm("atanh", sp.atanh),
     "erf": _libm("erf", sp.erf),
-    "log1p": _libm("log1p", F.log1p),
-    "expm1": _libm("expm1", F.expm1),
+    "log1p": _vecmath("log1p", (vecmath.LOG1P_F64, vecmath.LOG_F64), F.log1p,
+                      _libm("log1p", F.log1p)),
+    "expm1": _vecmath("expm1", (vecmath.EXPM1_F64,), F.expm1, _libm("expm1", F.expm1)),
     "atan2": _libm("atan2", sp.atan2, arity=2),
     # np.sign: +-1 by sign, 0 for both zeros, nan for nan
     "sign": Op(

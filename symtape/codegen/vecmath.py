@@ -25,7 +25,7 @@ import struct
 import mpmath
 import sympy as sp
 
-__all__ = ["EXP_F64", "LOG_F64", "TANH_F64", "DECLARATIONS"]
+__all__ = ["EXP_F64", "EXPM1_F64", "LOG_F64", "LOG1P_F64", "TANH_F64", "DECLARATIONS"]
 
 
 def _hex(value: float) -> str:
@@ -60,13 +60,18 @@ _EXP_MAX = _exp_overflow()  # above it the result is inf
 _EXP_MIN = -1000.0  # below it the result is +0
 
 
+def _horner(var: str, coeffs: tuple, tag: str) -> tuple:
+    """Lines evaluating ``sum coeffs[i] * var**(n-1-i)`` (highest first) and its name."""
+    lines = [f"  %{tag}u0 = fmul double {var}, {_hex(coeffs[0])}"]
+    for k, c in enumerate(coeffs[1:], start=1):
+        lines.append(f"  %{tag}a{k} = fadd double %{tag}u{k - 1}, {_hex(c)}")
+        if k < len(coeffs) - 1:
+            lines.append(f"  %{tag}u{k} = fmul double %{tag}a{k}, {var}")
+    return lines, f"%{tag}a{len(coeffs) - 1}"
+
+
 def _exp_f64() -> str:
-    horner = [f"  %u0 = fmul double %s, {_hex(_EXP_COEFFS[0])}"]  # highest degree first
-    for k, c in enumerate(_EXP_COEFFS[1:], start=1):
-        horner.append(f"  %a{k} = fadd double %u{k - 1}, {_hex(c)}")
-        if k < len(_EXP_COEFFS) - 1:
-            horner.append(f"  %u{k} = fmul double %a{k}, %s")
-    last = f"%a{len(_EXP_COEFFS) - 1}"
+    horner, last = _horner("%s", _EXP_COEFFS, "")
     lines = [
         "define internal double @st.exp.f64(double %d) alwaysinline nounwind willreturn "
         "memory(none) {",
@@ -177,6 +182,109 @@ def _log_f64() -> str:
 #: The definition of ``@st.log.f64`` (double -> double).
 LOG_F64 = _log_f64()
 
+#: 1/k! for k = 20 down to 2: the Taylor series of ``e**x - 1`` on ``|x| < 1`` directly
+_EXPM1_COEFFS = tuple(float(fractions.Fraction(1, math.factorial(k))) for k in range(20, 1, -1))
+
+
+def _expm1_f64() -> str:
+    """``e**d - 1``: below 1 in magnitude the Taylor series ``d + d*d*P(d)`` (to degree
+    20, no reduction: no cancellation); above, the reduction of ``exp`` (``d = q ln2 + s``),
+    ``e**s - 1`` as ``s + s*s*P(s)``, then ``2**q (e**s - 1) + (2**q - 1)`` with ``2**q - 1``
+    exact; below -40 the result is -1, above log(DBL_MAX) inf."""
+    horner, last = _horner("%s", _EXP_COEFFS, "")
+    near, near_p = _horner("%d", _EXPM1_COEFFS, "n")
+    lines = [
+        "define internal double @st.expm1.f64(double %d) alwaysinline nounwind willreturn "
+        "memory(none) {",
+        "entry:",
+        "  %c0 = call double @llvm.maxnum.f64(double %d, double -4.000000e+01)",
+        "  %c = call double @llvm.minnum.f64(double %c0, double 7.100000e+02)",
+        f"  %t = fmul double %c, {_hex(_R_LN2)}",
+        "  %q = call double @llvm.rint.f64(double %t)",
+        f"  %qh = fmul double %q, {_hex(_L2U)}",
+        "  %s0 = fsub double %c, %qh",
+        f"  %ql = fmul double %q, {_hex(_L2L)}",
+        "  %s = fsub double %s0, %ql",
+        *horner,
+        "  %ss = fmul double %s, %s",
+        f"  %w0 = fmul double %ss, {last}",
+        "  %em = fadd double %w0, %s",  # e**s - 1
+        # 2**q as two normal halves (q <= 1024), and 2**q - 1 (exact while q <= 53)
+        "  %qi = fptosi double %q to i64",
+        "  %h0 = ashr i64 %qi, 1",
+        "  %h1 = sub i64 %qi, %h0",
+        "  %e0 = add i64 %h0, 1023",
+        "  %e1 = add i64 %h1, 1023",
+        "  %b0 = shl i64 %e0, 52",
+        "  %b1 = shl i64 %e1, 52",
+        "  %p0 = bitcast i64 %b0 to double",
+        "  %p1 = bitcast i64 %b1 to double",
+        "  %p = fmul double %p0, %p1",
+        "  %pm1 = fsub double %p, 1.000000e+00",
+        "  %sc0 = fmul double %em, %p0",
+        "  %sc = fmul double %sc0, %p1",
+        "  %r0 = fadd double %sc, %pm1",
+        *near,
+        "  %dd = fmul double %d, %d",
+        f"  %nw = fmul double %dd, {near_p}",
+        "  %nr = fadd double %nw, %d",
+        "  %ad1 = call double @llvm.fabs.f64(double %d)",
+        "  %small = fcmp olt double %ad1, 1.000000e+00",
+        "  %r1 = select i1 %small, double %nr, double %r0",
+        # tiny and signed-zero arguments are their own result
+        "  %ad = call double @llvm.fabs.f64(double %d)",
+        "  %tiny = fcmp olt double %ad, 0x3C90000000000000",  # 2**-54
+        "  %r2 = select i1 %tiny, double %d, double %r1",
+        f"  %big = fcmp ogt double %d, {_hex(_EXP_MAX)}",
+        "  %r3 = select i1 %big, double 0x7FF0000000000000, double %r2",
+        "  %low = fcmp olt double %d, -4.000000e+01",
+        "  %r4 = select i1 %low, double -1.000000e+00, double %r3",
+        "  %nan = fcmp uno double %d, 0.000000e+00",
+        "  %r = select i1 %nan, double %d, double %r4",
+        "  ret double %r",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+#: The definition of ``@st.expm1.f64`` (double -> double).
+EXPM1_F64 = _expm1_f64()
+
+
+def _log1p_f64() -> str:
+    """``log(1 + d)``: ``u = 1 + d`` rounded, then ``log(u)`` corrected by the rounding of
+    ``u``, ``-((u - 1) - d) / u`` (exact-enough first-order term); tiny ``d`` is its own
+    result, ``d = -1`` gives -inf, ``d < -1`` nan, and past 2**53 ``u`` is ``d``."""
+    lines = [
+        "define internal double @st.log1p.f64(double %d) alwaysinline nounwind willreturn "
+        "memory(none) {",
+        "entry:",
+        "  %u = fadd double %d, 1.000000e+00",
+        "  %l = call double @st.log.f64(double %u)",
+        "  %um1 = fsub double %u, 1.000000e+00",
+        "  %err = fsub double %um1, %d",
+        "  %corr = fdiv double %err, %u",
+        "  %r0 = fsub double %l, %corr",
+        "  %ad = call double @llvm.fabs.f64(double %d)",
+        "  %tiny = fcmp olt double %ad, 0x3C90000000000000",  # 2**-54
+        "  %r1 = select i1 %tiny, double %d, double %r0",
+        "  %huge = fcmp ogt double %d, 0x4340000000000000",  # 2**53: u is d, log(u) exact
+        "  %r2 = select i1 %huge, double %l, double %r1",
+        "  %neg1 = fcmp oeq double %d, -1.000000e+00",
+        "  %r3 = select i1 %neg1, double 0xFFF0000000000000, double %r2",
+        "  %bad = fcmp ult double %d, -1.000000e+00",  # below -1 or nan
+        "  %nan = fcmp uno double %d, 0.000000e+00",
+        "  %r4 = select i1 %bad, double 0x7FF8000000000000, double %r3",
+        "  %r = select i1 %nan, double %d, double %r4",
+        "  ret double %r",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+#: The definition of ``@st.log1p.f64`` (double -> double; calls ``@st.log.f64``).
+LOG1P_F64 = _log1p_f64()
+
 _TANH_SERIES_LIMIT = 0.9  # below: the Taylor series; above: 1 - 2/(exp(2|x|) + 1)
 
 
@@ -196,13 +304,7 @@ def _tanh_coeffs() -> tuple:
 
 
 def _tanh_f64() -> str:
-    coeffs = _tanh_coeffs()
-    horner = [f"  %u0 = fmul double %z, {_hex(coeffs[0])}"]
-    for k, c in enumerate(coeffs[1:], start=1):
-        horner.append(f"  %a{k} = fadd double %u{k - 1}, {_hex(c)}")
-        if k < len(coeffs) - 1:
-            horner.append(f"  %u{k} = fmul double %a{k}, %z")
-    p = f"%a{len(coeffs) - 1}"
+    horner, p = _horner("%z", _tanh_coeffs(), "")
     lines = [
         "define internal double @st.tanh.f64(double %d) alwaysinline nounwind willreturn "
         "memory(none) {",

@@ -234,3 +234,44 @@ def test_many_uses_fall_back_to_the_library_within_the_compile_budget():
     xs = np.random.default_rng(5).normal(size=(10, 16))
     np.testing.assert_allclose(many(xs), np.tanh(xs * 1.5), rtol=1e-15)
     np.testing.assert_allclose(few(xs), np.tanh(xs[:, :2] * 1.5), rtol=2.3e-16)
+
+
+# ---- expm1 and log1p ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, grid", [
+    ("expm1", lambda rng: np.concatenate([
+        rng.uniform(-45.0, 709.0, 30_000),
+        rng.uniform(-1.2, 1.2, 40_000),  # either side of the series' limit (1)
+        np.sign(rng.normal(size=30_000)) * 10.0 ** rng.uniform(-300, 0, 30_000)])),
+    ("log1p", lambda rng: np.concatenate([
+        10.0 ** rng.uniform(-300, 300, 30_000),
+        rng.uniform(-0.999, 1.0, 40_000),
+        -(10.0 ** rng.uniform(-300, -0.0001, 30_000))])),
+])
+def test_expm1_log1p_within_one_ulp_of_correctly_rounded(name, grid):
+    x = st.symbol("x")
+    f = st.compile(getattr(st, name)(x), [x], name=f"{name}64")
+    assert f"@st.{name}.f64" in f.llvm_ir
+    xs = grid(np.random.default_rng(2029))
+    got = f(xs)
+    want = _correctly_rounded(getattr(mpmath, name), xs, np.float64)
+    finite = np.isfinite(want) & (want != 0)
+    np.testing.assert_array_equal(got[~finite], want[~finite])
+    err = _ulps(got[finite], want[finite])
+    assert err.max() <= 1.0, (xs[finite][err.argmax()], err.max())
+    assert np.mean(err == 0) > 0.9
+
+
+def test_expm1_log1p_special_values():
+    x = st.symbol("x")
+    f = st.compile([st.expm1(x), st.log1p(x)], [x])
+    xs = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -1.0, -1.5, 5e-324, -5e-324, 800.0,
+                   -50.0, 1e300])
+    e, lp = f(xs)
+    assert np.signbit(e[1]) and np.signbit(lp[1]) and e[0] == 0 == lp[0]
+    np.testing.assert_array_equal(e[2:], [np.inf, -1.0, np.nan, np.expm1(-1.0), np.expm1(-1.5),
+                                          5e-324, -5e-324, np.inf, -1.0, np.inf])
+    np.testing.assert_array_equal(lp[2:5], [np.inf, np.nan, np.nan])
+    assert lp[5] == -np.inf and np.isnan(lp[6]) and lp[7] == 5e-324 and lp[8] == -5e-324
+    np.testing.assert_allclose(lp[[9, 11]], np.log1p(xs[[9, 11]]), rtol=2.3e-16)
+    assert np.isnan(lp[10])

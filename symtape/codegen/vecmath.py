@@ -70,14 +70,15 @@ def _horner(var: str, coeffs: tuple, tag: str) -> tuple:
     return lines, f"%{tag}a{len(coeffs) - 1}"
 
 
-def _exp_f64() -> str:
+def _reduced(low: float) -> list:
+    """Lines of the reduction shared by ``exp`` and ``expm1``: ``%d`` clamped to
+    ``[low, 710]`` (``fptosi`` of a value out of range, or nan, is poison), ``q`` the nearest
+    integer to it over ``ln2`` and ``s = d - q ln2`` (Cody-Waite), ``%w0 = s*s*P(s)`` with
+    ``e**s = 1 + s + s*s*P(s)``, and ``%p0``, ``%p1``: ``2**q`` as two normal halves
+    ``2**(q >> 1) * 2**(q - (q >> 1))``."""
     horner, last = _horner("%s", _EXP_COEFFS, "")
-    lines = [
-        "define internal double @st.exp.f64(double %d) alwaysinline nounwind willreturn "
-        "memory(none) {",
-        "entry:",
-        # clamp first: fptosi of a value out of range (or nan) is poison
-        f"  %c0 = call double @llvm.maxnum.f64(double %d, double {_hex(_EXP_MIN)})",
+    return [
+        f"  %c0 = call double @llvm.maxnum.f64(double %d, double {_hex(low)})",
         "  %c = call double @llvm.minnum.f64(double %c0, double 7.100000e+02)",
         f"  %t = fmul double %c, {_hex(_R_LN2)}",
         "  %q = call double @llvm.rint.f64(double %t)",
@@ -88,9 +89,6 @@ def _exp_f64() -> str:
         *horner,
         "  %ss = fmul double %s, %s",
         f"  %w0 = fmul double %ss, {last}",
-        "  %w1 = fadd double %w0, %s",
-        "  %w = fadd double %w1, 1.000000e+00",
-        # w * 2**q as w * 2**(q >> 1) * 2**(q - (q >> 1)): each factor a normal number
         "  %qi = fptosi double %q to i64",
         "  %h0 = ashr i64 %qi, 1",
         "  %h1 = sub i64 %qi, %h0",
@@ -100,6 +98,18 @@ def _exp_f64() -> str:
         "  %b1 = shl i64 %e1, 52",
         "  %p0 = bitcast i64 %b0 to double",
         "  %p1 = bitcast i64 %b1 to double",
+    ]
+
+
+def _exp_f64() -> str:
+    lines = [
+        "define internal double @st.exp.f64(double %d) alwaysinline nounwind willreturn "
+        "memory(none) {",
+        "entry:",
+        *_reduced(_EXP_MIN),
+        "  %w1 = fadd double %w0, %s",
+        "  %w = fadd double %w1, 1.000000e+00",
+        # w * 2**q, one normal half at a time
         "  %r0 = fmul double %w, %p0",
         "  %r1 = fmul double %r0, %p1",
         f"  %big = fcmp ogt double %d, {_hex(_EXP_MAX)}",
@@ -190,49 +200,34 @@ def _expm1_f64() -> str:
     """``e**d - 1``: below 1 in magnitude the Taylor series ``d + d*d*P(d)`` (to degree
     20, no reduction: no cancellation); above, the reduction of ``exp`` (``d = q ln2 + s``),
     ``e**s - 1`` as ``s + s*s*P(s)``, then ``2**q (e**s - 1) + (2**q - 1)`` with ``2**q - 1``
-    exact; below -40 the result is -1, above log(DBL_MAX) inf."""
-    horner, last = _horner("%s", _EXP_COEFFS, "")
+    exact (past ``q = 53``, ``e**d`` as ``exp`` makes it); below -40 the result is -1, above
+    log(DBL_MAX) inf."""
     near, near_p = _horner("%d", _EXPM1_COEFFS, "n")
     lines = [
         "define internal double @st.expm1.f64(double %d) alwaysinline nounwind willreturn "
         "memory(none) {",
         "entry:",
-        "  %c0 = call double @llvm.maxnum.f64(double %d, double -4.000000e+01)",
-        "  %c = call double @llvm.minnum.f64(double %c0, double 7.100000e+02)",
-        f"  %t = fmul double %c, {_hex(_R_LN2)}",
-        "  %q = call double @llvm.rint.f64(double %t)",
-        f"  %qh = fmul double %q, {_hex(_L2U)}",
-        "  %s0 = fsub double %c, %qh",
-        f"  %ql = fmul double %q, {_hex(_L2L)}",
-        "  %s = fsub double %s0, %ql",
-        *horner,
-        "  %ss = fmul double %s, %s",
-        f"  %w0 = fmul double %ss, {last}",
+        *_reduced(-40.0),
         "  %em = fadd double %w0, %s",  # e**s - 1
-        # 2**q as two normal halves (q <= 1024), and 2**q - 1 (exact while q <= 53)
-        "  %qi = fptosi double %q to i64",
-        "  %h0 = ashr i64 %qi, 1",
-        "  %h1 = sub i64 %qi, %h0",
-        "  %e0 = add i64 %h0, 1023",
-        "  %e1 = add i64 %h1, 1023",
-        "  %b0 = shl i64 %e0, 52",
-        "  %b1 = shl i64 %e1, 52",
-        "  %p0 = bitcast i64 %b0 to double",
-        "  %p1 = bitcast i64 %b1 to double",
         "  %p = fmul double %p0, %p1",
         "  %pm1 = fsub double %p, 1.000000e+00",
         "  %sc0 = fmul double %em, %p0",
         "  %sc = fmul double %sc0, %p1",
-        "  %r0 = fadd double %sc, %pm1",
+        "  %rm = fadd double %sc, %pm1",
+        # past q = 53, 2**q - 1 is 2**q (and 2**q alone may overflow): e**d itself
+        "  %w = fadd double %em, 1.000000e+00",
+        "  %we = fmul double %w, %p0",
+        "  %wee = fmul double %we, %p1",
+        "  %qbig = fcmp ogt double %q, 5.300000e+01",
+        "  %r0 = select i1 %qbig, double %wee, double %rm",
         *near,
         "  %dd = fmul double %d, %d",
         f"  %nw = fmul double %dd, {near_p}",
         "  %nr = fadd double %nw, %d",
-        "  %ad1 = call double @llvm.fabs.f64(double %d)",
-        "  %small = fcmp olt double %ad1, 1.000000e+00",
+        "  %ad = call double @llvm.fabs.f64(double %d)",
+        "  %small = fcmp olt double %ad, 1.000000e+00",
         "  %r1 = select i1 %small, double %nr, double %r0",
         # tiny and signed-zero arguments are their own result
-        "  %ad = call double @llvm.fabs.f64(double %d)",
         "  %tiny = fcmp olt double %ad, 0x3C90000000000000",  # 2**-54
         "  %r2 = select i1 %tiny, double %d, double %r1",
         f"  %big = fcmp ogt double %d, {_hex(_EXP_MAX)}",

@@ -8,9 +8,9 @@ compiled and evaluated at the same point.
 Eager values use numpy's transcendental functions and compiled code the C library's (or
 symtape's own ``exp``, ``log``, ``tanh``, ``expm1``, ``log1p`` in vectorised kernels); the
 two differ by an ulp now and then, which cancellation can amplify at ill-conditioned
-points. So :func:`check` compares each side with the DAG interpreted by the matching library (exactly:
-folding, nan patterns, infinities, signed zeros), and eager with compiled directly wherever
-the two libraries agree on the DAG's value.
+points. So :func:`check` compares each side with the DAG interpreted by the matching
+library (exactly: folding, nan patterns, infinities, signed zeros), and eager with compiled
+directly wherever the two libraries agree on the DAG's value.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ import math
 import struct
 
 import mpmath
-import sympy as sp
 
 __all__ = ["EXP_F64", "EXPM1_F64", "LOG_F64", "LOG1P_F64", "TANH_F64", "DECLARATIONS"]
 
@@ -285,17 +284,18 @@ _TANH_SERIES_LIMIT = 0.9  # below: the Taylor series; above: 1 - 2/(exp(2|x|) + 
 
 def _tanh_coeffs() -> tuple:
     """Taylor coefficients of ``(tanh(x) - x) / x**3`` in powers of ``x**2``, highest first,
-    enough that the first one left out is below 2**-60 of ``tanh`` on the series' range:
-    ``tanh x = sum 2**(2n) (2**(2n) - 1) B(2n) x**(2n-1) / (2n)!``."""
-    out = []
+    enough that the first one left out is below 2**-60 of ``tanh`` on the series' range.
+    They come exactly from ``tanh * cosh = sinh`` (series division with fractions)."""
+    sinh = [fractions.Fraction(1, math.factorial(2 * k + 1)) for k in range(200)]
+    cosh = [fractions.Fraction(1, math.factorial(2 * k)) for k in range(200)]
+    series: list = []  # of x**(2k+1)
     limit = _TANH_SERIES_LIMIT
-    for n in range(2, 200):
-        c = sp.Rational(2 ** (2 * n) * (2 ** (2 * n) - 1)) * sp.bernoulli(2 * n) / \
-            sp.factorial(2 * n)
-        if abs(float(c)) * limit ** (2 * n - 1) < 2.0 ** -60 * math.tanh(limit):
+    for k in range(200):
+        c = sinh[k] - sum(series[j] * cosh[k - j] for j in range(k))
+        if k >= 1 and abs(float(c)) * limit ** (2 * k + 1) < 2.0 ** -60 * math.tanh(limit):
             break
-        out.append(float(c))
-    return tuple(reversed(out))
+        series.append(c)
+    return tuple(float(c) for c in reversed(series[1:]))
 
 
 def _tanh_f64() -> str:

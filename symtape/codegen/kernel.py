@@ -53,6 +53,10 @@ _ATTRIBUTES = "attributes #0 = { nounwind willreturn memory(none) }"
 # not vectorised: each point's accesses form interleaved groups as wide as its core, whose
 # analysis grows quickly with width while the gain fades (SLP still vectorises inside).
 LOOP_VECTORIZE_MAX_ACCESSES = 32
+# Plans with more operations than this are cut into functions of this many, optimised one
+# at a time: LLVM's time per operation grows with the size of a function (measured: about
+# 50 us per op at 10^3 ops, 150 us at 3 x 10^4), and stays near its small-size cost this way.
+SPLIT_OPS = 2000
 # IR lines of inlined elementary functions (vecmath) a vectorised kernel may hold: each use
 # of tanh inlines about 140 lines and adds about 30 ms of optimisation, exp about 45 and 8 ms
 # (measured); past this, the kernel calls the C library instead and is not loop-vectorised.
@@ -155,6 +159,20 @@ def float_literal(value: float, dtype: str) -> str:
     return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
 
 
+def _chunks(plan: Plan, size: int) -> list:
+    """``[(lo, hi)]``: the plan's values in order, cut after every ``size`` operations."""
+    bounds, ops, lo = [], 0, 0
+    for ref, ins in enumerate(plan.instrs):
+        if ins.op != "const":
+            ops += 1
+            if ops == size:
+                bounds.append((lo, ref + 1))
+                lo, ops = ref + 1, 0
+    if lo < len(plan.instrs) or not bounds:
+        bounds.append((lo, len(plan.instrs)))
+    return bounds
+
+
 class _Body:
     """Emits ``point`` (loads, ops, stores) and the ``body`` loop around it."""
 
@@ -191,16 +209,95 @@ class _Body:
         # stays a call, so that loop passes that grow with the square of the number of
         # memory accesses in a loop never see its body
         inline = "alwaysinline" if small else "noinline"
-        self.out = [f"define internal void @point({', '.join(ptrs)}) {inline} nounwind {{",
-                    "entry:"]
-        for ref, ins in enumerate(plan.instrs):
-            self._value(ref, ins)
-        for o, layout in enumerate(plan.outputs):
-            self._store(o, layout)
-        self.out += ["  ret void", "}", ""]
+        chunks = _chunks(plan, SPLIT_OPS)
         t = self.fmt["t"]
         elems = [t] * n_in + ["i8" if o.boolean else t for o in plan.outputs]
-        return self.out + _loop(elems, self.loop_vectorize)
+        if len(chunks) == 1:
+            self.out = [f"define internal void @point({', '.join(ptrs)}) {inline} nounwind {{",
+                        "entry:"]
+            for ref, ins in enumerate(plan.instrs):
+                self._value(ref, ins)
+            for o, layout in enumerate(plan.outputs):
+                self._store(o, layout)
+            self.out += ["  ret void", "}", ""]
+            return self.out + _loop(elems, self.loop_vectorize)
+        return self._split(chunks, ptrs) + _loop(elems, self.loop_vectorize)
+
+    def _split(self, chunks: list, ptrs: list) -> list[str]:
+        """``point`` as a call of one function per chunk of the plan, in order: values a
+        later chunk reads go through scratch arrays on ``point``'s stack (``%sf`` floats,
+        ``%sb`` booleans as bytes), and each output element is stored by the chunk defining
+        it, so each function is optimised on its own and the optimiser's time stays linear
+        in the size of the plan."""
+        plan, t = self.plan, self.fmt["t"]
+        owner = [-1] * len(plan.instrs)  # the chunk defining each value (constants: none)
+        for k, (lo, hi) in enumerate(chunks):
+            for ref in range(lo, hi):
+                if plan.instrs[ref].op != "const":
+                    owner[ref] = k
+        needed: list = [[] for _ in chunks]  # per chunk: values it reads from earlier ones
+        slot: dict = {}  # ref -> (kind, index in its scratch array)
+        count = {"f": 0, "b": 0}
+        for k, (lo, hi) in enumerate(chunks):
+            seen: set = set()
+            for ref in range(lo, hi):
+                for a in plan.instrs[ref].args:
+                    if 0 <= owner[a] < k and a not in seen:
+                        seen.add(a)
+                        needed[k].append(a)
+                        if a not in slot:
+                            kind = plan.kind(a)
+                            slot[a] = (kind, count[kind])
+                            count[kind] += 1
+        last = len(chunks) - 1
+        params = ", ".join(ptrs + ["ptr noalias %sf", "ptr noalias %sb"])
+        parts: list = []
+        for k, (lo, hi) in enumerate(chunks):
+            self.out, self.coerced = [], {}
+            for ref in needed[k]:
+                self._scratch(ref, slot[ref], load=True)
+            for ref in range(lo, hi):
+                self._value(ref, plan.instrs[ref])
+                if ref in slot:
+                    self._scratch(ref, slot[ref], load=False)
+            for o, layout in enumerate(plan.outputs):
+                for i, ref in enumerate(layout.refs):
+                    if owner[ref] == k or (owner[ref] < 0 and k == last):
+                        self._store_one(o, i, ref, layout.boolean)
+            parts += [f"define internal void @point.{k}({params}) noinline nounwind {{",
+                      "entry:", *self.out, "  ret void", "}", ""]
+        self.out = []
+        n_in, n_out = len(plan.inputs), len(plan.outputs)
+        args = ", ".join([f"ptr %in{i}" for i in range(n_in)] +
+                         [f"ptr %out{i}" for i in range(n_out)] + ["ptr %sf", "ptr %sb"])
+        return parts + [
+            f"define internal void @point({', '.join(ptrs)}) noinline nounwind {{",
+            "entry:",
+            f"  %sf = alloca {t}, i64 {max(count['f'], 1)}, align {self.size}",
+            f"  %sb = alloca i8, i64 {max(count['b'], 1)}",
+            *[f"  call void @point.{k}({args})" for k in range(len(chunks))],
+            "  ret void", "}", ""]
+
+    def _scratch(self, ref: int, where: tuple, load: bool) -> None:
+        """Load value ``ref`` from its scratch slot (naming it ``%x<ref>``) or store it."""
+        kind, index = where
+        t = self.fmt["t"]
+        array, elem, align = ("%sf", t, self.size) if kind == "f" else ("%sb", "i8", 1)
+        p = f"%x{ref}.p" if load else f"%v{ref}.sp"
+        self.out.append(f"  {p} = getelementptr inbounds {elem}, ptr {array}, i64 {index}")
+        if load:
+            if kind == "f":
+                self.out.append(f"  %x{ref} = load {t}, ptr {p}, align {align}")
+            else:
+                self.out += [f"  %x{ref}.l = load i8, ptr {p}, align 1",
+                             f"  %x{ref} = trunc i8 %x{ref}.l to i1"]
+            self.names[ref] = f"%x{ref}"
+            return
+        value = self.names[ref]
+        if kind == "b":
+            self.out.append(f"  %v{ref}.sz = zext i1 {value} to i8")
+            value = f"%v{ref}.sz"
+        self.out.append(f"  store {elem} {value}, ptr {p}, align {align}")
 
     def _value(self, ref: int, ins: Instr) -> None:
         if ins.op == "const":
@@ -253,17 +350,19 @@ class _Body:
         return conv
 
     def _store(self, o: int, layout) -> None:
-        t = self.fmt["t"]
-        boolean = layout.boolean
-        elem = "i8" if boolean else t
-        align = 1 if boolean else self.size
         for k, ref in enumerate(layout.refs):
-            s = f"%st{o}.{k}"
-            value = self._as(ref, "b" if boolean else "f")
-            if boolean:
-                self.out.append(f"  {s}.z = zext i1 {value} to i8")
-                value = f"{s}.z"
-            self.out += [
-                f"  {s}.p = getelementptr inbounds {elem}, ptr %out{o}, i64 {k}",
-                f"  store {elem} {value}, ptr {s}.p, align {align}",
-            ]
+            self._store_one(o, k, ref, layout.boolean)
+
+    def _store_one(self, o: int, k: int, ref: int, boolean: bool) -> None:
+        """Element ``k`` of output ``o`` is value ``ref``."""
+        elem = "i8" if boolean else self.fmt["t"]
+        align = 1 if boolean else self.size
+        s = f"%st{o}.{k}"
+        value = self._as(ref, "b" if boolean else "f")
+        if boolean:
+            self.out.append(f"  {s}.z = zext i1 {value} to i8")
+            value = f"{s}.z"
+        self.out += [
+            f"  {s}.p = getelementptr inbounds {elem}, ptr %out{o}, i64 {k}",
+            f"  store {elem} {value}, ptr {s}.p, align {align}",
+        ]

@@ -434,10 +434,9 @@ class CompiledFunction:
     # ----- calling ------------------------------------------------------------------------
 
     def __call__(self, *args, out=None):
-        if out is None:
-            result = self._point_call(args)
-            if result is not _GENERAL:
-                return result
+        result = self._point_call(args, out)
+        if result is not _GENERAL:
+            return result
         arrays, batch = self._check_inputs(args)
         targets, copies, result = self._check_outputs(out, batch, arrays)
         self._run(arrays, targets, batch)
@@ -447,10 +446,12 @@ class CompiledFunction:
             return _rebuild(self._structure, [t[()] if t.ndim == 0 else t for t in targets])
         return result
 
-    def _point_call(self, args):
+    def _point_call(self, args, out):
         """One point, without the general checks: every argument a Python or numpy float (or
-        an int) for a 0-d input, or an array of exactly the input's core shape and dtype. The
-        values are copied into this thread's fixed buffers, so the pointers are made once.
+        an int) for a 0-d input, or an array of exactly the input's core shape and dtype;
+        ``out`` None, or (for one output, or a tuple of outputs) writeable arrays of exactly
+        the outputs' core shapes and dtypes. The values are copied into this thread's fixed
+        buffers, so the pointers are made once (and ``out`` may alias an argument).
         Anything else returns :data:`_GENERAL` (the general path checks and converts it)."""
         try:
             ins, outs, ptrs = self._local.point
@@ -458,6 +459,14 @@ class CompiledFunction:
             ins, outs, ptrs = self._local.point = self._point_buffers()
         if len(args) != len(ins):
             return _GENERAL
+        if out is not None:
+            structure = self._structure
+            targets = (out,) if type(structure) is int else out
+            if type(targets) is not tuple or len(targets) != len(outs) or not (
+                    type(structure) is int or structure == tuple(range(len(outs)))) or any(
+                    type(t) is not np.ndarray or t.shape != o.shape or t.dtype != o.dtype or
+                    not t.flags.writeable for t, o in zip(targets, outs)):
+                return _GENERAL
         for x, buf in zip(args, ins):
             t = type(x)
             if t is float or t is np.float64 or (t is int and -_INT_LIMIT < x < _INT_LIMIT):
@@ -469,6 +478,10 @@ class CompiledFunction:
             else:
                 return _GENERAL
         self._dense(1, ptrs)
+        if out is not None:
+            for t, o in zip(targets, outs):
+                t[...] = o
+            return out
         return _rebuild(self._structure, [o[()] if o.ndim == 0 else o.copy() for o in outs])
 
     def _point_buffers(self) -> tuple:

@@ -216,3 +216,28 @@ def test_buffer_call_keeps_the_native_code_alive():
     gc.collect()
     call()
     np.testing.assert_array_equal(call.out, xs * 3.0 + 1.0)
+
+
+def test_one_point_calls_with_out_fill_and_return_it(mixed):
+    v = np.array([1.0, 2.0, 3.0])
+    out = (np.empty(()), np.empty(3), np.empty((), dtype=bool))
+    got = mixed(0.5, 1.5, v, out=out)
+    assert got is out
+    for g, w in zip(out, _general(mixed, 0.5, 1.5, v)):
+        np.testing.assert_array_equal(g, w)
+    # an output aliasing an argument: the argument is read before the result is written
+    x, y = st.symbol("x", shape=(3,)), st.symbol("y", shape=(3,))
+    f = st.compile(x[::-1] * 2.0 + y, [x, y])
+    a, b = np.array([1.0, 2.0, 3.0]), np.array([10.0, 20.0, 30.0])
+    assert f(a, b, out=a) is a
+    np.testing.assert_array_equal(a, [16.0, 24.0, 32.0])
+    # what the short path does not take goes the general way, with its errors
+    with pytest.raises(InvalidArgumentError, match="read-only"):
+        ro = np.empty(3)
+        ro.flags.writeable = False
+        f(a, b, out=ro)
+    with pytest.raises(DTypeError, match="dtype"):
+        f(a, b, out=np.empty(3, dtype=np.float32))
+    listed = [np.empty(()), np.empty(3), np.empty((), dtype=bool)]
+    assert mixed(0.5, 1.5, v, out=listed) is listed  # a list: the general path
+    np.testing.assert_array_equal(listed[1], out[1])

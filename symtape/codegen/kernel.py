@@ -20,12 +20,12 @@ gives the same bytes: the on-disk cache is keyed by them.
 from __future__ import annotations
 
 import math
-import struct
 
 import numpy as np
 
 from .lower import OPS
 from .plan import Instr, Plan
+from .vecmath import double_literal
 
 __all__ = ["FASTMATH_FLAGS", "TYPES", "render", "symbol_names"]
 
@@ -156,7 +156,7 @@ def float_literal(value: float, dtype: str) -> str:
     if dtype == "float32":
         with np.errstate(over="ignore"):
             value = float(np.float32(value))
-    return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
+    return double_literal(value)
 
 
 def _chunks(plan: Plan, size: int) -> list:

@@ -281,29 +281,12 @@ class BufferCall:
         self.args, self.out = tuple(arrays), result
         self._keep = fn  # the engine the native code lives in
         bufs = list(arrays) + list(targets)
-        total = math.prod(batch)
-        nb = len(batch)
-        if total == 0:
+        if math.prod(batch) == 0:
             self._run = _nothing
             return
-        full = all(a.ndim == nb + nc and a.shape[:nb] == batch and a.flags.c_contiguous
-                   for a, nc in zip(bufs, fn._core_ndims))
-        dims = ([(total, fn._sizes)] if full
-                else _collapse(batch, bufs, fn._core_ndims, fn._itemsizes))
-        addrs = [a.ctypes.data for a in bufs]
-        if len(dims) == 1:
-            n, strides = dims[0]
-            ptrs = fn._ptr_type(*addrs)
-            if strides == fn._sizes:
-                self._run = functools.partial(fn._dense, n, ptrs)
-            else:
-                self._run = functools.partial(fn._strided, n, ptrs, fn._stride_type(*strides))
-            return
-        n, strides = dims[-1]
-        stride_arr = fn._stride_type(*strides)
-        calls = [(n, fn._ptr_type(*[a + b * w for a, b, w in zip(addrs, base, fn._itemsizes)]),
-                  stride_arr) for base in _outer_offsets(dims[:-1], len(bufs))]
-        self._run = functools.partial(_run_group, fn._strided, calls)
+        entry, calls = fn._calls(bufs, batch, 1, fn._full(bufs, batch))
+        self._run = (functools.partial(entry, *calls[0]) if len(calls) == 1 else
+                     functools.partial(_run_group, entry, calls))
 
     def __call__(self) -> None:
         self._run()
@@ -631,28 +614,36 @@ class CompiledFunction:
         if total == 0:
             return
         bufs = arrays + targets
-        nb = len(batch)
         pieces = self._n_pieces(total)
-        full = all(a.ndim == nb + nc and a.shape[:nb] == batch and a.flags.c_contiguous
-                   for a, nc in zip(bufs, self._core_ndims))
+        full = self._full(bufs, batch)
         if full and pieces == 1:
             # the common case, kept short: one dense call over the whole batch
             self._dense(total, self._ptr_type(*[a.ctypes.data for a in bufs]))
             return
-        dims = ([(total, self._sizes)] if full
+        fn, calls = self._calls(bufs, batch, pieces, full)
+        _execute(fn, [calls[i::pieces] for i in range(min(pieces, len(calls)))])
+
+    def _full(self, bufs: list, batch: tuple) -> bool:
+        """Whether every buffer holds the whole batch, C-contiguous (the dense layout)."""
+        nb = len(batch)
+        return all(a.ndim == nb + nc and a.shape[:nb] == batch and a.flags.c_contiguous
+                   for a, nc in zip(bufs, self._core_ndims))
+
+    def _calls(self, bufs: list, batch: tuple, pieces: int, full: bool) -> tuple:
+        """``(entry point, argument tuples)`` covering a non-empty batch in about ``pieces``
+        calls per inner run (``full``: :meth:`_full` of the buffers)."""
+        dims = ([(math.prod(batch), self._sizes)] if full
                 else _collapse(batch, bufs, self._core_ndims, self._itemsizes))
         n, strides = dims[-1]
         dense = len(dims) == 1 and strides == self._sizes
-        fn = self._dense if dense else self._strided
         stride_arr = self._stride_type(*strides)
         addrs = [a.ctypes.data for a in bufs]
         split = -(-pieces // math.prod(length for length, _ in dims[:-1]))
         calls = []
         for base in _outer_offsets(dims[:-1], len(bufs)):
             for count, ptrs in self._chunks(addrs, base, n, strides, split):
-                args = (count, self._ptr_type(*ptrs)) + (() if dense else (stride_arr,))
-                calls.append(args)
-        _execute(fn, [calls[i::pieces] for i in range(min(pieces, len(calls)))])
+                calls.append((count, self._ptr_type(*ptrs)) + (() if dense else (stride_arr,)))
+        return (self._dense if dense else self._strided), calls
 
     def _chunks(self, addrs: list, base: list, n: int, strides: list, split: int) -> list:
         """``split`` pieces of one inner run of ``n`` points: ``(count, pointers)``."""

@@ -24,11 +24,16 @@ import struct
 
 import mpmath
 
-__all__ = ["EXP_F64", "EXPM1_F64", "LOG_F64", "LOG1P_F64", "TANH_F64", "DECLARATIONS"]
+__all__ = ["double_literal", "EXP_F64", "EXPM1_F64", "LOG_F64", "LOG1P_F64", "TANH_F64",
+           "DECLARATIONS"]
 
 
-def _hex(value: float) -> str:
-    """An LLVM IR double literal for ``value`` (exact)."""
+def double_literal(value: float) -> str:
+    """An LLVM IR double literal for ``value`` (exact, in hex).
+
+    >>> double_literal(1.0)
+    '0x3FF0000000000000'
+    """
     return f"0x{struct.unpack('<Q', struct.pack('<d', value))[0]:016X}"
 
 
@@ -61,9 +66,9 @@ _EXP_MIN = -1000.0  # below it the result is +0
 
 def _horner(var: str, coeffs: tuple, tag: str) -> tuple:
     """Lines evaluating ``sum coeffs[i] * var**(n-1-i)`` (highest first) and its name."""
-    lines = [f"  %{tag}u0 = fmul double {var}, {_hex(coeffs[0])}"]
+    lines = [f"  %{tag}u0 = fmul double {var}, {double_literal(coeffs[0])}"]
     for k, c in enumerate(coeffs[1:], start=1):
-        lines.append(f"  %{tag}a{k} = fadd double %{tag}u{k - 1}, {_hex(c)}")
+        lines.append(f"  %{tag}a{k} = fadd double %{tag}u{k - 1}, {double_literal(c)}")
         if k < len(coeffs) - 1:
             lines.append(f"  %{tag}u{k} = fmul double %{tag}a{k}, {var}")
     return lines, f"%{tag}a{len(coeffs) - 1}"
@@ -77,13 +82,13 @@ def _reduced(low: float) -> list:
     ``2**(q >> 1) * 2**(q - (q >> 1))``."""
     horner, last = _horner("%s", _EXP_COEFFS, "")
     return [
-        f"  %c0 = call double @llvm.maxnum.f64(double %d, double {_hex(low)})",
+        f"  %c0 = call double @llvm.maxnum.f64(double %d, double {double_literal(low)})",
         "  %c = call double @llvm.minnum.f64(double %c0, double 7.100000e+02)",
-        f"  %t = fmul double %c, {_hex(_R_LN2)}",
+        f"  %t = fmul double %c, {double_literal(_R_LN2)}",
         "  %q = call double @llvm.rint.f64(double %t)",
-        f"  %qh = fmul double %q, {_hex(_L2U)}",
+        f"  %qh = fmul double %q, {double_literal(_L2U)}",
         "  %s0 = fsub double %c, %qh",
-        f"  %ql = fmul double %q, {_hex(_L2L)}",
+        f"  %ql = fmul double %q, {double_literal(_L2L)}",
         "  %s = fsub double %s0, %ql",
         *horner,
         "  %ss = fmul double %s, %s",
@@ -111,9 +116,9 @@ def _exp_f64() -> str:
         # w * 2**q, one normal half at a time
         "  %r0 = fmul double %w, %p0",
         "  %r1 = fmul double %r0, %p1",
-        f"  %big = fcmp ogt double %d, {_hex(_EXP_MAX)}",
+        f"  %big = fcmp ogt double %d, {double_literal(_EXP_MAX)}",
         "  %r2 = select i1 %big, double 0x7FF0000000000000, double %r1",
-        f"  %tiny = fcmp olt double %d, {_hex(_EXP_MIN)}",
+        f"  %tiny = fcmp olt double %d, {double_literal(_EXP_MIN)}",
         "  %r3 = select i1 %tiny, double 0.000000e+00, double %r2",
         "  %nan = fcmp uno double %d, 0.000000e+00",
         "  %r = select i1 %nan, double %d, double %r3",
@@ -131,11 +136,7 @@ _LOG_COEFFS = tuple(float(fractions.Fraction(2, 2 * k + 1)) for k in range(10, 0
 
 
 def _log_f64() -> str:
-    horner = [f"  %u0 = fmul double %z, {_hex(_LOG_COEFFS[0])}"]
-    for k, c in enumerate(_LOG_COEFFS[1:], start=1):
-        horner.append(f"  %a{k} = fadd double %u{k - 1}, {_hex(c)}")
-        horner.append(f"  %u{k} = fmul double %a{k}, %z")
-    r = f"%u{len(_LOG_COEFFS) - 1}"
+    horner, p = _horner("%z", _LOG_COEFFS, "")
     lines = [
         "define internal double @st.log.f64(double %d) alwaysinline nounwind willreturn "
         "memory(none) {",
@@ -164,16 +165,17 @@ def _log_f64() -> str:
         "  %s = fdiv double %f, %f2",
         "  %z = fmul double %s, %s",
         *horner,
+        f"  %rz = fmul double {p}, %z",  # R(z) = z * P(z)
         "  %ff = fmul double %f, %f",
         "  %hfsq = fmul double %ff, 5.000000e-01",
         # k*ln2_hi - ((hfsq - (s*(hfsq + R) + k*ln2_lo)) - f)
-        f"  %t0 = fadd double %hfsq, {r}",
+        "  %t0 = fadd double %hfsq, %rz",
         "  %t1 = fmul double %s, %t0",
-        f"  %kl = fmul double %k, {_hex(_L2L)}",
+        f"  %kl = fmul double %k, {double_literal(_L2L)}",
         "  %t2 = fadd double %t1, %kl",
         "  %t3 = fsub double %hfsq, %t2",
         "  %t4 = fsub double %t3, %f",
-        f"  %kh = fmul double %k, {_hex(_L2U)}",
+        f"  %kh = fmul double %k, {double_literal(_L2U)}",
         "  %r0 = fsub double %kh, %t4",
         # log(+-0) = -inf, log(x < 0) = nan, log(inf) = inf, log(nan) = nan
         "  %zero = fcmp oeq double %d, 0.000000e+00",
@@ -229,7 +231,7 @@ def _expm1_f64() -> str:
         # tiny and signed-zero arguments are their own result
         "  %tiny = fcmp olt double %ad, 0x3C90000000000000",  # 2**-54
         "  %r2 = select i1 %tiny, double %d, double %r1",
-        f"  %big = fcmp ogt double %d, {_hex(_EXP_MAX)}",
+        f"  %big = fcmp ogt double %d, {double_literal(_EXP_MAX)}",
         "  %r3 = select i1 %big, double 0x7FF0000000000000, double %r2",
         "  %low = fcmp olt double %d, -4.000000e+01",
         "  %r4 = select i1 %low, double -1.000000e+00, double %r3",
@@ -319,7 +321,7 @@ def _tanh_f64() -> str:
         "  %q = fdiv double 2.000000e+00, %e1",
         "  %tl0 = fsub double 1.000000e+00, %q",
         "  %tl = call double @llvm.copysign.f64(double %tl0, double %d)",
-        f"  %near = fcmp olt double %a, {_hex(_TANH_SERIES_LIMIT)}",
+        f"  %near = fcmp olt double %a, {double_literal(_TANH_SERIES_LIMIT)}",
         "  %r = select i1 %near, double %ts, double %tl",
         "  ret double %r",
         "}",

@@ -26,6 +26,17 @@ def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
         np.abs(want)).astype(np.float64)
 
 
+def _assert_within_one_ulp(got: np.ndarray, xs: np.ndarray, fn) -> None:
+    """``got`` is ``fn`` (mpmath) at ``xs`` to 1 ulp of the correctly rounded float64, equal
+    to it where that is zero or not finite, and mostly (over 90%) equal to it."""
+    want = _correctly_rounded(fn, xs, np.float64)
+    finite = np.isfinite(want) & (want != 0)
+    np.testing.assert_array_equal(got[~finite], want[~finite])
+    err = _ulps(got[finite], want[finite])
+    assert err.max() <= 1.0, (xs[finite][err.argmax()], err.max())
+    assert np.mean(err == 0) > 0.9
+
+
 def _grid64(n: int) -> np.ndarray:
     rng = np.random.default_rng(2026)
     return np.concatenate([
@@ -47,14 +58,7 @@ def exp64():
 def test_exp_float64_within_one_ulp_of_correctly_rounded(exp64):
     xs = _grid64(100_000)
     assert xs.size >= 100_000
-    got = exp64(xs)
-    want = _correctly_rounded(mpmath.exp, xs, np.float64)
-    finite = want != 0
-    assert np.all(got[~finite] == 0.0)
-    err = _ulps(got[finite], want[finite])
-    assert err.max() <= 1.0, (xs[finite][err.argmax()], err.max())
-    # and most are the correctly rounded value itself
-    assert np.mean(err == 0) > 0.9
+    _assert_within_one_ulp(exp64(xs), xs, mpmath.exp)
 
 
 def test_exp_float64_special_values(exp64):
@@ -133,13 +137,7 @@ def test_log_float64_within_one_ulp_of_correctly_rounded(log64):
         2.0 ** np.arange(-1074, 1024, dtype=np.float64),
     ])
     assert xs.size >= 100_000
-    got = log64(xs)
-    want = _correctly_rounded(mpmath.log, xs, np.float64)
-    exact = want == 0
-    assert np.all(got[exact] == 0.0)
-    err = _ulps(got[~exact], want[~exact])
-    assert err.max() <= 1.0, (xs[~exact][err.argmax()], err.max())
-    assert np.mean(err == 0) > 0.9
+    _assert_within_one_ulp(log64(xs), xs, mpmath.log)
 
 
 def test_log_float64_special_values(log64):
@@ -198,12 +196,7 @@ def test_tanh_float64_within_one_ulp_of_correctly_rounded():
         rng.uniform(0.85, 0.95, 10_000),  # either side of the series' limit
         np.sign(rng.normal(size=10_000)) * 10.0 ** rng.uniform(-320, 0, 10_000),
     ])
-    got = f(xs)
-    want = _correctly_rounded(mpmath.tanh, xs, np.float64)
-    nonzero = want != 0
-    err = _ulps(got[nonzero], want[nonzero])
-    assert err.max() <= 1.0, (xs[nonzero][err.argmax()], err.max())
-    assert np.mean(err == 0) > 0.9
+    _assert_within_one_ulp(f(xs), xs, mpmath.tanh)
     special = f(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 5e-324, -5e-324, 40.0, -40.0]))
     assert special[0] == 0.0 and not np.signbit(special[0])
     assert special[1] == 0.0 and np.signbit(special[1])
@@ -255,13 +248,7 @@ def test_expm1_log1p_within_one_ulp_of_correctly_rounded(name, grid):
     f = st.compile(getattr(st, name)(x), [x], name=f"{name}64")
     assert f"@st.{name}.f64" in f.llvm_ir
     xs = grid(np.random.default_rng(2029))
-    got = f(xs)
-    want = _correctly_rounded(getattr(mpmath, name), xs, np.float64)
-    finite = np.isfinite(want) & (want != 0)
-    np.testing.assert_array_equal(got[~finite], want[~finite])
-    err = _ulps(got[finite], want[finite])
-    assert err.max() <= 1.0, (xs[finite][err.argmax()], err.max())
-    assert np.mean(err == 0) > 0.9
+    _assert_within_one_ulp(f(xs), xs, getattr(mpmath, name))
 
 
 def test_expm1_log1p_special_values():

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import functools
+import re
 
 import numpy as np
 import sympy as sp
@@ -144,8 +145,10 @@ _VECMATH = {"exp": sp.exp, "log": sp.log, "tanh": sp.tanh, "expm1": F.expm1,
 
 def vector_functions(f) -> tuple:
     """The functions the compiled function ``f`` computes with symtape's own IR (vectorised
-    kernels; see ``symtape/codegen/vecmath.py``) rather than the C library."""
-    return tuple(name for name in _VECMATH if f"@st.{name}.f64(" in f.llvm_ir)
+    kernels, one point or a vector of them; see ``symtape/codegen/vecmath.py``) rather than
+    the C library."""
+    return tuple(name for name in _VECMATH
+                 if re.search(rf"@st\.{name}\.(v\d+)?f64\(", f.llvm_ir))
 
 
 @functools.cache

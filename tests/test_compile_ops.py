@@ -1,6 +1,8 @@
 """Every op of the table and its derivatives to order 2, compiled, equals the eager value to
 1e-13 relative (nan and inf alike) at points with 0, negatives, large magnitudes, inf and nan,
-for batch lengths 0, 1, 3 and 1001; every op taken to order 3 lowers."""
+for batch lengths 0, 1, 3 and 1001, both as the kernel chooses and with every kernel in lane
+mode (several points per vector, partial last blocks at 3, 9 and 1001); every op taken to
+order 3 lowers."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ import sympy as sp
 from test_ops import ROWS, Row, _float_args
 
 import symtape as st
+from symtape.codegen import kernel
 
 def _points(r: Row) -> list[list[np.ndarray]]:
     """Argument tuples: regular samples; samples with zeros (both signs) and negatives mixed
@@ -92,18 +95,23 @@ def _compiled_rows():
         a.dtype.startswith("float") for a in r.args))
 
 
+@pytest.mark.parametrize("lanes", [False, True], ids=["chosen", "lanes"])
 @pytest.mark.parametrize("name", _compiled_rows())
-def test_compiled_equals_eager(name):
+def test_compiled_equals_eager(name, lanes, monkeypatch):
+    if lanes:  # no kernel is small or too small for lanes
+        monkeypatch.setattr(kernel, "LOOP_VECTORIZE_MAX_ACCESSES", -1)
+        monkeypatch.setattr(kernel, "LANE_MIN_OPS", 0)
     r = ROWS[name]
     syms = _symbols(r)
     outs = _outputs(r, syms, order=2)
     f = st.compile(outs, syms)
+    assert "<8 x " in f.llvm_ir or not lanes
     points = _points(r)
     eager = []
     for pt in points:
         leaves = [st.symbol(f"a{i}", x) for i, x in enumerate(pt)]
         eager.append([np.asarray(o.numpy()) for o in _outputs(r, leaves, order=2)])
-    for batch in (0, 1, 3, 1001):
+    for batch in (0, 1, 3, 9, 1001) if lanes else (0, 1, 3, 1001):
         picks = [k % len(points) for k in range(batch)]
         args = [np.array([points[k][i] for k in picks]).reshape((batch,) + a.shape)
                 for i, a in enumerate(r.args)]

@@ -13,6 +13,13 @@ time near linear in the size of the function. Two exported entry points call ``b
 * ``<name>_dense(n, ptrs)`` fixes every stride to its core size, the layout of contiguous
   arrays; constant strides let LLVM see the exact access pattern when it vectorises.
 
+A large ``point`` that LLVM would not vectorise across points (above
+``LOOP_VECTORIZE_MAX_ACCESSES``, or calling library functions) is written in *lane mode*
+instead (:mod:`~symtape.codegen.lanes`): every value is a vector of ``LANES`` points, ``body``
+copies each block of points into lane buffers (element ``k`` of lane ``l`` at
+``k * LANES + l``), calls ``point`` once per block and copies the results back. Each lane
+computes exactly the instructions of the one-point code, so results are the same bits.
+
 The text is generated directly (no IR builder objects), in a fixed order, so the same plan
 gives the same bytes: the on-disk cache is keyed by them.
 """
@@ -20,9 +27,12 @@ gives the same bytes: the on-disk cache is keyed by them.
 from __future__ import annotations
 
 import math
+import re
+from typing import NamedTuple
 
 import numpy as np
 
+from .lanes import LANES, libm_wrapper, vector, widen
 from .lower import OPS
 from .plan import Instr, Plan
 from .vecmath import double_literal
@@ -61,6 +71,11 @@ SPLIT_OPS = 2000
 # of tanh inlines about 140 lines and adds about 30 ms of optimisation, exp about 45 and 8 ms
 # (measured); past this, the kernel calls the C library instead and is not loop-vectorised.
 VECMATH_BUDGET = 600
+# Lane mode (large kernels computing LANES points per call of ``point``) keeps its buffers on
+# the stack: at most this many bytes of them, else the kernel goes one point at a time.
+LANE_STACK_BYTES = 1 << 19
+# ... and has at least this many operations per point.
+LANE_MIN_OPS = 64
 _NO_LOOP_VECTORIZE = ('!0 = distinct !{!0, !1}\n'
                       '!1 = !{!"llvm.loop.vectorize.enable", i1 false}')
 
@@ -86,7 +101,7 @@ def render(plan: Plan, name: str, dtype: str = "float64", fastmath: bool = False
     fmt = {"t": t, "sfx": sfx, "m": m, "fm": fm}
     emitter = _Body(plan, fmt, size)
     body = emitter.lines()
-    decls = sorted({d.format(**fmt) for d in emitter.decls})  # one line per declaration
+    decls = emitter.declarations()  # one line per declaration
     head = [f"; symtape kernel {name}: {len(plan.inputs)} inputs, {len(plan.outputs)} outputs"]
     tail = [_ATTRIBUTES] + ([_NO_LOOP_VECTORIZE] if not emitter.loop_vectorize else []) + [""]
     return "\n".join(head + decls + body + _entries(plan, name) + tail)
@@ -174,7 +189,8 @@ def _chunks(plan: Plan, size: int) -> list:
 
 
 class _Body:
-    """Emits ``point`` (loads, ops, stores) and the ``body`` loop around it."""
+    """Emits ``point`` (loads, ops, stores) and the ``body`` loop around it; with
+    ``lanes > 1`` every value is a vector of that many points (:mod:`~.lanes`)."""
 
     def __init__(self, plan: Plan, fmt: dict, size: int) -> None:
         self.plan = plan
@@ -186,6 +202,8 @@ class _Body:
         self.coerced: dict = {}
         self.out: list = []
         self.loop_vectorize = True
+        self.lanes = 1
+        self.wrapped: set = set()  # C library functions called through lane wrappers
 
     def lines(self) -> list[str]:
         """The ``point`` function (one point, straight-line) and the ``body`` loop."""
@@ -203,14 +221,25 @@ class _Body:
         # IR (exp, log, tanh) vectorise, at some compile time per use: past a budget they are
         # library calls too.
         self.loop_vectorize = small and not calls and inlined <= VECMATH_BUDGET
+        chunks = _chunks(plan, SPLIT_OPS)
+        crossing = _crossing(plan, chunks)
+        t = self.fmt["t"]
+        sizes = [math.prod(a.shape) for a in plan.inputs] + [
+            math.prod(o.shape) for o in plan.outputs]
+        elem_bytes = [self.size] * n_in + [1 if o.boolean else self.size for o in plan.outputs]
+        stack = LANES * (sum(s * b for s, b in zip(sizes, elem_bytes)) +
+                         crossing.count["f"] * self.size + crossing.count["b"])
+        # a point LLVM does not vectorise across points computes LANES points at once, where
+        # it is large enough to gain and its buffers fit on the stack
+        if not self.loop_vectorize and plan.n_ops >= LANE_MIN_OPS and \
+                stack <= LANE_STACK_BYTES:
+            self.lanes, self.loop_vectorize = LANES, False
         ptrs = [f"ptr noalias readonly %in{i}" for i in range(n_in)]
         ptrs += [f"ptr noalias writeonly %out{i}" for i in range(n_out)]
         # a small point is inlined into the loop (and vectorised across points); a large one
         # stays a call, so that loop passes that grow with the square of the number of
         # memory accesses in a loop never see its body
         inline = "alwaysinline" if small else "noinline"
-        chunks = _chunks(plan, SPLIT_OPS)
-        t = self.fmt["t"]
         elems = [t] * n_in + ["i8" if o.boolean else t for o in plan.outputs]
         if len(chunks) == 1:
             self.out = [f"define internal void @point({', '.join(ptrs)}) {inline} nounwind {{",
@@ -220,35 +249,65 @@ class _Body:
             for o, layout in enumerate(plan.outputs):
                 self._store(o, layout)
             self.out += ["  ret void", "}", ""]
-            return self.out + _loop(elems, self.loop_vectorize)
-        return self._split(chunks, ptrs) + _loop(elems, self.loop_vectorize)
+            point = self.out
+        else:
+            point = self._split(chunks, crossing, ptrs)
+        if self.lanes > 1:
+            return point + _lane_loop(elems, sizes, n_in, self.lanes)
+        return point + _loop(elems, self.loop_vectorize)
 
-    def _split(self, chunks: list, ptrs: list) -> list[str]:
+    def declarations(self) -> list[str]:
+        """The module's declarations and helper definitions (widened in lane mode)."""
+        decls = {d.format(**self.fmt) for d in self.decls}
+        if self.lanes == 1:
+            return sorted(decls)
+        out = set()
+        for d in decls:
+            if _is_libm(d):
+                out.add(d)  # the scalar function the lane wrapper calls
+                continue
+            text = "\n".join(widen(line, self.lanes) for line in d.split("\n"))
+            # vector functions are called, not inlined: one call computes every lane
+            out.add(text.replace(" alwaysinline ", " noinline "))
+        for name, arity in sorted(self.wrapped):
+            out.add(libm_wrapper(name, self.fmt["t"], arity, self.lanes))
+        return sorted(out)
+
+    @property
+    def vt(self) -> str:
+        """The type of one float value (a vector in lane mode)."""
+        t = self.fmt["t"]
+        return t if self.lanes == 1 else vector(t, self.lanes)
+
+    @property
+    def bt(self) -> str:
+        """The stored type of one boolean value (bytes)."""
+        return "i8" if self.lanes == 1 else vector("i8", self.lanes)
+
+    def _literal(self, text: str, scalar: str) -> str:
+        """An operand as written in this mode: a literal is splat in lane mode."""
+        if self.lanes == 1 or text.startswith("%"):
+            return text
+        return f"splat ({scalar} {text})"
+
+    def _emit(self, line: str) -> None:
+        """Append an instruction over scalars (widened in lane mode)."""
+        if self.lanes > 1:
+            line = widen(line, self.lanes, self.wrapped_names)
+        self.out.append("  " + line)
+
+    @property
+    def wrapped_names(self) -> frozenset:
+        return frozenset(name for name, _ in self.wrapped)
+
+    def _split(self, chunks: list, crossing, ptrs: list) -> list[str]:
         """``point`` as a call of one function per chunk of the plan, in order: values a
         later chunk reads go through scratch arrays on ``point``'s stack (``%sf`` floats,
         ``%sb`` booleans as bytes), and each output element is stored by the chunk defining
         it, so each function is optimised on its own and the optimiser's time stays linear
         in the size of the plan."""
-        plan, t = self.plan, self.fmt["t"]
-        owner = [-1] * len(plan.instrs)  # the chunk defining each value (constants: none)
-        for k, (lo, hi) in enumerate(chunks):
-            for ref in range(lo, hi):
-                if plan.instrs[ref].op != "const":
-                    owner[ref] = k
-        needed: list = [[] for _ in chunks]  # per chunk: values it reads from earlier ones
-        slot: dict = {}  # ref -> (kind, index in its scratch array)
-        count = {"f": 0, "b": 0}
-        for k, (lo, hi) in enumerate(chunks):
-            seen: set = set()
-            for ref in range(lo, hi):
-                for a in plan.instrs[ref].args:
-                    if 0 <= owner[a] < k and a not in seen:
-                        seen.add(a)
-                        needed[k].append(a)
-                        if a not in slot:
-                            kind = plan.kind(a)
-                            slot[a] = (kind, count[kind])
-                            count[kind] += 1
+        plan = self.plan
+        owner, needed, slot, count = crossing
         last = len(chunks) - 1
         params = ", ".join(ptrs + ["ptr noalias %sf", "ptr noalias %sb"])
         parts: list = []
@@ -270,11 +329,12 @@ class _Body:
         n_in, n_out = len(plan.inputs), len(plan.outputs)
         args = ", ".join([f"ptr %in{i}" for i in range(n_in)] +
                          [f"ptr %out{i}" for i in range(n_out)] + ["ptr %sf", "ptr %sb"])
+        align = self.size * self.lanes
         return parts + [
             f"define internal void @point({', '.join(ptrs)}) noinline nounwind {{",
             "entry:",
-            f"  %sf = alloca {t}, i64 {max(count['f'], 1)}, align {self.size}",
-            f"  %sb = alloca i8, i64 {max(count['b'], 1)}",
+            f"  %sf = alloca {self.vt}, i64 {max(count['f'], 1)}, align {align}",
+            f"  %sb = alloca {self.bt}, i64 {max(count['b'], 1)}, align {self.lanes}",
             *[f"  call void @point.{k}({args})" for k in range(len(chunks))],
             "  ret void", "}", ""]
 
@@ -282,21 +342,23 @@ class _Body:
         """Load value ``ref`` from its scratch slot (naming it ``%x<ref>``) or store it."""
         kind, index = where
         t = self.fmt["t"]
-        array, elem, align = ("%sf", t, self.size) if kind == "f" else ("%sb", "i8", 1)
+        array, elem, align = ("%sf", self.vt, self.size) if kind == "f" else ("%sb", self.bt, 1)
         p = f"%x{ref}.p" if load else f"%v{ref}.sp"
         self.out.append(f"  {p} = getelementptr inbounds {elem}, ptr {array}, i64 {index}")
         if load:
             if kind == "f":
-                self.out.append(f"  %x{ref} = load {t}, ptr {p}, align {align}")
+                self.out.append(f"  %x{ref} = load {elem}, ptr {p}, align {align}")
             else:
-                self.out += [f"  %x{ref}.l = load i8, ptr {p}, align 1",
-                             f"  %x{ref} = trunc i8 %x{ref}.l to i1"]
+                self.out.append(f"  %x{ref}.l = load {elem}, ptr {p}, align 1")
+                self._emit(f"%x{ref} = trunc i8 %x{ref}.l to i1")
             self.names[ref] = f"%x{ref}"
             return
         value = self.names[ref]
         if kind == "b":
-            self.out.append(f"  %v{ref}.sz = zext i1 {value} to i8")
+            self._emit(f"%v{ref}.sz = zext i1 {value} to i8")
             value = f"%v{ref}.sz"
+        else:
+            value = self._literal(value, t)
         self.out.append(f"  store {elem} {value}, ptr {p}, align {align}")
 
     def _value(self, ref: int, ins: Instr) -> None:
@@ -308,22 +370,23 @@ class _Body:
                 self.names[ref] = float_literal(value, self.dtype)
             return
         name = self.names[ref] = f"%v{ref}"
-        t = self.fmt["t"]
         if ins.op == "input":
             arg, k = ins.attr
             self.out += [
-                f"  {name}.p = getelementptr inbounds {t}, ptr %in{arg}, i64 {k}",
-                f"  {name} = load {t}, ptr {name}.p, align {self.size}",
+                f"  {name}.p = getelementptr inbounds {self.vt}, ptr %in{arg}, i64 {k}",
+                f"  {name} = load {self.vt}, ptr {name}.p, align {self.size}",
             ]
             return
         op = OPS[ins.op]
-        if op.scalar is not None and not self.loop_vectorize:
+        if op.scalar is not None and not self.loop_vectorize and self.lanes == 1:
             op = op.scalar
         args = [self._as(a, kind) for a, kind in zip(ins.args, op.args)]
         self.decls.update(op.decls)
+        if self.lanes > 1 and op.call:
+            self.wrapped.update((n, len(op.args)) for n in _libm_names(op, self.fmt))
         lines = op.ir32 if op.ir32 is not None and self.dtype == "float32" else op.ir
         for line in lines:
-            self.out.append("  " + line.format(*args, r=name, **self.fmt))
+            self._emit(line.format(*args, r=name, **self.fmt))
 
     def _as(self, ref: int, kind: str) -> str:
         """The value ``ref`` as ``kind``: booleans widen to 0/1, floats test ``!= 0``."""
@@ -342,10 +405,10 @@ class _Body:
                     else ("true" if value != 0 else "false"))
         elif kind == "f":
             conv = f"%c{ref}.f"
-            self.out.append(f"  {conv} = uitofp i1 {name} to {t}")
+            self._emit(f"{conv} = uitofp i1 {name} to {t}")
         else:
             conv = f"%c{ref}.b"
-            self.out.append(f"  {conv} = fcmp une {t} {name}, 0.0")
+            self._emit(f"{conv} = fcmp une {t} {name}, 0.0")
         self.coerced[key] = conv
         return conv
 
@@ -355,14 +418,149 @@ class _Body:
 
     def _store_one(self, o: int, k: int, ref: int, boolean: bool) -> None:
         """Element ``k`` of output ``o`` is value ``ref``."""
-        elem = "i8" if boolean else self.fmt["t"]
+        elem = self.bt if boolean else self.vt
         align = 1 if boolean else self.size
         s = f"%st{o}.{k}"
         value = self._as(ref, "b" if boolean else "f")
         if boolean:
-            self.out.append(f"  {s}.z = zext i1 {value} to i8")
+            self._emit(f"{s}.z = zext i1 {value} to i8")
             value = f"{s}.z"
+        else:
+            value = self._literal(value, self.fmt["t"])
         self.out += [
             f"  {s}.p = getelementptr inbounds {elem}, ptr %out{o}, i64 {k}",
             f"  store {elem} {value}, ptr {s}.p, align {align}",
         ]
+
+
+class _Crossing(NamedTuple):
+    owner: list  # the chunk defining each value (constants: -1)
+    needed: list  # per chunk: the values it reads from earlier chunks
+    slot: dict  # ref -> (kind, index in its scratch array)
+    count: dict  # kind -> scratch slots
+
+
+def _crossing(plan: Plan, chunks: list) -> _Crossing:
+    """The values that cross from one chunk of the plan to a later one, and their slots."""
+    owner = [-1] * len(plan.instrs)
+    for k, (lo, hi) in enumerate(chunks):
+        for ref in range(lo, hi):
+            if plan.instrs[ref].op != "const":
+                owner[ref] = k
+    needed: list = [[] for _ in chunks]
+    slot: dict = {}
+    count = {"f": 0, "b": 0}
+    if len(chunks) > 1:
+        for k, (lo, hi) in enumerate(chunks):
+            seen: set = set()
+            for ref in range(lo, hi):
+                for a in plan.instrs[ref].args:
+                    if 0 <= owner[a] < k and a not in seen:
+                        seen.add(a)
+                        needed[k].append(a)
+                        if a not in slot:
+                            kind = plan.kind(a)
+                            slot[a] = (kind, count[kind])
+                            count[kind] += 1
+    return _Crossing(owner, needed, slot, count)
+
+
+_LIBM_CALL = re.compile(r"call [^@]*@(?!llvm\.|st\.)([\w.]+)\(")
+
+
+def _libm_names(op, fmt: dict) -> list[str]:
+    """The C library functions an op's lines call (no vector form: lanes wrap them)."""
+    return [m.group(1) for line in op.ir for m in _LIBM_CALL.finditer(line.format(
+        *[f"%a{i}" for i in range(len(op.args))], r="%r", **fmt))]
+
+
+def _is_libm(decl: str) -> bool:
+    """Whether a declaration is of a C library function (kept scalar in lane mode)."""
+    return decl.startswith("declare") and "@llvm." not in decl
+
+
+def _lane_loop(elems: list[str], sizes: list[int], n_in: int, lanes: int) -> list[str]:
+    """``body`` in lane mode: for each block of ``lanes`` points, copy the inputs into lane
+    buffers (element ``k`` of lane ``l`` at ``k * lanes + l``), call ``point`` on them and
+    copy the outputs back. In the last, partial block the unused lanes compute on stale (or
+    zeroed) inputs and are not stored. The buffers live on the stack."""
+    params = ["i64 %n"] + [f"ptr noalias %b{i}" for i in range(len(elems))]
+    params += [f"i64 %s{i}" for i in range(len(elems))]
+    lines = [
+        f"define internal void @body({', '.join(params)}) alwaysinline nounwind {{",
+        "entry:",
+    ]
+    for i, (elem, size) in enumerate(zip(elems, sizes)):
+        lines.append(f"  %l{i} = alloca {vector(elem, lanes)}, i64 {max(size, 1)}, align 64")
+        if i < n_in:
+            width = 8 if elem == "double" else (4 if elem == "float" else 1)
+            lines.append(f"  call void @llvm.memset.p0.i64(ptr align 64 %l{i}, i8 0, "
+                         f"i64 {max(size, 1) * lanes * width}, i1 false)")
+    lines += [
+        "  %go = icmp sgt i64 %n, 0",
+        "  br i1 %go, label %block, label %done",
+        "block:",
+        "  %j = phi i64 [ 0, %entry ], [ %j.next, %next ]",
+        "  %rest = sub i64 %n, %j",
+        f"  %short = icmp slt i64 %rest, {lanes}",
+        f"  %m = select i1 %short, i64 %rest, i64 {lanes}",
+    ]
+    at = "block"
+    for i in range(n_in):
+        if sizes[i]:
+            part, at = _lane_copy(f"g{i}", at, i, elems[i], sizes[i], lanes, gather=True)
+            lines += part
+    args = ", ".join(f"ptr %l{i}" for i in range(len(elems)))
+    lines.append(f"  call void @point({args})")
+    for i in range(n_in, len(elems)):
+        if sizes[i]:
+            part, at = _lane_copy(f"c{i}", at, i, elems[i], sizes[i], lanes, gather=False)
+            lines += part
+    lines += [
+        "  br label %next",
+        "next:",
+        f"  %j.next = add nuw nsw i64 %j, {lanes}",
+        "  %more = icmp slt i64 %j.next, %n",
+        "  br i1 %more, label %block, label %done, !llvm.loop !0",
+        "done:",
+        "  ret void",
+        "}",
+        "",
+        "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+        "",
+    ]
+    return lines
+
+
+def _lane_copy(tag: str, pred: str, i: int, elem: str, size: int, lanes: int,
+               gather: bool) -> tuple[list[str], str]:
+    """A loop nest copying buffer ``i``'s ``size`` elements of points ``j .. j + m - 1``
+    between the caller's layout (``%b<i>`` at stride ``%s<i>``) and its lane buffer
+    ``%l<i>``; entered from block ``pred``, it ends in the block it returns."""
+    src, dst = (f"%{tag}.a", f"%{tag}.b") if gather else (f"%{tag}.b", f"%{tag}.a")
+    lines = [
+        f"  br label %{tag}.o",
+        f"{tag}.o:",
+        f"  %{tag}.l = phi i64 [ 0, %{pred} ], [ %{tag}.ln, %{tag}.oe ]",
+        f"  %{tag}.pt = add i64 %j, %{tag}.l",
+        f"  %{tag}.off = mul i64 %{tag}.pt, %s{i}",
+        f"  %{tag}.row = getelementptr inbounds {elem}, ptr %b{i}, i64 %{tag}.off",
+        f"  br label %{tag}.i",
+        f"{tag}.i:",
+        f"  %{tag}.k = phi i64 [ 0, %{tag}.o ], [ %{tag}.kn, %{tag}.i ]",
+        f"  %{tag}.a = getelementptr inbounds {elem}, ptr %{tag}.row, i64 %{tag}.k",
+        f"  %{tag}.kl = mul nuw nsw i64 %{tag}.k, {lanes}",
+        f"  %{tag}.bi = add nuw nsw i64 %{tag}.kl, %{tag}.l",
+        f"  %{tag}.b = getelementptr inbounds {elem}, ptr %l{i}, i64 %{tag}.bi",
+        f"  %{tag}.x = load {elem}, ptr {src}",
+        f"  store {elem} %{tag}.x, ptr {dst}",
+        f"  %{tag}.kn = add nuw nsw i64 %{tag}.k, 1",
+        f"  %{tag}.ke = icmp eq i64 %{tag}.kn, {size}",
+        f"  br i1 %{tag}.ke, label %{tag}.oe, label %{tag}.i",
+        f"{tag}.oe:",
+        f"  %{tag}.ln = add nuw nsw i64 %{tag}.l, 1",
+        f"  %{tag}.le = icmp eq i64 %{tag}.ln, %m",
+        f"  br i1 %{tag}.le, label %{tag}.end, label %{tag}.o",
+        f"{tag}.end:",
+    ]
+    return lines, f"{tag}.end"

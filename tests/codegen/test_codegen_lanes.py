@@ -1,0 +1,169 @@
+"""Lane mode (``kernel.LANES`` points per vector, ``symtape/codegen/lanes.py``): a kernel
+computing several points at once gives bit for bit what the same kernel gives one point at a
+time -- every batch length (partial last blocks included), float32, strided and broadcast
+inputs, boolean and constant outputs, kernels cut into functions, library calls through
+lane wrappers -- and its IR functions (exp, log, tanh, ...) are those of vectorised loops."""
+
+from __future__ import annotations
+
+import mpmath
+import numpy as np
+import pytest
+
+import symtape as st
+from symtape.codegen import kernel, lanes
+
+VECTOR = f"<{lanes.LANES} x "
+
+
+def _mode(monkeypatch, lane: bool, split: int = 10 ** 9) -> None:
+    """Every kernel in lane mode, or every kernel one point at a time (nothing small)."""
+    monkeypatch.setattr(kernel, "LOOP_VECTORIZE_MAX_ACCESSES", -1)
+    monkeypatch.setattr(kernel, "LANE_MIN_OPS", 0 if lane else 10 ** 9)
+    monkeypatch.setattr(kernel, "SPLIT_OPS", split)
+
+
+def _program(dtype: str):
+    """Library calls (wrapped per lane), intrinsics, selects, booleans and constants."""
+    x = st.symbol("x", shape=(3,), dtype=dtype)
+    y = st.symbol("y", dtype=dtype)
+    a = st.sin(x) * y + x * x / (y + 2.0)
+    b = st.where(a > 0.25, st.erf(a) + st.atan2(a, y), st.floormod(a, 0.75))
+    c = st.sign(b) * st.sqrt(st.abs(b)) + st.pow(st.abs(y) + 0.5, x)
+    flags = st.logical_and(a > 0.0, st.logical_not(b < c))
+    return {"a": a, "b": b, "c": st.maximum(c, st.minimum(a, b)), "d": st.tan(st.round(c)),
+            "flags": flags, "k": st.constant(np.array([1.5, -2.0], dtype=dtype))}, [x, y]
+
+
+def _points(dtype: str, n: int, seed: int = 5):
+    rng = np.random.default_rng(seed)
+    xs = rng.normal(size=(n, 3)) * 2.0
+    ys = rng.normal(size=n)
+    specials = [np.nan, np.inf, -np.inf, 0.0, -0.0]
+    if n:
+        xs.flat[: min(len(specials), xs.size)] = specials[: xs.size]
+        ys[-1] = -0.0
+    return xs.astype(dtype), ys.astype(dtype)
+
+
+def _compile(monkeypatch, lane: bool, dtype: str, split: int = 10 ** 9):
+    _mode(monkeypatch, lane, split)
+    outputs, inputs = _program(dtype)
+    f = st.compile(outputs, inputs, dtype=dtype, name=f"lanes{int(lane)}")
+    assert (VECTOR in f.llvm_ir) == lane
+    return f
+
+
+def _assert_equal(got: dict, want: dict, what) -> None:
+    for key in want:
+        assert got[key].dtype == want[key].dtype, (key, what)
+        np.testing.assert_array_equal(got[key], want[key], err_msg=f"{key} ({what})")
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("split", [10 ** 9, 7])
+def test_lanes_compute_what_one_point_at_a_time_does(monkeypatch, dtype, split):
+    one = _compile(monkeypatch, False, dtype, split)
+    many = _compile(monkeypatch, True, dtype, split)
+    if split == 7:
+        assert "@point.1(" in many.llvm_ir
+    for n in (0, 1, 3, 7, 8, 9, 16, 17, 1001):
+        xs, ys = _points(dtype, n)
+        _assert_equal(many(xs, ys), one(xs, ys), n)
+    xs, ys = _points(dtype, 4)
+    _assert_equal(many(xs[2], ys[2]), one(xs[2], ys[2]), "one point")
+    buf = many.buffer(xs, ys)
+    buf()
+    _assert_equal(buf.out, one(xs, ys), "buffer call")
+
+
+def test_lanes_read_strided_and_broadcast_inputs(monkeypatch):
+    one = _compile(monkeypatch, False, "float64")
+    many = _compile(monkeypatch, True, "float64")
+    xs, ys = _points("float64", 40)
+    wide = np.repeat(xs, 2, axis=1)[:, ::2]  # a strided view equal to xs
+    assert not wide.flags.c_contiguous
+    np.testing.assert_array_equal(wide, xs)
+    _assert_equal(many(wide, ys), one(xs, ys), "strided")
+    # one y for every point: the stride of y is 0
+    _assert_equal(many(xs, ys[3]), one(xs, np.full(40, ys[3])), "broadcast")
+    # points on two batch axes
+    _assert_equal(many(xs.reshape(5, 8, 3), ys.reshape(5, 8)),
+                  {k: v.reshape((5, 8) + v.shape[1:]) for k, v in one(xs, ys).items()},
+                  "two batch axes")
+
+
+@pytest.mark.parametrize("name, fn, lo, hi", [
+    ("exp", mpmath.exp, -750.0, 710.0),
+    ("log", mpmath.log, 0.0, 1e300),
+    ("tanh", mpmath.tanh, -30.0, 30.0),
+    ("expm1", mpmath.expm1, -50.0, 50.0),
+    ("log1p", mpmath.log1p, -1.0, 1e10),
+])
+def test_lane_functions_are_those_of_vectorised_loops(monkeypatch, name, fn, lo, hi):
+    """The vector twins of the IR functions compute what they compute in a vectorised loop
+    (the one mpmath checks to 1 ulp in ``test_codegen_vecmath.py``), bit for bit."""
+    x = st.symbol("x")
+    looped = st.compile(getattr(st, name)(x), [x], name=f"{name}_loop")
+    assert f"@st.{name}.f64(" in looped.llvm_ir and VECTOR not in looped.llvm_ir
+    assert "llvm.loop.vectorize.enable" not in looped.llvm_ir  # the loop vectoriser's
+    monkeypatch.setattr(kernel, "LOOP_VECTORIZE_MAX_ACCESSES", -1)
+    monkeypatch.setattr(kernel, "LANE_MIN_OPS", 0)
+    laned = st.compile(getattr(st, name)(x), [x], name=f"{name}_lanes")
+    assert f"@st.{name}.v{lanes.LANES}f64(" in laned.llvm_ir
+    rng = np.random.default_rng(9)
+    xs = np.concatenate([rng.uniform(lo, hi, 20_000), rng.uniform(-1.0, 1.0, 5_000),
+                         [0.0, -0.0, np.inf, -np.inf, np.nan, lo, hi]])
+    np.testing.assert_array_equal(laned(xs), looped(xs))
+    some = xs[:300][xs[:300] > (-1.0 if name == "log1p" else lo)]
+    got = laned(some)
+    for v, g in zip(some, got):
+        w = float(fn(mpmath.mpf(float(v))))
+        if np.isfinite(w) and w != 0:
+            assert abs(g - w) <= np.spacing(abs(w)), (name, v)
+
+
+def test_kernels_over_the_stack_limit_go_one_point_at_a_time(monkeypatch):
+    _mode(monkeypatch, True)
+    monkeypatch.setattr(kernel, "LANE_STACK_BYTES", 64)
+    outputs, inputs = _program("float64")
+    f = st.compile(outputs, inputs, name="lanes_stack")
+    assert VECTOR not in f.llvm_ir
+    xs, ys = _points("float64", 9)
+    monkeypatch.setattr(kernel, "LANE_STACK_BYTES", 1 << 19)
+    _assert_equal(f(xs, ys), _compile(monkeypatch, True, "float64")(xs, ys), "limit")
+
+
+def test_large_kernels_choose_lanes_and_small_ones_the_loop_vectoriser():
+    x = st.symbol("x", shape=(4,))
+    small = st.compile(st.reduce_sum(x * x), [x], name="lanes_small")
+    assert VECTOR not in small.llvm_ir
+    y = x
+    for _ in range(40):  # a few hundred operations, 4 inputs: small in accesses
+        y = st.sin(y) * 0.5 + y * y * 0.25
+    big = st.compile(y, [x], name="lanes_big")
+    assert VECTOR in big.llvm_ir
+    xs = np.random.default_rng(1).normal(size=(11, 4)) * 0.1
+    want = xs
+    for _ in range(40):
+        want = np.sin(want) * 0.5 + want * want * 0.25
+    np.testing.assert_allclose(big(xs), want, rtol=1e-13)
+
+
+def test_widen_rewrites_types_literals_and_calls():
+    assert lanes.widen("%r = fcmp olt double %a, 0.0", 4) == \
+        "%r = fcmp olt <4 x double> %a, splat (double 0.0)"
+    assert lanes.widen("%r = xor i1 %a, true", 2) == "%r = xor <2 x i1> %a, splat (i1 true)"
+    assert lanes.widen("%r = shl i64 %e, 52") == "%r = shl <8 x i64> %e, splat (i64 52)"
+    assert lanes.widen("%r.x = fpext float %a to double", 4) == \
+        "%r.x = fpext <4 x float> %a to <4 x double>"
+    assert lanes.widen("%r = call double @st.exp.f64(double %a)") == \
+        "%r = call <8 x double> @st.exp.v8f64(<8 x double> %a)"
+    assert lanes.widen("%r = call double @erf(double %a)", 8, frozenset({"erf"})) == \
+        "%r = call <8 x double> @erf.v8(<8 x double> %a)"
+    # names that merely contain a type, and a wrapped name's longer relatives, stay
+    assert lanes.widen("%i1 = fadd double %double.1, %v2", 2) == \
+        "%i1 = fadd <2 x double> %double.1, %v2"
+    assert "@erfc(" in lanes.widen("%r = call double @erfc(double %a)", 2, frozenset({"erf"}))
+    with pytest.raises(AssertionError):
+        lanes.widen("ret 0")

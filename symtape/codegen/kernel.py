@@ -204,6 +204,7 @@ class _Body:
         self.loop_vectorize = True
         self.lanes = 1
         self.wrapped: set = set()  # C library functions called through lane wrappers
+        self.templates: dict = {}  # op name -> its lines, formatted (and widened)
 
     def lines(self) -> list[str]:
         """The ``point`` function (one point, straight-line) and the ``body`` loop."""
@@ -286,7 +287,7 @@ class _Body:
 
     def _literal(self, text: str, scalar: str) -> str:
         """An operand as written in this mode: a literal is splat in lane mode."""
-        if self.lanes == 1 or text.startswith("%"):
+        if self.lanes == 1 or text.startswith(("%", "splat")):
             return text
         return f"splat ({scalar} {text})"
 
@@ -365,9 +366,9 @@ class _Body:
         if ins.op == "const":
             value = ins.attr[0]
             if isinstance(value, bool):
-                self.names[ref] = "true" if value else "false"
+                self.names[ref] = self._literal("true" if value else "false", "i1")
             else:
-                self.names[ref] = float_literal(value, self.dtype)
+                self.names[ref] = self._literal(float_literal(value, self.dtype), self.fmt["t"])
             return
         name = self.names[ref] = f"%v{ref}"
         if ins.op == "input":
@@ -382,11 +383,26 @@ class _Body:
             op = op.scalar
         args = [self._as(a, kind) for a, kind in zip(ins.args, op.args)]
         self.decls.update(op.decls)
-        if self.lanes > 1 and op.call:
-            self.wrapped.update((n, len(op.args)) for n in _libm_names(op, self.fmt))
-        lines = op.ir32 if op.ir32 is not None and self.dtype == "float32" else op.ir
-        for line in lines:
-            self._emit(line.format(*args, r=name, **self.fmt))
+        for line in self._template(ins.op, op):
+            self.out.append(line.format(*args, r=name))
+
+    def _template(self, key: str, op) -> tuple:
+        """The op's lines with only ``{r}`` and ``{0}, {1}, ...`` left to fill (formatted
+        and, in lane mode, widened once per op)."""
+        lines = self.templates.get(key)
+        if lines is None:
+            if self.lanes > 1 and op.call:
+                self.wrapped.update((n, len(op.args)) for n in _libm_names(op, self.fmt))
+            src = op.ir32 if op.ir32 is not None and self.dtype == "float32" else op.ir
+            holes = [f"{{{i}}}" for i in range(len(op.args))]
+            lines = []
+            for line in src:
+                line = line.format(*holes, r="{r}", **self.fmt)
+                if self.lanes > 1:
+                    line = widen(line, self.lanes, self.wrapped_names)
+                lines.append("  " + line)
+            lines = self.templates[key] = tuple(lines)
+        return lines
 
     def _as(self, ref: int, kind: str) -> str:
         """The value ``ref`` as ``kind``: booleans widen to 0/1, floats test ``!= 0``."""
@@ -401,8 +417,8 @@ class _Body:
         t = self.fmt["t"]
         if self.plan.instrs[ref].op == "const":
             value = self.plan.instrs[ref].attr[0]
-            conv = (float_literal(float(value), self.dtype) if kind == "f"
-                    else ("true" if value != 0 else "false"))
+            conv = (self._literal(float_literal(float(value), self.dtype), t) if kind == "f"
+                    else self._literal("true" if value != 0 else "false", "i1"))
         elif kind == "f":
             conv = f"%c{ref}.f"
             self._emit(f"{conv} = uitofp i1 {name} to {t}")
@@ -422,7 +438,9 @@ class _Body:
         align = 1 if boolean else self.size
         s = f"%st{o}.{k}"
         value = self._as(ref, "b" if boolean else "f")
-        if boolean:
+        if boolean and not value.startswith("%"):  # a constant: its byte
+            value = self._literal("1" if "true" in value else "0", "i8")
+        elif boolean:
             self._emit(f"{s}.z = zext i1 {value} to i8")
             value = f"{s}.z"
         else:

@@ -32,7 +32,8 @@ def _program(dtype: str):
     c = st.sign(b) * st.sqrt(st.abs(b)) + st.pow(st.abs(y) + 0.5, x)
     flags = st.logical_and(a > 0.0, st.logical_not(b < c))
     return {"a": a, "b": b, "c": st.maximum(c, st.minimum(a, b)), "d": st.tan(st.round(c)),
-            "flags": flags, "k": st.constant(np.array([1.5, -2.0], dtype=dtype))}, [x, y]
+            "flags": flags, "k": st.constant(np.array([1.5, -2.0], dtype=dtype)),
+            "t": st.constant(np.array([True, False]))}, [x, y]
 
 
 def _points(dtype: str, n: int, seed: int = 5):

@@ -1,9 +1,12 @@
 """Compiled elementary functions over 10^6 points: symtape's IR ``exp``/``log``/``tanh``
-(vectorised kernels) against the C library's scalar calls and numpy, in the same run.
+(vectorised kernels) and ``sin``/``cos`` (lane-mode kernels) against the C library's scalar
+calls and numpy, in the same run.
 
-The C library rows compile the same function with the batch loop's vectorisation off
-(``kernel.LOOP_VECTORIZE_MAX_ACCESSES = 0``), where kernels call the C library's scalar
-``exp``/``log``/``tanh`` once per point: what every kernel did before the IR versions.
+The C library rows compile the same function with the batch loop's vectorisation and lane
+mode off (``kernel.LOOP_VECTORIZE_MAX_ACCESSES = 0``, ``kernel.LANE_MIN_OPS`` huge), where
+kernels call the C library's scalar function once per point: what every kernel did before
+the IR versions. ``sin``/``cos`` have IR forms only in lane mode, which a kernel that small
+does not choose by itself: their rows force it (as large kernels using them get it).
 
     python benchmarks/vecmath.py
 """
@@ -45,19 +48,24 @@ def main() -> None:
         ("log", st.log(x), pos, lambda: np.log(pos, out=out)),
         ("tanh", st.tanh(x), xs, lambda: np.tanh(xs, out=out)),
         ("sigmoid", st.nn.sigmoid(x), xs, lambda: np.divide(1.0, 1.0 + np.exp(-xs), out=out)),
+        ("sin", st.sin(x), xs, lambda: np.sin(xs, out=out)),
+        ("cos", st.cos(x), xs, lambda: np.cos(xs, out=out)),
     ]
     print(f"{N:,} points, one thread; ms (best of 30)")
     print(f"{'function':10s} {'symtape IR':>11s} {'C library':>10s} {'numpy':>8s} "
           f"{'IR / C lib':>11s} {'IR / numpy':>11s}")
     for name, expr, arg, numpy_fn in cases:
-        ours = st.compile(expr, [x], threads=1)
-        limit, kernel.LOOP_VECTORIZE_MAX_ACCESSES = kernel.LOOP_VECTORIZE_MAX_ACCESSES, 0
+        saved = kernel.LOOP_VECTORIZE_MAX_ACCESSES, kernel.LANE_MIN_OPS
         try:
+            if name in ("sin", "cos"):
+                kernel.LOOP_VECTORIZE_MAX_ACCESSES, kernel.LANE_MIN_OPS = -1, 0
+            ours = st.compile(expr, [x], threads=1)
+            kernel.LOOP_VECTORIZE_MAX_ACCESSES, kernel.LANE_MIN_OPS = 0, 10 ** 9
             libm = st.compile(expr, [x], threads=1, name=f"{name}_libm")
         finally:
-            kernel.LOOP_VECTORIZE_MAX_ACCESSES = limit
+            kernel.LOOP_VECTORIZE_MAX_ACCESSES, kernel.LANE_MIN_OPS = saved
         assert "@st." in ours.llvm_ir and "@st." not in libm.llvm_ir
-        np.testing.assert_allclose(ours(arg), libm(arg), rtol=4e-16)
+        np.testing.assert_allclose(ours(arg), libm(arg), rtol=4e-16, atol=1e-300)
         t_ours = best_ms(lambda: ours(arg, out=out))
         t_libm = best_ms(lambda: libm(arg, out=out))
         t_np = best_ms(numpy_fn)

@@ -18,7 +18,8 @@ A large ``point`` that LLVM would not vectorise across points (above
 instead (:mod:`~symtape.codegen.lanes`): every value is a vector of ``LANES`` points, ``body``
 copies each block of points into lane buffers (element ``k`` of lane ``l`` at
 ``k * LANES + l``), calls ``point`` once per block and copies the results back. Each lane
-computes exactly the instructions of the one-point code, so results are the same bits.
+computes exactly the instructions of the one-point code, so results are the same bits (but
+for the ops with a lane form of their own, ``Op.lanes``: sin and cos).
 
 The text is generated directly (no IR builder objects), in a fixed order, so the same plan
 gives the same bytes: the on-disk cache is keyed by them.
@@ -205,6 +206,7 @@ class _Body:
         self.lanes = 1
         self.wrapped: set = set()  # C library functions called through lane wrappers
         self.templates: dict = {}  # op name -> its lines, formatted (and widened)
+        self.raw: set = set()  # definitions already written for the lanes
 
     def lines(self) -> list[str]:
         """The ``point`` function (one point, straight-line) and the ``body`` loop."""
@@ -272,7 +274,7 @@ class _Body:
             out.add(text.replace(" alwaysinline ", " noinline "))
         for name, arity in sorted(self.wrapped):
             out.add(libm_wrapper(name, self.fmt["t"], arity, self.lanes))
-        return sorted(out)
+        return sorted(out | self.raw)
 
     @property
     def vt(self) -> str:
@@ -379,10 +381,14 @@ class _Body:
             ]
             return
         op = OPS[ins.op]
-        if op.scalar is not None and not self.loop_vectorize and self.lanes == 1:
+        if self.lanes > 1 and op.lanes is not None:
+            op = op.lanes
+        elif op.scalar is not None and not self.loop_vectorize and self.lanes == 1:
             op = op.scalar
         args = [self._as(a, kind) for a, kind in zip(ins.args, op.args)]
         self.decls.update(op.decls)
+        if self.lanes > 1 and op.lane_decls is not None:
+            self.raw.update(op.lane_decls(self.lanes))
         for line in self._template(ins.op, op):
             self.out.append(line.format(*args, r=name))
 

@@ -11,7 +11,9 @@ functions of ``vecmath`` have the same naming, so their vector twins are the sam
 widened), literal operands become splats of the type before them, and calls of C library
 functions, which have no vector form, go through a wrapper calling them once per lane.
 Every lane computes exactly what the scalar code computes for its point: the same
-instructions in the same order, so results are bit for bit those of one point at a time.
+instructions in the same order, so results are bit for bit those of one point at a time --
+except where an op has a form of its own for lanes (``Op.lanes``: sin and cos, computed by
+polynomials in IR instead of the C library, within 1 ulp).
 """
 
 from __future__ import annotations

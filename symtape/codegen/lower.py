@@ -17,7 +17,7 @@ propagate nan like ``np.maximum``, comparisons with nan are false (``!=`` is tru
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 import sympy as sp
@@ -66,6 +66,10 @@ class Op:
     # batch loop is not vectorised use instead (one scalar call is faster there)
     scalar: Op | None = None
     inline_cost: int = 0  # IR lines each use inlines (ops written in IR)
+    # the form lane-mode kernels use instead (vectors of points: ``kernel.py``), and the
+    # definitions such a form calls, already written for a given number of lanes
+    lanes: Op | None = None
+    lane_decls: Callable[[int], tuple] | None = None
 
 
 def _arith(instr: str, c: str, fn: Callable) -> Op:
@@ -125,6 +129,18 @@ def _vecmath(name: str, definitions: tuple, fn: Callable, scalar: Op | None = No
     )
 
 
+def _trig(name: str, fn: Callable) -> Op:
+    """sin or cos: the C library (through the LLVM intrinsic) one point at a time; in lane
+    mode, :func:`~symtape.codegen.vecmath.trig_lanes` on vectors of points."""
+    lane = Op("f", "f", (f"{{r}} = call double @st.{name}.f64(double {{0}})",),
+              f"{name}{{m}}({{0}})", fn,
+              ir32=("{r}.x = fpext float {0} to double",
+                    f"{{r}}.e = call double @st.{name}.f64(double {{r}}.x)",
+                    "{r} = fptrunc double {r}.e to float"),
+              lane_decls=lambda lanes: vecmath.trig_lanes(name, lanes))
+    return replace(_intrinsic(name, name, fn), lanes=lane)
+
+
 def _compare(pred: str, c: str, fn: Callable) -> Op:
     return Op("ff", "b", (f"{{r}} = fcmp {pred} {{t}} {{0}}, {{1}}",), c, fn)
 
@@ -156,8 +172,8 @@ OPS: dict[str, Op] = {
     # exp and log in IR (vecmath): no library call, so the batch loop around them vectorises
     "exp": _vecmath("exp", (vecmath.EXP_F64,), sp.exp),
     "log": _vecmath("log", (vecmath.LOG_F64,), sp.log),
-    "sin": _intrinsic("sin", "sin", sp.sin),
-    "cos": _intrinsic("cos", "cos", sp.cos),
+    "sin": _trig("sin", sp.sin),
+    "cos": _trig("cos", sp.cos),
     "abs": _intrinsic("fabs", "fabs", sp.Abs),
     "floor": _intrinsic("floor", "floor", sp.floor),
     "ceil": _intrinsic("ceil", "ceil", sp.ceiling),

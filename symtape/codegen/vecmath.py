@@ -24,8 +24,10 @@ import struct
 
 import mpmath
 
+from .lanes import libm_wrapper, vector, widen
+
 __all__ = ["double_literal", "EXP_F64", "EXPM1_F64", "LOG_F64", "LOG1P_F64", "TANH_F64",
-           "DECLARATIONS"]
+           "DECLARATIONS", "trig_lanes", "TRIG_LIMIT"]
 
 
 def double_literal(value: float) -> str:
@@ -340,3 +342,145 @@ DECLARATIONS = (
     "declare double @llvm.fabs.f64(double)",
     "declare double @llvm.copysign.f64(double, double)",
 )
+
+
+# --------------------------------------------------------------------------------------------
+# sin and cos, for lane mode
+# --------------------------------------------------------------------------------------------
+#
+# The reduction and kernels of FreeBSD's msun (e_rem_pio2.c, k_sin.c, k_cos.c), written
+# without branches: ``n`` the nearest integer to ``x * 2/pi``, ``x - n pi/2`` as a double-double
+# ``y0 + y1`` from pi/2 in three 33-bit parts (each ``n * part`` exact for ``|n| < 2**20``) and
+# their tails, always all three rounds (msun stops early when the cancellation is small; the
+# later rounds only add bits), then the odd and even minimax polynomials on ``|y| <= pi/4``
+# corrected by ``y1``, chosen and signed by ``n mod 4``. Past ``TRIG_LIMIT`` (and for inf and
+# nan) the lanes call the C library instead.
+
+
+def _pio2_parts() -> tuple:
+    """``(2/pi, p1, p1t, p2, p2t, p3, p3t)``: ``pi/2 = p1 + p2 + p3 + ...`` with 33
+    significant bits in each ``p``, and ``pk t`` the rest after ``pk``, rounded."""
+    with mpmath.workprec(300):
+        rest = mpmath.pi / 2
+        out = [float(2 / mpmath.pi)]
+        for _ in range(3):
+            exp = int(mpmath.floor(mpmath.log(rest, 2)))
+            part = mpmath.ldexp(mpmath.floor(mpmath.ldexp(rest, 32 - exp)), exp - 32)
+            rest = rest - part
+            out += [float(part), float(rest)]
+        return tuple(out)
+
+
+_INVPIO2, _P1, _P1T, _P2, _P2T, _P3, _P3T = _pio2_parts()
+#: Above this magnitude ``sin``/``cos`` lanes call the C library: ``n < 2**19`` keeps every
+#: ``n * part`` exact (msun's bound for its medium-size path).
+TRIG_LIMIT = 2.0 ** 19 * math.pi / 2 - 1.0
+_S = (-1.66666666666666324348e-01, 8.33333333332248946124e-03, -1.98412698298579493134e-04,
+      2.75573137070700676789e-06, -2.50507602534068634195e-08, 1.58969099521155010221e-10)
+_C = (4.16666666666666019037e-02, -1.38888888888741095749e-03, 2.48015872894767294178e-05,
+      -2.75573143513906633035e-07, 2.08757232129817482790e-09, -1.13596475577881948265e-11)
+
+
+def _trig_fast_f64(name: str) -> str:
+    """``@st.<name>.fast.f64``: sin or cos for ``|d| <= TRIG_LIMIT`` (others: garbage the
+    caller replaces), without branches."""
+    sin_poly, sp_ = _horner("%z", tuple(reversed(_S[1:])), "s")
+    cos_poly, cp = _horner("%z", tuple(reversed(_C)), "c")
+    lit = double_literal
+    lines = [
+        f"define internal double @st.{name}.fast.f64(double %d) alwaysinline nounwind "
+        "willreturn memory(none) {",
+        "entry:",
+        "  %a = call double @llvm.fabs.f64(double %d)",
+        f"  %ok = fcmp ole double %a, {lit(TRIG_LIMIT)}",
+        "  %x = select i1 %ok, double %d, double 0.000000e+00",
+        f"  %t = fmul double %x, {lit(_INVPIO2)}",
+        "  %n = call double @llvm.rint.f64(double %t)",
+        f"  %np1 = fmul double %n, {lit(_P1)}",
+        "  %r0 = fsub double %x, %np1",  # exact
+        f"  %np2 = fmul double %n, {lit(_P2)}",
+        "  %r1 = fsub double %r0, %np2",
+        f"  %np3 = fmul double %n, {lit(_P3)}",
+        "  %r2 = fsub double %r1, %np3",
+        "  %e0 = fsub double %r1, %r2",
+        "  %e1 = fsub double %e0, %np3",
+        f"  %nt = fmul double %n, {lit(_P3T)}",
+        "  %w = fsub double %nt, %e1",
+        "  %y0 = fsub double %r2, %w",
+        "  %y0d = fsub double %r2, %y0",
+        "  %y1 = fsub double %y0d, %w",
+        # sin(y0 + y1) = y0 - ((z*(y1/2 - v*r) - y1) - v*S1)
+        "  %z = fmul double %y0, %y0",
+        "  %v = fmul double %z, %y0",
+        *sin_poly,
+        "  %hy = fmul double %y1, 5.000000e-01",
+        f"  %vr = fmul double %v, {sp_}",
+        "  %k0 = fsub double %hy, %vr",
+        "  %k1 = fmul double %z, %k0",
+        "  %k2 = fsub double %k1, %y1",
+        f"  %vs = fmul double %v, {lit(_S[0])}",
+        "  %k3 = fsub double %k2, %vs",
+        "  %ks = fsub double %y0, %k3",
+        # cos(y0 + y1) = w + (((1 - w) - z/2) + (z*r - y0*y1)), w = 1 - z/2
+        *cos_poly,
+        f"  %cr = fmul double %z, {cp}",
+        "  %hz = fmul double %z, 5.000000e-01",
+        "  %cw = fsub double 1.000000e+00, %hz",
+        "  %c0 = fsub double 1.000000e+00, %cw",
+        "  %c1 = fsub double %c0, %hz",
+        "  %zr = fmul double %z, %cr",
+        "  %xy = fmul double %y0, %y1",
+        "  %c2 = fsub double %zr, %xy",
+        "  %c3 = fadd double %c1, %c2",
+        "  %kc = fadd double %cw, %c3",
+        # n mod 4 picks the kernel and the sign
+        "  %ni = fptosi double %n to i64",
+        "  %nk = add i64 %ni, " + ("0" if name == "sin" else "1"),
+        "  %odd = and i64 %nk, 1",
+        "  %isodd = icmp ne i64 %odd, 0",
+        "  %half = and i64 %nk, 2",
+        "  %neg = icmp ne i64 %half, 0",
+        "  %p = select i1 %isodd, double %kc, double %ks",
+        "  %pn = fneg double %p",
+        "  %r = select i1 %neg, double %pn, double %p",
+    ]
+    if name == "sin":  # tiny arguments (and -0) are their own sine
+        lines += ["  %tiny = fcmp olt double %a, 0x3E40000000000000",  # 2**-27
+                  "  %rs = select i1 %tiny, double %d, double %r",
+                  "  ret double %rs"]
+    else:
+        lines.append("  ret double %r")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+_FAST = {name: _trig_fast_f64(name) for name in ("sin", "cos")}
+
+
+def trig_lanes(name: str, lanes: int) -> tuple:
+    """The definitions of ``@st.<name>.v<lanes>f64`` (``name`` sin or cos) over vectors of
+    ``lanes`` doubles: the polynomial path on every lane, and where some lane is past
+    :data:`TRIG_LIMIT` (or inf or nan), the C library on those lanes."""
+    vt = vector("double", lanes)
+    fast = "\n".join(widen(line, lanes) for line in _FAST[name].split("\n"))
+    decls = [widen(d, lanes) for d in DECLARATIONS if "fabs" in d or "rint" in d]
+    wrapper = "\n".join([
+        f"define internal {vt} @st.{name}.v{lanes}f64({vt} %d) noinline nounwind {{",
+        "entry:",
+        f"  %f = call {vt} @st.{name}.fast.v{lanes}f64({vt} %d)",
+        f"  %a = call {vt} @llvm.fabs.v{lanes}f64({vt} %d)",
+        f"  %far = fcmp ugt {vt} %a, splat (double {double_literal(TRIG_LIMIT)})",
+        f"  %any = call i1 @llvm.vector.reduce.or.v{lanes}i1({vector('i1', lanes)} %far)",
+        "  br i1 %any, label %slow, label %done",
+        "slow:",
+        f"  %s = call {vt} @{name}.v{lanes}({vt} %d)",
+        f"  %m = select {vector('i1', lanes)} %far, {vt} %s, {vt} %f",
+        "  br label %done",
+        "done:",
+        f"  %r = phi {vt} [ %f, %entry ], [ %m, %slow ]",
+        f"  ret {vt} %r",
+        "}",
+    ])
+    return (fast, wrapper, libm_wrapper(name, "double", 1, lanes), *decls,
+            f"declare double @{name}(double) #0",
+            f"declare i1 @llvm.vector.reduce.or.v{lanes}i1({vector('i1', lanes)})")

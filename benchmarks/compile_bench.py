@@ -195,7 +195,8 @@ def phases(depth: int) -> dict:
     t["emit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     engine = jit.Engine(obj)
-    engine.function(kernel.symbol_names("chain")[1], None, ctypes.c_int64, ctypes.c_void_p)
+    engine.function(kernel.symbol_names("chain")[1], ctypes.c_int32, ctypes.c_int64,
+                    ctypes.c_void_p)
     t["JIT"] = time.perf_counter() - t0
     t["ops"] = plan.n_ops
     return t

@@ -6,7 +6,8 @@ from ``noalias`` input pointers to output pointers, element ``k`` of each at off
 pointer advanced by ``j * stride`` elements. A small ``point`` is inlined into that loop, which
 LLVM then vectorises across points; a large one stays a call, which keeps the optimiser's
 time near linear in the size of the function. Two exported entry points call ``body``, both
-``void (i64 n, ptr ptrs, ...)`` with ``ptrs`` the array of input then output pointers:
+``i32 (i64 n, ptr ptrs, ...)`` with ``ptrs`` the array of input then output pointers, returning
+0, or 1 when lane buffers too large for the stack found no memory on the heap:
 
 * ``<name>(n, ptrs, strides)`` reads the strides from an array: broadcasting (stride 0),
   strided views and caller-chosen output strides;
@@ -73,8 +74,8 @@ SPLIT_OPS = 2000
 # (measured); past this, the kernel calls the C library instead and is not loop-vectorised.
 VECMATH_BUDGET = 600
 # Lane mode (large kernels computing LANES points per call of ``point``) keeps its buffers on
-# the stack: at most this many bytes of them, else the kernel goes one point at a time.
-LANE_STACK_BYTES = 1 << 19
+# the stack up to this many bytes, and takes them from the heap above (once per call).
+LANE_STACK_BYTES = 1 << 18
 # ... and has at least this many operations per point.
 LANE_MIN_OPS = 64
 _NO_LOOP_VECTORIZE = ('!0 = distinct !{!0, !1}\n'
@@ -121,14 +122,14 @@ def _entries(plan: Plan, name: str) -> list[str]:
     runtime_strides = "".join(f", i64 %s{i}" for i in range(n_ptr))
     sep = ", " if n_ptr else ""
     return [
-        f"define void @{strided}(i64 %n, ptr %ptrs, ptr %strides) nounwind {{",
+        f"define i32 @{strided}(i64 %n, ptr %ptrs, ptr %strides) nounwind {{",
         "entry:", *loads, *strides,
-        f"  call void @body(i64 %n{sep}{ptr_args}{runtime_strides})",
-        "  ret void", "}", "",
-        f"define void @{dense}(i64 %n, ptr %ptrs) nounwind {{",
+        f"  %status = call i32 @body(i64 %n{sep}{ptr_args}{runtime_strides})",
+        "  ret i32 %status", "}", "",
+        f"define i32 @{dense}(i64 %n, ptr %ptrs) nounwind {{",
         "entry:", *loads,
-        f"  call void @body(i64 %n{sep}{ptr_args}{dense_strides})",
-        "  ret void", "}", "",
+        f"  %status = call i32 @body(i64 %n{sep}{ptr_args}{dense_strides})",
+        "  ret i32 %status", "}", "",
     ]
 
 
@@ -138,7 +139,7 @@ def _loop(elems: list[str], vectorize: bool) -> list[str]:
     params = ["i64 %n"] + [f"ptr noalias %b{i}" for i in range(len(elems))]
     params += [f"i64 %s{i}" for i in range(len(elems))]
     lines = [
-        f"define internal void @body({', '.join(params)}) alwaysinline nounwind {{",
+        f"define internal i32 @body({', '.join(params)}) alwaysinline nounwind {{",
         "entry:",
         "  %go = icmp sgt i64 %n, 0",
         "  br i1 %go, label %loop, label %done",
@@ -156,7 +157,7 @@ def _loop(elems: list[str], vectorize: bool) -> list[str]:
         "  %end = icmp eq i64 %j.next, %n",
         f"  br i1 %end, label %done, label %loop{hint}",
         "done:",
-        "  ret void",
+        "  ret i32 0",
         "}",
         "",
     ]
@@ -224,21 +225,22 @@ class _Body:
         # IR (exp, log, tanh) vectorise, at some compile time per use: past a budget they are
         # library calls too.
         self.loop_vectorize = small and not calls and inlined <= VECMATH_BUDGET
-        chunks = _chunks(plan, SPLIT_OPS)
-        crossing = _crossing(plan, chunks)
         t = self.fmt["t"]
         sizes = [math.prod(a.shape) for a in plan.inputs] + [
             math.prod(o.shape) for o in plan.outputs]
-        elem_bytes = [self.size] * n_in + [1 if o.boolean else self.size for o in plan.outputs]
-        stack = LANES * (sum(s * b for s, b in zip(sizes, elem_bytes)) +
-                         crossing.count["f"] * self.size + crossing.count["b"])
         # a point LLVM does not vectorise across points computes LANES points at once, where
-        # it is large enough to gain and its buffers fit on the stack
-        if not self.loop_vectorize and plan.n_ops >= LANE_MIN_OPS and \
-                stack <= LANE_STACK_BYTES:
+        # it is large enough to gain
+        if not self.loop_vectorize and plan.n_ops >= LANE_MIN_OPS:
             self.lanes, self.loop_vectorize = LANES, False
+        # vector code is cut twice as fine: LLVM's instruction schedulers, quadratic in the
+        # size of a block, are most of its time there (measured on an N-body Hessian: 3.7 s
+        # of code generation at 1,000 operations a function against 5.8 s at 2,000)
+        chunks = _chunks(plan, max(1, SPLIT_OPS // 2) if self.lanes > 1 else SPLIT_OPS)
+        crossing = _crossing(plan, chunks)
         ptrs = [f"ptr noalias readonly %in{i}" for i in range(n_in)]
         ptrs += [f"ptr noalias writeonly %out{i}" for i in range(n_out)]
+        if self.lanes > 1:  # the scratch arrays of a cut point live in body's arena
+            ptrs += ["ptr noalias %sf", "ptr noalias %sb"]
         # a small point is inlined into the loop (and vectorised across points); a large one
         # stays a call, so that loop passes that grow with the square of the number of
         # memory accesses in a loop never see its body
@@ -256,7 +258,8 @@ class _Body:
         else:
             point = self._split(chunks, crossing, ptrs)
         if self.lanes > 1:
-            return point + _lane_loop(elems, sizes, n_in, self.lanes)
+            scratch = (crossing.count["f"] * self.size, crossing.count["b"])
+            return point + _lane_loop(elems, sizes, n_in, self.lanes, scratch)
         return point + _loop(elems, self.loop_vectorize)
 
     def declarations(self) -> list[str]:
@@ -312,7 +315,8 @@ class _Body:
         plan = self.plan
         owner, needed, slot, count = crossing
         last = len(chunks) - 1
-        params = ", ".join(ptrs + ["ptr noalias %sf", "ptr noalias %sb"])
+        own = ptrs if self.lanes > 1 else ptrs + ["ptr noalias %sf", "ptr noalias %sb"]
+        params = ", ".join(own)
         parts: list = []
         for k, (lo, hi) in enumerate(chunks):
             self.out, self.coerced = [], {}
@@ -332,12 +336,12 @@ class _Body:
         n_in, n_out = len(plan.inputs), len(plan.outputs)
         args = ", ".join([f"ptr %in{i}" for i in range(n_in)] +
                          [f"ptr %out{i}" for i in range(n_out)] + ["ptr %sf", "ptr %sb"])
-        align = self.size * self.lanes
+        scratch = [] if self.lanes > 1 else [
+            f"  %sf = alloca {self.vt}, i64 {max(count['f'], 1)}, align {self.size}",
+            f"  %sb = alloca {self.bt}, i64 {max(count['b'], 1)}"]
         return parts + [
             f"define internal void @point({', '.join(ptrs)}) noinline nounwind {{",
-            "entry:",
-            f"  %sf = alloca {self.vt}, i64 {max(count['f'], 1)}, align {align}",
-            f"  %sb = alloca {self.bt}, i64 {max(count['b'], 1)}, align {self.lanes}",
+            "entry:", *scratch,
             *[f"  call void @point.{k}({args})" for k in range(len(chunks))],
             "  ret void", "}", ""]
 
@@ -503,28 +507,63 @@ def _is_libm(decl: str) -> bool:
     return decl.startswith("declare") and "@llvm." not in decl
 
 
-def _lane_loop(elems: list[str], sizes: list[int], n_in: int, lanes: int) -> list[str]:
+def _lane_loop(elems: list[str], sizes: list[int], n_in: int, lanes: int,
+               scratch: tuple) -> list[str]:
     """``body`` in lane mode: for each block of ``lanes`` points, copy the inputs into lane
     buffers (element ``k`` of lane ``l`` at ``k * lanes + l``), call ``point`` on them and
     copy the outputs back. In the last, partial block the unused lanes compute on stale (or
-    zeroed) inputs and are not stored. The buffers live on the stack."""
+    zeroed) inputs and are not stored. The lane buffers and ``point``'s scratch arrays
+    (``scratch``: bytes per lane of floats and of booleans) share one arena, on the stack up
+    to ``LANE_STACK_BYTES`` and from ``malloc`` above (status 1 when it fails)."""
+    width = {"double": 8, "float": 4, "i8": 1}
+    offsets, total = [], 0
+    for elem, size in zip(elems, sizes):
+        offsets.append(total)
+        total += -(-max(size, 1) * lanes * width[elem] // 64) * 64
+    sf = total
+    total += -(-max(scratch[0], 1) * lanes // 64) * 64
+    sb = total
+    total += max(scratch[1], 1) * lanes
+    heap = total > LANE_STACK_BYTES
     params = ["i64 %n"] + [f"ptr noalias %b{i}" for i in range(len(elems))]
     params += [f"i64 %s{i}" for i in range(len(elems))]
     lines = [
-        f"define internal void @body({', '.join(params)}) alwaysinline nounwind {{",
+        f"define internal i32 @body({', '.join(params)}) alwaysinline nounwind {{",
         "entry:",
-    ]
-    for i, (elem, size) in enumerate(zip(elems, sizes)):
-        lines.append(f"  %l{i} = alloca {vector(elem, lanes)}, i64 {max(size, 1)}, align 64")
-        if i < n_in:
-            width = 8 if elem == "double" else (4 if elem == "float" else 1)
-            lines.append(f"  call void @llvm.memset.p0.i64(ptr align 64 %l{i}, i8 0, "
-                         f"i64 {max(size, 1) * lanes * width}, i1 false)")
-    lines += [
         "  %go = icmp sgt i64 %n, 0",
-        "  br i1 %go, label %block, label %done",
+        "  br i1 %go, label %start, label %done",
+        "start:",
+    ]
+    if heap:
+        lines += [
+            f"  %raw = call ptr @malloc(i64 {total + 64})",
+            "  %none = icmp eq ptr %raw, null",
+            "  br i1 %none, label %nomem, label %arena",
+            "nomem:",
+            "  ret i32 1",
+            "arena:",
+            "  %raw.i = ptrtoint ptr %raw to i64",
+            "  %raw.up = add i64 %raw.i, 63",
+            "  %raw.al = and i64 %raw.up, -64",
+            "  %raw.sh = sub i64 %raw.al, %raw.i",
+            "  %mem = getelementptr i8, ptr %raw, i64 %raw.sh",
+        ]
+        first = "arena"
+    else:
+        lines.append(f"  %mem = alloca i8, i64 {total}, align 64")
+        first = "start"
+    for i, off in enumerate(offsets):
+        lines.append(f"  %l{i} = getelementptr inbounds i8, ptr %mem, i64 {off}")
+    lines += [f"  %sf = getelementptr inbounds i8, ptr %mem, i64 {sf}",
+              f"  %sb = getelementptr inbounds i8, ptr %mem, i64 {sb}"]
+    if n_in:  # stale lanes of a partial first block read zeros, not garbage
+        end = offsets[n_in] if n_in < len(offsets) else sf
+        lines.append(f"  call void @llvm.memset.p0.i64(ptr align 64 %mem, i8 0, i64 {end}, "
+                     "i1 false)")
+    lines += [
+        "  br label %block",
         "block:",
-        "  %j = phi i64 [ 0, %entry ], [ %j.next, %next ]",
+        f"  %j = phi i64 [ 0, %{first} ], [ %j.next, %next ]",
         "  %rest = sub i64 %n, %j",
         f"  %short = icmp slt i64 %rest, {lanes}",
         f"  %m = select i1 %short, i64 %rest, i64 {lanes}",
@@ -534,7 +573,7 @@ def _lane_loop(elems: list[str], sizes: list[int], n_in: int, lanes: int) -> lis
         if sizes[i]:
             part, at = _lane_copy(f"g{i}", at, i, elems[i], sizes[i], lanes, gather=True)
             lines += part
-    args = ", ".join(f"ptr %l{i}" for i in range(len(elems)))
+    args = ", ".join([f"ptr %l{i}" for i in range(len(elems))] + ["ptr %sf", "ptr %sb"])
     lines.append(f"  call void @point({args})")
     for i in range(n_in, len(elems)):
         if sizes[i]:
@@ -545,12 +584,16 @@ def _lane_loop(elems: list[str], sizes: list[int], n_in: int, lanes: int) -> lis
         "next:",
         f"  %j.next = add nuw nsw i64 %j, {lanes}",
         "  %more = icmp slt i64 %j.next, %n",
-        "  br i1 %more, label %block, label %done, !llvm.loop !0",
+        "  br i1 %more, label %block, label %finish, !llvm.loop !0",
+        "finish:",
+        *(["  call void @free(ptr %raw)"] if heap else []),
+        "  br label %done",
         "done:",
-        "  ret void",
+        "  ret i32 0",
         "}",
         "",
         "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
+        *(["declare ptr @malloc(i64)", "declare void @free(ptr)"] if heap else []),
         "",
     ]
     return lines

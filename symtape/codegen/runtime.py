@@ -41,7 +41,7 @@ __all__ = ["TensorSpec", "CompiledFunction", "BufferCall", "compile_atoms", "loa
 _FILE_MAGIC = b"SYMTAPEF"
 _FILE_FORMAT = 2  # 1 was a pickle: such files are refused, never unpickled
 _FILE_KIND = "symtape compiled function"
-_STATE_FORMAT = 1
+_STATE_FORMAT = 2  # 2: entry points return a status
 _FLOAT_DTYPES = ("float64", "float32")
 # Points x ops per thread below which splitting a batch costs more than it saves.
 _GRAIN = 1 << 17
@@ -274,12 +274,13 @@ class BufferCall:
     """A compiled function bound to arrays (see :meth:`CompiledFunction.buffer`): calling it
     runs the native code over them; ``out`` holds the results, ``args`` the arguments."""
 
-    __slots__ = ("_run", "args", "out", "_keep")
+    __slots__ = ("_run", "args", "out", "_keep", "_name")
 
     def __init__(self, fn: CompiledFunction, arrays: list, targets: list, batch: tuple,
                  result) -> None:
         self.args, self.out = tuple(arrays), result
         self._keep = fn  # the engine the native code lives in
+        self._name = fn.name
         bufs = list(arrays) + list(targets)
         if math.prod(batch) == 0:
             self._run = _nothing
@@ -289,11 +290,12 @@ class BufferCall:
                      functools.partial(_run_group, entry, calls))
 
     def __call__(self) -> None:
-        self._run()
+        if self._run():
+            raise _no_memory(self._name)
 
 
-def _nothing() -> None:
-    return None
+def _nothing() -> int:
+    return 0
 
 
 
@@ -352,8 +354,9 @@ class CompiledFunction:
         self._engine = jit.Engine(self._obj)
         strided, dense = kernel.symbol_names(self._symbol)
         i64, vp = ctypes.c_int64, ctypes.c_void_p
-        self._strided = self._engine.function(strided, None, i64, vp, vp)
-        self._dense = self._engine.function(dense, None, i64, vp)
+        # the entry points return 0, or 1 when the kernel's lane buffers found no memory
+        self._strided = self._engine.function(strided, ctypes.c_int32, i64, vp, vp)
+        self._dense = self._engine.function(dense, ctypes.c_int32, i64, vp)
         n = len(self._sizes)
         self._ptr_type = ctypes.c_void_p * max(n, 1)
         self._stride_type = ctypes.c_int64 * max(n, 1)
@@ -460,7 +463,8 @@ class CompiledFunction:
                 buf[...] = x
             else:
                 return _GENERAL
-        self._dense(1, ptrs)
+        if self._dense(1, ptrs):
+            raise _no_memory(self._name)
         if out is not None:
             for t, o in zip(targets, outs):
                 t[...] = o
@@ -618,10 +622,12 @@ class CompiledFunction:
         full = self._full(bufs, batch)
         if full and pieces == 1:
             # the common case, kept short: one dense call over the whole batch
-            self._dense(total, self._ptr_type(*[a.ctypes.data for a in bufs]))
+            if self._dense(total, self._ptr_type(*[a.ctypes.data for a in bufs])):
+                raise _no_memory(self._name)
             return
         fn, calls = self._calls(bufs, batch, pieces, full)
-        _execute(fn, [calls[i::pieces] for i in range(min(pieces, len(calls)))])
+        if _execute(fn, [calls[i::pieces] for i in range(min(pieces, len(calls)))]):
+            raise _no_memory(self._name)
 
     def _full(self, bufs: list, batch: tuple) -> bool:
         """Whether every buffer holds the whole batch, C-contiguous (the dense layout)."""
@@ -1016,20 +1022,28 @@ def _collapse(batch: tuple, bufs: list, core_ndims: list, itemsizes: list) -> li
     return merged or [(1, [0] * len(bufs))]
 
 
-def _execute(fn, groups: list) -> None:
-    """Runs each group of calls in order, the groups in parallel (the first on this thread)."""
+def _execute(fn, groups: list) -> int:
+    """Runs each group of calls in order, the groups in parallel (the first on this thread);
+    nonzero when a kernel found no memory."""
     if len(groups) == 1:
-        _run_group(fn, groups[0])
-        return
+        return _run_group(fn, groups[0])
     futures = [_pool().submit(_run_group, fn, g) for g in groups[1:]]
-    _run_group(fn, groups[0])
+    status = _run_group(fn, groups[0])
     for fut in futures:
-        fut.result()
+        status |= fut.result()
+    return status
 
 
-def _run_group(fn, calls: list) -> None:
+def _run_group(fn, calls: list) -> int:
+    """Runs the calls in order; their status (0, or 1 when a kernel found no memory)."""
     for args in calls:
-        fn(*args)
+        if fn(*args):
+            return 1
+    return 0
+
+
+def _no_memory(name: str) -> MemoryError:
+    return MemoryError(f"compiled function {name!r}: no memory for its lane buffers")
 
 
 def _outer_offsets(dims: list, n_bufs: int):

@@ -7,6 +7,8 @@ lane wrappers -- and its IR functions (exp, log, tanh, ...) are those of vectori
 
 from __future__ import annotations
 
+import re
+
 import mpmath
 import numpy as np
 import pytest
@@ -125,15 +127,46 @@ def test_lane_functions_are_those_of_vectorised_loops(monkeypatch, name, fn, lo,
             assert abs(g - w) <= np.spacing(abs(w)), (name, v)
 
 
-def test_kernels_over_the_stack_limit_go_one_point_at_a_time(monkeypatch):
+def test_lane_buffers_past_the_stack_limit_come_from_the_heap(monkeypatch):
+    on_stack = _compile(monkeypatch, True, "float64")
+    assert "@malloc(" not in on_stack.llvm_ir
+    monkeypatch.setattr(kernel, "LANE_STACK_BYTES", 64)
+    outputs, inputs = _program("float64")
+    for split in (10 ** 9, 7):  # with and without the scratch arrays of a cut point
+        monkeypatch.setattr(kernel, "SPLIT_OPS", split)
+        heap = st.compile(outputs, inputs, name=f"lanes_heap{split}")
+        assert "@malloc(" in heap.llvm_ir and "@free(" in heap.llvm_ir
+        for n in (0, 1, 9, 1001):
+            xs, ys = _points("float64", n)
+            _assert_equal(heap(xs, ys), on_stack(xs, ys), f"heap {n}")
+        xs, ys = _points("float64", 3000)  # several threads, each with its own arena
+        _assert_equal(heap(xs, ys), on_stack(xs, ys), "threads")
+
+
+def test_a_kernel_without_memory_raises(monkeypatch):
+    """Where ``malloc`` fails the kernel reports it and the call raises MemoryError (no
+    output is left half written as if it were a result)."""
+    from symtape.codegen import runtime
+
     _mode(monkeypatch, True)
     monkeypatch.setattr(kernel, "LANE_STACK_BYTES", 64)
     outputs, inputs = _program("float64")
-    f = st.compile(outputs, inputs, name="lanes_stack")
-    assert VECTOR not in f.llvm_ir
-    xs, ys = _points("float64", 9)
-    monkeypatch.setattr(kernel, "LANE_STACK_BYTES", 1 << 19)
-    _assert_equal(f(xs, ys), _compile(monkeypatch, True, "float64")(xs, ys), "limit")
+    f = st.compile(outputs, inputs, name="lanes_nomem")
+    # the same kernel asking for more than any machine has
+    ir = f.llvm_ir
+    huge = re.sub(r"@malloc\(i64 \d+\)", "@malloc(i64 9223372036854775000)", ir)
+    assert huge != ir
+    g = runtime.CompiledFunction(f.plan, name="lanes_nomem", ir=huge,
+                                 obj=runtime.jit.object_code(huge),
+                                 structure=f.structure)
+    xs, ys = _points("float64", 20)
+    with pytest.raises(MemoryError, match="lanes_nomem"):
+        g(xs, ys)
+    with pytest.raises(MemoryError):
+        g(xs[0], ys[0])
+    call = g.buffer(xs, ys)
+    with pytest.raises(MemoryError):
+        call()
 
 
 def test_large_kernels_choose_lanes_and_small_ones_the_loop_vectoriser():

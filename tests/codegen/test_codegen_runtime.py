@@ -259,7 +259,7 @@ def test_engine_outlives_the_graph(same):
 
 def test_llvm_ir_asm_and_c_source(affine):
     f, _, _ = affine
-    assert "noalias" in f.llvm_ir and "define void @st_affine(" in f.llvm_ir
+    assert "noalias" in f.llvm_ir and "define i32 @st_affine(" in f.llvm_ir
     assert "st_affine_dense" in f.asm
     assert "void affine(int64_t n" in f.c_source()
 

@@ -68,6 +68,7 @@ class Node:
     _make = None
     _exact = None  # a constant's exact elements
     _fkey = None
+    _zero = None  # is_zero, once asked
 
     def __init__(self, kind: str, prim, params: dict, inputs: tuple, shape: tuple,
                  dtype) -> None:
@@ -165,16 +166,23 @@ class Node:
 
     def is_zero(self) -> bool:
         """True when every element is the constant 0 (read off the element view only when it
-        is small)."""
+        is small; memoised: a node's elements never change)."""
         if self.uniform is not None:
             return G.is_const(self.uniform) and G._is_zero(self.uniform)
-        if self.regular or not self.small():
+        if self.regular:
             return False
+        if self._zero is None:
+            if not self.small():  # may become small once its ancestors are built: not kept
+                return False
+            self._zero = self._all_zero()
+        return self._zero
+
+    def _all_zero(self) -> bool:
         view = self.fold_view()
         if view is not None:  # regular except at its folds
             mask, atoms = view
             return bool(mask.all()) and all(G._is_zero(a) for a in atoms.flat)
-        return all(G.is_const(a) and a.is_Number and a.is_zero for a in self.atoms().flat)
+        return all(G.is_const(a) and G._is_zero(a) for a in self.atoms().flat)
 
     def unbound(self) -> list[str]:
         """Names of the leaves this node depends on that have no value."""

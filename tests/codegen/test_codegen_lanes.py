@@ -202,3 +202,33 @@ def test_widen_rewrites_types_literals_and_calls():
     assert "@erfc(" in lanes.widen("%r = call double @erfc(double %a)", 2, frozenset({"erf"}))
     with pytest.raises(AssertionError):
         lanes.widen("ret 0")
+
+
+def test_fastmath_lanes_stay_close(monkeypatch):
+    """``fastmath=True`` lane kernels (contracted, reassociated) agree with the IEEE ones to
+    rounding."""
+    plain = _compile(monkeypatch, True, "float64")
+    outputs, inputs = _program("float64")
+    fast = st.compile(outputs, inputs, fastmath=True, name="lanes_fast")
+    assert VECTOR in fast.llvm_ir and "contract" in fast.llvm_ir
+    xs, ys = _points("float64", 333, seed=8)
+    xs, ys = xs[8:], ys[8:]  # regular points: fast-math may fold nan and signed zeros apart
+    want, got = plain(xs, ys), fast(xs, ys)
+    for key in ("a", "c"):
+        np.testing.assert_allclose(got[key], want[key], rtol=1e-12, atol=1e-12)
+
+
+def test_sin_cos_lanes_in_float32(monkeypatch):
+    _mode(monkeypatch, True)
+    x = st.symbol("x", dtype="float32")
+    f = st.compile([st.sin(x), st.cos(x)], [x], dtype="float32", name="trig32")
+    assert "@st.sin.v8f64(" in f.llvm_ir
+    xs = np.random.default_rng(4).uniform(-100.0, 100.0, 20_000).astype(np.float32)
+    s, c = f(xs)
+    assert s.dtype == np.float32
+    with mpmath.workprec(100):
+        for got, fn in ((s, mpmath.sin), (c, mpmath.cos)):
+            want = np.array([float(fn(mpmath.mpf(float(v)))) for v in xs[:3000]])
+            want32 = want.astype(np.float32)
+            ulp = np.spacing(np.abs(want32)).astype(np.float64)
+            assert np.all(np.abs(got[:3000].astype(np.float64) - want32) <= ulp)

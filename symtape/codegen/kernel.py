@@ -34,7 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .lanes import LANES, libm_wrapper, vector, widen
+from .lanes import LANES, LANES_MARK, libm_wrapper, vector, widen
 from .lower import OPS
 from .plan import Instr, Plan
 from .vecmath import double_literal
@@ -105,6 +105,8 @@ def render(plan: Plan, name: str, dtype: str = "float64", fastmath: bool = False
     body = emitter.lines()
     decls = emitter.declarations()  # one line per declaration
     head = [f"; symtape kernel {name}: {len(plan.inputs)} inputs, {len(plan.outputs)} outputs"]
+    if emitter.lanes > 1:
+        head.append(f"{LANES_MARK}: {emitter.lanes} points per vector")
     tail = [_ATTRIBUTES] + ([_NO_LOOP_VECTORIZE] if not emitter.loop_vectorize else []) + [""]
     return "\n".join(head + decls + body + _entries(plan, name) + tail)
 

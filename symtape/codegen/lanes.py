@@ -20,11 +20,15 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["LANES", "widen", "vector", "libm_wrapper"]
+__all__ = ["LANES", "LANES_MARK", "widen", "vector", "libm_wrapper"]
 
 #: Points per vector: one 512-bit register of doubles (two 256-bit ones where that is the
 #: widest, which LLVM splits into).
 LANES = 8
+
+#: The comment line of a kernel module in lane mode; ``jit.py`` optimises such modules with a
+#: short pipeline of its own.
+LANES_MARK = "; lanes mode"
 
 _TOKEN = re.compile(
     r"(?P<type>(?<![\w%@.$#])(?:double|float|i64|i32|i8|i1)(?![\w.]))"

@@ -55,6 +55,7 @@ def _compile(monkeypatch, lane: bool, dtype: str, split: int = 10 ** 9):
     outputs, inputs = _program(dtype)
     f = st.compile(outputs, inputs, dtype=dtype, name=f"lanes{int(lane)}")
     assert (VECTOR in f.llvm_ir) == lane
+    assert (lanes.LANES_MARK in f.llvm_ir) == lane  # the short optimisation pipeline's mark
     return f
 
 

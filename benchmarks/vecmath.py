@@ -5,8 +5,8 @@ calls and numpy, in the same run.
 The C library rows compile the same function with the batch loop's vectorisation and lane
 mode off (``kernel.LOOP_VECTORIZE_MAX_ACCESSES = 0``, ``kernel.LANE_MIN_OPS`` huge), where
 kernels call the C library's scalar function once per point: what every kernel did before
-the IR versions. ``sin``/``cos`` have IR forms only in lane mode, which a kernel that small
-does not choose by itself: their rows force it (as large kernels using them get it).
+the IR versions. ``sin``/``cos`` have IR forms only in lane mode (which every kernel calling
+them is in).
 
     python benchmarks/vecmath.py
 """
@@ -57,8 +57,6 @@ def main() -> None:
     for name, expr, arg, numpy_fn in cases:
         saved = kernel.LOOP_VECTORIZE_MAX_ACCESSES, kernel.LANE_MIN_OPS
         try:
-            if name in ("sin", "cos"):
-                kernel.LOOP_VECTORIZE_MAX_ACCESSES, kernel.LANE_MIN_OPS = -1, 0
             ours = st.compile(expr, [x], threads=1)
             kernel.LOOP_VECTORIZE_MAX_ACCESSES, kernel.LANE_MIN_OPS = 0, 10 ** 9
             libm = st.compile(expr, [x], threads=1, name=f"{name}_libm")

@@ -172,15 +172,23 @@ def test_log_kernels_vectorise_the_batch_loop(log64):
     assert "llvm.loop.vectorize.enable" not in log64.llvm_ir
 
 
-def test_kernels_with_library_calls_keep_the_library_forms():
-    # sin still calls the C library, so the batch loop is not vectorised; there one scalar
-    # library call is faster than the inlined polynomial, and exp and log use it
+def test_kernels_with_library_calls_compute_lanes(monkeypatch):
+    # sin keeps the batch loop from vectorising, so the kernel computes 8 points a vector in
+    # lane mode, with the vector forms of exp, log and sin; one point at a time (lane mode
+    # off), one scalar library call is faster than the inlined polynomial, and they use it
+    from symtape.codegen import kernel
+
     x = st.symbol("x")
     f = st.compile(st.exp(x) * st.sin(x) + st.log(x), [x])
-    assert "@st.exp.f64" not in f.llvm_ir and "@st.log.f64" not in f.llvm_ir
-    assert "llvm.exp.f64" in f.llvm_ir and "llvm.log.f64" in f.llvm_ir
+    for name in ("exp", "log", "sin"):
+        assert f"@st.{name}.v8f64(" in f.llvm_ir
+    monkeypatch.setattr(kernel, "LANE_MIN_OPS", 10 ** 9)
+    g = st.compile(st.exp(x) * st.sin(x) + st.log(x), [x], name="one_at_a_time")
+    assert "@st.exp.f64" not in g.llvm_ir and "@st.log.f64" not in g.llvm_ir
+    assert "llvm.exp.f64" in g.llvm_ir and "llvm.log.f64" in g.llvm_ir
     xs = np.array([0.5, 2.0, 10.0])
-    np.testing.assert_allclose(f(xs), np.exp(xs) * np.sin(xs) + np.log(xs), rtol=1e-15)
+    for h in (f, g):
+        np.testing.assert_allclose(h(xs), np.exp(xs) * np.sin(xs) + np.log(xs), rtol=1e-15)
 
 
 # ---- tanh -----------------------------------------------------------------------------------
@@ -214,7 +222,7 @@ def test_one_kernel_with_exp_log_and_tanh_defines_each_once():
     np.testing.assert_allclose(f(xs), want, rtol=1e-13)
 
 
-def test_many_uses_fall_back_to_the_library_within_the_compile_budget():
+def test_many_uses_are_called_not_inlined_past_the_compile_budget(monkeypatch):
     from symtape.codegen import kernel, lower
 
     x = st.symbol("x", shape=(16,))
@@ -222,10 +230,17 @@ def test_many_uses_fall_back_to_the_library_within_the_compile_budget():
     many = st.compile(st.tanh(x * 1.5), [x])
     assert 2 * lower.OPS["tanh"].inline_cost <= kernel.VECMATH_BUDGET
     assert 16 * lower.OPS["tanh"].inline_cost > kernel.VECMATH_BUDGET
-    assert "@st.tanh.f64" in few.llvm_ir
-    assert "@st.tanh.f64" not in many.llvm_ir and "@tanh(" in many.llvm_ir
+    assert "@st.tanh.f64" in few.llvm_ir  # inlined into the vectorised loop
+    # past the budget: lane mode, one call of the vector function per use
+    assert "@st.tanh.v8f64(" in many.llvm_ir and "@tanh(" not in many.llvm_ir
+    assert "define internal <8 x double> @st.tanh.v8f64(<8 x double> %d) noinline" in \
+        many.llvm_ir
+    monkeypatch.setattr(kernel, "LANE_MIN_OPS", 10 ** 9)  # one point at a time: the library
+    scalar = st.compile(st.tanh(x * 1.5), [x], name="tanh_libm")
+    assert "@st.tanh" not in scalar.llvm_ir and "@tanh(" in scalar.llvm_ir
     xs = np.random.default_rng(5).normal(size=(10, 16))
-    np.testing.assert_allclose(many(xs), np.tanh(xs * 1.5), rtol=1e-15)
+    np.testing.assert_allclose(scalar(xs), np.tanh(xs * 1.5), rtol=1e-15)
+    np.testing.assert_allclose(many(xs), np.tanh(xs * 1.5), rtol=2.3e-16)
     np.testing.assert_allclose(few(xs), np.tanh(xs[:, :2] * 1.5), rtol=2.3e-16)
 
 

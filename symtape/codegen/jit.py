@@ -35,7 +35,7 @@ _LOCK = threading.RLock()
 _OPT_LEVEL = 3
 _PIPELINE = (f"O{_OPT_LEVEL}+loop-vectorize+slp-vectorize+unroll; "
              "lanes: always-inline+instcombine+simplifycfg")
-# A kernel in lane mode (it carries ``lanes.LANES_MARK``) is straight-line vector code that
+# A large kernel in lane mode (it carries ``lanes.LANES_MARK``) is straight-line vector code that
 # was simplified and shared when it was planned, and O3 finds nothing more in it (measured:
 # the same speed, for 0.5 s less on a 19,000-op MLP gradient and 2 s on a 30,000-op
 # Hessian), so it gets only the inliner and a clean-up.

@@ -14,7 +14,7 @@ time near linear in the size of the function. Two exported entry points call ``b
 * ``<name>_dense(n, ptrs)`` fixes every stride to its core size, the layout of contiguous
   arrays; constant strides let LLVM see the exact access pattern when it vectorises.
 
-A large ``point`` that LLVM would not vectorise across points (above
+A ``point`` that LLVM would not vectorise across points (above
 ``LOOP_VECTORIZE_MAX_ACCESSES``, or calling library functions) is written in *lane mode*
 instead (:mod:`~symtape.codegen.lanes`): every value is a vector of ``LANES`` points, ``body``
 copies each block of points into lane buffers (element ``k`` of lane ``l`` at
@@ -319,10 +319,10 @@ class _Body:
 
     def _split(self, chunks: list, crossing, ptrs: list) -> list[str]:
         """``point`` as a call of one function per chunk of the plan, in order: values a
-        later chunk reads go through scratch arrays on ``point``'s stack (``%sf`` floats,
-        ``%sb`` booleans as bytes), and each output element is stored by the chunk defining
-        it, so each function is optimised on its own and the optimiser's time stays linear
-        in the size of the plan."""
+        later chunk reads go through scratch arrays (``%sf`` floats, ``%sb`` booleans as
+        bytes; on ``point``'s stack, or in lane mode in ``body``'s arena), and each output
+        element is stored by the chunk defining it, so each function is optimised on its own
+        and the optimiser's time stays linear in the size of the plan."""
         plan = self.plan
         owner, needed, slot, count = crossing
         last = len(chunks) - 1
@@ -359,7 +359,6 @@ class _Body:
     def _scratch(self, ref: int, where: tuple, load: bool) -> None:
         """Load value ``ref`` from its scratch slot (naming it ``%x<ref>``) or store it."""
         kind, index = where
-        t = self.fmt["t"]
         array, elem, align = ("%sf", self.vt, self.size) if kind == "f" else ("%sb", self.bt, 1)
         p = f"%x{ref}.p" if load else f"%v{ref}.sp"
         self.out.append(f"  {p} = getelementptr inbounds {elem}, ptr {array}, i64 {index}")
@@ -375,8 +374,6 @@ class _Body:
         if kind == "b":
             self._emit(f"%v{ref}.sz = zext i1 {value} to i8")
             value = f"%v{ref}.sz"
-        else:
-            value = self._literal(value, t)
         self.out.append(f"  store {elem} {value}, ptr {p}, align {align}")
 
     def _value(self, ref: int, ins: Instr) -> None:

@@ -1,7 +1,8 @@
 """Lanes: straight-line IR over one point, rewritten to compute several points at once.
 
 Large kernels are not vectorised by LLVM across points (its loop vectoriser's time grows too
-fast with the size of the loop body), so the kernel does it itself: every value of the
+fast with the size of the loop body), nor are kernels calling library functions (it would
+only scalarise the calls again), so those kernels do it themselves: every value of the
 point function becomes a vector of :data:`LANES` points (``double`` -> ``<8 x double>``,
 ``i1`` -> ``<8 x i1>``), each instruction the same instruction on vectors. The rewrite is
 textual, on the closed grammar the lowering table and :mod:`~symtape.codegen.vecmath` write

@@ -144,17 +144,24 @@ def _entries(plan: Plan, name: str) -> list[str]:
     ]
 
 
-def _loop(elems: list[str], vectorize: bool) -> list[str]:
-    """``body``: for each point ``j``, ``point`` on every buffer advanced by ``j * stride``
-    elements (``elems`` are the buffers' element types, inputs then outputs)."""
-    params = ["i64 %n"] + [f"ptr noalias %b{i}" for i in range(len(elems))]
-    params += [f"i64 %s{i}" for i in range(len(elems))]
-    lines = [
+def _body_head(n_bufs: int, first: str) -> list[str]:
+    """The opening of ``body(n, buffers..., strides...)``: nothing to do unless ``n > 0``,
+    else on to block ``first`` (the block ``%done`` returns)."""
+    params = ["i64 %n"] + [f"ptr noalias %b{i}" for i in range(n_bufs)]
+    params += [f"i64 %s{i}" for i in range(n_bufs)]
+    return [
         f"define internal i32 @body({', '.join(params)}) alwaysinline nounwind {{",
         "entry:",
         "  %go = icmp sgt i64 %n, 0",
-        "  br i1 %go, label %loop, label %done",
-        "loop:",
+        f"  br i1 %go, label %{first}, label %done",
+        f"{first}:",
+    ]
+
+
+def _loop(elems: list[str], vectorize: bool) -> list[str]:
+    """``body``: for each point ``j``, ``point`` on every buffer advanced by ``j * stride``
+    elements (``elems`` are the buffers' element types, inputs then outputs)."""
+    lines = _body_head(len(elems), "loop") + [
         "  %j = phi i64 [ 0, %entry ], [ %j.next, %loop ]",
     ]
     for i, elem in enumerate(elems):
@@ -533,15 +540,7 @@ def _lane_loop(elems: list[str], sizes: list[int], n_in: int, lanes: int,
     sb = total
     total += max(scratch[1], 1) * lanes
     heap = total > LANE_STACK_BYTES
-    params = ["i64 %n"] + [f"ptr noalias %b{i}" for i in range(len(elems))]
-    params += [f"i64 %s{i}" for i in range(len(elems))]
-    lines = [
-        f"define internal i32 @body({', '.join(params)}) alwaysinline nounwind {{",
-        "entry:",
-        "  %go = icmp sgt i64 %n, 0",
-        "  br i1 %go, label %start, label %done",
-        "start:",
-    ]
+    lines = _body_head(len(elems), "start")
     if heap:
         lines += [
             f"  %raw = call ptr @malloc(i64 {total + 64})",

@@ -18,7 +18,8 @@ import numpy as np
 
 from . import graph as G
 from . import nest, recording
-from .codegen import CompiledFunction, TensorSpec, compile_atoms
+from . import loopnest
+from .codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
 from .errors import InvalidArgumentError, ShapeError, UnboundLeafError
 from .tape import GradientTape
 from .tensor import Tensor, constant, symbol
@@ -469,10 +470,9 @@ class Function:
             else 0)
         dtype = self._dtype or _common_dtype(specs)
         inputs = xs + read
-        compiled = compile_atoms([t._atoms for t in outputs], [t._atoms for t in inputs],
-                                 input_names=[t._name for t in inputs],
-                                 structure=tuple(range(len(outputs))), dtype=dtype,
-                                 name=self.__name__, **self._opts)
+        compiled = _compile_tensors(outputs, inputs, dict(
+            input_names=[t._name for t in inputs], structure=tuple(range(len(outputs))),
+            dtype=dtype, name=self.__name__, **self._opts))
         return _Traced(compiled, read, [v for v, _ in assigned], structure, len(flat))
 
     def _key(self, arrays) -> tuple:
@@ -510,6 +510,20 @@ class Function:
         tensors = [constant(r) for r in results[: traced.n_results]]
         return nest.pack_sequence_as(traced.structure, tensors) \
             if nest.is_nested(traced.structure) else tensors[0]
+
+
+def _compile_tensors(outputs: list, inputs: list, opts: dict) -> CompiledFunction:
+    """Native code of traced tensors: loop nests over the tensor nodes when the element view
+    would be large (:mod:`symtape.loopnest`), else the element view straight-line."""
+    nodes = [t._node for t in outputs]
+    if loopnest.worth_looping(nodes):
+        try:
+            plan = loopnest.plan_loops(nodes, [t._node for t in inputs])
+        except loopnest.Unplannable:
+            plan = None
+        if plan is not None:
+            return compile_plan(plan, **opts)
+    return compile_atoms([t._atoms for t in outputs], [t._atoms for t in inputs], **opts)
 
 
 def function(fn: Callable | None = None, *, input_signature=None, dtype: str | None = None,

@@ -212,8 +212,13 @@ class _Body:
     """Emits ``point`` (loads, ops, stores) and the ``body`` loop around it; with
     ``lanes > 1`` every value is a vector of that many points (:mod:`~.lanes`)."""
 
-    def __init__(self, plan: Plan, fmt: dict, size: int) -> None:
+    def __init__(self, plan: Plan, fmt: dict, size: int, offsets: tuple | None = None,
+                 in_bool: tuple = ()) -> None:
         self.plan = plan
+        # where element ``k`` of each argument (inputs, then outputs) is, when not at ``k``;
+        # which inputs are booleans stored as bytes (read as 0.0/1.0)
+        self.offsets = offsets
+        self.in_bool = in_bool
         self.fmt = fmt
         self.size = size
         self.dtype = "float32" if fmt["t"] == "float" else "float64"
@@ -279,6 +284,25 @@ class _Body:
             scratch = (crossing.count["f"] * self.size, crossing.count["b"])
             return point + _lane_loop(elems, sizes, n_in, self.lanes, scratch)
         return point + _loop(elems, self.loop_vectorize)
+
+    def function(self, name: str, noalias: bool = True) -> list[str]:
+        """One point as ``define internal void @<name>(ptr %in..., ptr %out...)``, always
+        inlined (the body of a loop nest, :mod:`~symtape.codegen.loops`); ``noalias=False``
+        when an output is also read (an accumulation)."""
+        plan = self.plan
+        ops = [OPS[ins.op] for ins in plan.instrs if ins.op in OPS]
+        self.loop_vectorize = not any(op.call for op in ops) and sum(
+            op.inline_cost for op in ops) <= VECMATH_BUDGET
+        na = "noalias " if noalias else ""
+        ptrs = [f"ptr {na}%in{i}" for i in range(len(plan.inputs))]
+        ptrs += [f"ptr {na}%out{i}" for i in range(len(plan.outputs))]
+        self.out = [f"define internal void @{name}({', '.join(ptrs)}) alwaysinline nounwind {{",
+                    "entry:"]
+        for ref, ins in enumerate(plan.instrs):
+            self._value(ref, ins)
+        for o, layout in enumerate(plan.outputs):
+            self._store(o, layout)
+        return self.out + ["  ret void", "}", ""]
 
     def declarations(self) -> list[str]:
         """The module's declarations and helper definitions (widened in lane mode)."""
@@ -394,8 +418,14 @@ class _Body:
         name = self.names[ref] = f"%v{ref}"
         if ins.op == "input":
             arg, k = ins.attr
+            at = k if self.offsets is None else self.offsets[arg][k]
+            if arg < len(self.in_bool) and self.in_bool[arg]:
+                self.out += [f"  {name}.p = getelementptr inbounds i8, ptr %in{arg}, i64 {at}",
+                             f"  {name}.b = load i8, ptr {name}.p, align 1",
+                             f"  {name} = uitofp i8 {name}.b to {self.vt}"]
+                return
             self.out += [
-                f"  {name}.p = getelementptr inbounds {self.vt}, ptr %in{arg}, i64 {k}",
+                f"  {name}.p = getelementptr inbounds {self.vt}, ptr %in{arg}, i64 {at}",
                 f"  {name} = load {self.vt}, ptr {name}.p, align {self.size}",
             ]
             return
@@ -470,8 +500,9 @@ class _Body:
             value = f"{s}.z"
         else:
             value = self._literal(value, self.fmt["t"])
+        at = k if self.offsets is None else self.offsets[len(self.plan.inputs) + o][k]
         self.out += [
-            f"  {s}.p = getelementptr inbounds {elem}, ptr %out{o}, i64 {k}",
+            f"  {s}.p = getelementptr inbounds {elem}, ptr %out{o}, i64 {at}",
             f"  store {elem} {value}, ptr {s}.p, align {align}",
         ]
 

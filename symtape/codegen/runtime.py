@@ -30,13 +30,15 @@ import numpy as np
 from sympy.logic.boolalg import BooleanAtom
 
 from .. import dataio
-from ..errors import DTypeError, InvalidArgumentError, SerializationError, ShapeError
+from ..errors import (DTypeError, InvalidArgumentError, LoweringError, SerializationError,
+                      ShapeError)
 from ..graph import const_value
-from . import c99, cache, jit, kernel
+from . import c99, cache, jit, kernel, loops
+from .loops import LoopPlan
 from .lower import OPS
 from .plan import ArgLayout, Instr, OutLayout, Plan, build_plan, formulas
 
-__all__ = ["TensorSpec", "CompiledFunction", "BufferCall", "compile_atoms", "load"]
+__all__ = ["TensorSpec", "CompiledFunction", "BufferCall", "compile_atoms", "compile_plan", "load"]
 
 _FILE_MAGIC = b"SYMTAPEF"
 _FILE_FORMAT = 2  # 1 was a pickle: such files are refused, never unpickled
@@ -135,16 +137,33 @@ def compile_atoms(
     outputs = [np.asarray(o, dtype=object) for o in _as_list(outputs, "outputs")]
     inputs = [np.asarray(i, dtype=object) for i in _as_list(inputs, "inputs")]
     dtype = _float_dtype(dtype)
-    plan = build_plan(outputs, inputs)
+    return compile_plan(build_plan(outputs, inputs), input_names=input_names,
+                        output_names=output_names, structure=structure, dtype=dtype,
+                        fastmath=fastmath, threads=threads, name=name)
+
+
+def compile_plan(plan: Plan | LoopPlan, *, input_names=None, output_names=None,
+                 structure=None, dtype: str = "float64", fastmath: bool = False,
+                 threads: int | None = None, name: str | None = None) -> CompiledFunction:
+    """Compiles a straight-line or loop plan (the options as :func:`compile_atoms`'s).
+
+    >>> from symtape import graph
+    >>> x = graph.Leaf.new("x")
+    >>> f = compile_plan(build_plan([np.array(graph.mul(x, x), dtype=object)],
+    ...                             [np.array(x, dtype=object)]))
+    >>> float(f(3.0))
+    9.0
+    """
+    n_in, n_out = len(plan.inputs), len(plan.outputs)
     return CompiledFunction(
         plan,
         name=name,
-        dtype=dtype,
+        dtype=_float_dtype(dtype),
         fastmath=bool(fastmath),
         threads=_threads(threads),
-        structure=_structure(structure, len(outputs)),
-        input_names=_names(input_names, len(inputs), "input_names"),
-        output_names=_names(output_names, len(outputs), "output_names"),
+        structure=_structure(structure, n_out),
+        input_names=_names(input_names, n_in, "input_names"),
+        output_names=_names(output_names, n_out, "output_names"),
     )
 
 
@@ -329,7 +348,7 @@ class CompiledFunction:
         self._input_names = tuple(input_names) or (None,) * len(plan.inputs)
         self._output_names = tuple(output_names) or (None,) * len(plan.outputs)
         self._symbol = _symbol(name)
-        self._ir = ir if ir is not None else kernel.render(plan, self._symbol, dtype, fastmath)
+        self._ir = ir if ir is not None else _render(plan, self._symbol, dtype, fastmath)
         self._obj = obj if obj is not None else jit.object_code(self._ir)
         self._asm = None
         self._specs()
@@ -404,13 +423,24 @@ class CompiledFunction:
     def formula(self):
         """The outputs as SymPy expressions of real symbols named after the input leaves,
         mirroring the call result (0-d outputs as expressions, others as object arrays)."""
+        self._straight_line("formula")
         arrays = formulas(self._plan)
         return _rebuild(self._structure, [a[()] if a.ndim == 0 else a for a in arrays])
 
     def c_source(self) -> str:
         """Standalone C99 source of the dense kernel (see :mod:`symtape.codegen.c99`)."""
+        self._straight_line("c_source")
         return c99.render(self._plan, self._name, self._dtype.name, self._input_names,
                           self._output_names)
+
+    def _straight_line(self, what: str) -> None:
+        """Formulas, C source and saved files are read off straight-line plans."""
+        if isinstance(self._plan, LoopPlan):
+            raise LoweringError(
+                f"{self._name}.{what}: this function was compiled as loop nests over large "
+                "tensors, which have no element formulas, C export or saved form yet; the "
+                "traced tensors still give formulas (Tensor.formula) and small functions "
+                "compile straight-line")
 
     def __repr__(self) -> str:
         ins = ", ".join(_show(s) for s in self._in_specs)
@@ -704,6 +734,7 @@ class CompiledFunction:
         >>> float(load(path)(4.0))
         16.0
         """
+        self._straight_line("save")
         mac = cache.sign(*_object_parts(self._ir, self._obj))
         doc = {
             "type": _FILE_KIND,
@@ -722,6 +753,13 @@ class CompiledFunction:
         }
         blob = dataio.dump_document(doc, _FILE_MAGIC, _FILE_FORMAT)
         cache.atomic_write(Path(path), blob)
+
+
+def _render(plan, symbol: str, dtype: str, fastmath: bool) -> str:
+    """The IR of a straight-line or a loop plan."""
+    if isinstance(plan, LoopPlan):
+        return loops.render(plan, symbol, dtype, fastmath)
+    return kernel.render(plan, symbol, dtype, fastmath)
 
 
 def _restore(state: dict) -> CompiledFunction:

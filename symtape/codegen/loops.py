@@ -1,0 +1,282 @@
+"""Loop plans: large tensor programs as loop nests around small straight-line bodies.
+
+A :class:`LoopPlan` is a list of :class:`Block` steps over buffers (the arguments, the
+outputs, temporaries, constants). A block runs its ``body`` -- a one-point :class:`Plan`, the
+lowered template of an elementwise op, one slice of a softmax, one step of a sum -- once for
+every index of its ``space``, reading and writing elements at affine addresses
+(:class:`Access`: an offset, a stride per loop dimension, and the offsets of the body's core
+elements). Sums, products, extrema and matrix products are blocks whose output is also an
+input (an accumulation: ``out = out + a * b`` over ``(i, k, j)``), so each result element
+accumulates its terms in order, as the element DAG's definitions add them.
+
+The LLVM module has one function per block (``noinline``: each is optimised on its own, so
+compile time grows with the number of blocks, not the size of the tensors), a ``program``
+calling them in order for one point, and the same ``body``/entry points as straight-line
+kernels (:mod:`~symtape.codegen.kernel`): ``body`` loops over the points of a batch and runs
+``program`` on each, with the temporaries in one arena (stack or ``malloc``, as lane mode).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from .kernel import (_ATTRIBUTES, FASTMATH_FLAGS, LANE_STACK_BYTES, TYPES, _Body, _body_head,
+                     _entries, float_literal)
+from .plan import ArgLayout, OutLayout, Plan
+
+__all__ = ["Buffer", "Access", "Block", "LoopPlan", "render"]
+
+
+class Buffer(NamedTuple):
+    """``kind``: ``'input'`` / ``'output'`` (``index``: the argument), ``'temp'`` or
+    ``'const'`` (``values``: its elements); ``size`` elements, bytes when ``boolean``."""
+
+    kind: str
+    index: int
+    size: int
+    boolean: bool = False
+    values: tuple = ()
+
+
+class Access(NamedTuple):
+    """Element ``c`` of the body's argument at iteration ``idx`` of the space is element
+    ``offset + sum(idx * strides) + core[c]`` of ``buffer``."""
+
+    buffer: int
+    offset: int
+    strides: tuple
+    core: tuple = (0,)
+
+
+class Block(NamedTuple):
+    """``body`` for every index of ``space``; ``accumulate``: an output is read as well."""
+
+    space: tuple
+    body: Plan
+    ins: tuple
+    outs: tuple
+    accumulate: bool = False
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """The buffers, the blocks in order, and the layout of the arguments and outputs (the
+    same :class:`ArgLayout`/:class:`OutLayout` as a straight-line plan's, without names and
+    element references: the outputs are whole buffers)."""
+
+    buffers: tuple
+    blocks: tuple
+    inputs: tuple
+    outputs: tuple
+
+    @property
+    def n_ops(self) -> int:
+        """Operations per point (a cost estimate)."""
+        return sum(math.prod(b.space) * max(1, b.body.n_ops) for b in self.blocks)
+
+    @property
+    def arena(self) -> tuple:
+        """``(offsets, bytes)``: where each temporary lives in the arena (None for other
+        buffers); temporaries whose lives do not overlap share space."""
+        return _allocate(self)
+
+
+def layouts(inputs: list, outputs: list) -> tuple:
+    """``(ArgLayout..., ), (OutLayout..., )`` of the given ``(shape, boolean)`` pairs."""
+    return (tuple(ArgLayout(tuple(s), ()) for s in inputs),
+            tuple(OutLayout(tuple(s), (), bool(b)) for s, b in outputs))
+
+
+# --------------------------------------------------------------------------------------------
+# The arena: temporaries packed by lifetime
+# --------------------------------------------------------------------------------------------
+
+
+def _allocate(plan: LoopPlan) -> tuple:
+    first: dict = {}
+    last: dict = {}
+    for k, block in enumerate(plan.blocks):
+        for acc in block.ins + block.outs:
+            if plan.buffers[acc.buffer].kind == "temp":
+                first.setdefault(acc.buffer, k)
+                last[acc.buffer] = k
+    width = [1 if b.boolean else 8 for b in plan.buffers]
+    offsets: list = [None] * len(plan.buffers)
+    free: list = []  # (offset, bytes) holes
+    top = 0
+    ending: dict = {}
+    for buf, k in last.items():
+        ending.setdefault(k, []).append(buf)
+    for k in range(len(plan.blocks)):
+        for buf in sorted(b for b, f in first.items() if f == k):
+            need = -(-plan.buffers[buf].size * width[buf] // 64) * 64
+            hole = next((i for i, (o, n) in enumerate(free) if n >= need), None)
+            if hole is None:
+                offsets[buf] = top
+                top += need
+            else:
+                o, n = free.pop(hole)
+                offsets[buf] = o
+                if n > need:
+                    free.append((o + need, n - need))
+        for buf in ending.get(k, ()):
+            need = -(-plan.buffers[buf].size * width[buf] // 64) * 64
+            free.append((offsets[buf], need))
+        free.sort()
+    return tuple(offsets), top
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+
+def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = False) -> str:
+    """The LLVM IR module of ``plan``, with the entry points of :func:`kernel.render`.
+
+    >>> import numpy as np
+    >>> from symtape import graph
+    >>> from symtape.codegen.plan import build_plan
+    >>> x = graph.Leaf.new("x")
+    >>> body = build_plan([np.array(graph.mul(x, x), dtype=object)], [np.array(x, dtype=object)])
+    >>> ins, outs = layouts([(3,)], [((3,), False)])
+    >>> lp = LoopPlan((Buffer("input", 0, 3), Buffer("output", 0, 3)),
+    ...               (Block((3,), body, (Access(0, 0, (1,)),), (Access(1, 0, (1,)),)),),
+    ...               ins, outs)
+    >>> "fmul double" in render(lp, "square")
+    True
+    """
+    t, sfx, m, size = TYPES[dtype]
+    fm = " ".join(FASTMATH_FLAGS) + " " if fastmath else ""
+    fmt = {"t": t, "sfx": sfx, "m": m, "fm": fm}
+    decls: set = set()
+    lines: list = []
+    for k, block in enumerate(plan.blocks):
+        lines += _block(plan, k, block, fmt, size, decls)
+    offsets, arena = plan.arena
+    lines += _program(plan, offsets)
+    lines += _point_loop(plan, arena, t)
+    consts = [_constant(i, b, t, dtype) for i, b in enumerate(plan.buffers) if b.kind == "const"]
+    head = [f"; symtape loop kernel {name}: {len(plan.inputs)} inputs, "
+            f"{len(plan.outputs)} outputs, {len(plan.blocks)} blocks"]
+    decls.add("declare ptr @malloc(i64)")
+    decls.add("declare void @free(ptr)")
+    return "\n".join(head + sorted(decls) + consts + lines + _entries(plan, name)
+                     + [_ATTRIBUTES, ""])
+
+
+def _elem(buf: Buffer, t: str) -> str:
+    return "i8" if buf.boolean else t
+
+
+def _constant(i: int, buf: Buffer, t: str, dtype: str) -> str:
+    if buf.boolean:
+        items = ", ".join(f"i8 {int(bool(v))}" for v in buf.values)
+        return f"@c{i} = private unnamed_addr constant [{buf.size} x i8] [{items}], align 64"
+    items = ", ".join(f"{t} {float_literal(float(v), dtype)}" for v in buf.values)
+    return f"@c{i} = private unnamed_addr constant [{buf.size} x {t}] [{items}], align 64"
+
+
+def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: set) -> list:
+    """``@b<k>(ptr %B<buffer>...)``: the loop nest over ``block.space`` around its body."""
+    t = fmt["t"]
+    accs = block.ins + block.outs
+    bufs = sorted({a.buffer for a in accs})
+    in_bool = tuple(plan.buffers[a.buffer].boolean for a in block.ins)
+    emitter = _Body(block.body, fmt, size, offsets=tuple(a.core for a in accs), in_bool=in_bool)
+    point = emitter.function(f"b{k}.point", noalias=not block.accumulate)
+    decls.update(d.format(**fmt) for d in emitter.decls)
+    # distinct buffers never overlap (live temporaries have disjoint places in the arena);
+    # only the point body of an accumulation reads and writes through one pointer
+    params = ", ".join(f"ptr noalias %B{b}" for b in bufs)
+    out = point + [f"define internal void @b{k}({params}) noinline nounwind {{", "entry:"]
+    dims = len(block.space)
+    if math.prod(block.space) == 0:
+        return out + ["  ret void", "}", ""]
+    idx = [f"%i{d}" for d in range(dims)]
+    prev = "entry"
+    for d in range(dims):
+        out += [f"  br label %L{d}", f"L{d}:",
+                f"  %i{d} = phi i64 [ 0, %{prev} ], [ %i{d}.n, %E{d} ]"]
+        prev = f"L{d}"
+    ptrs = []
+    for a_i, acc in enumerate(accs):
+        elem = _elem(plan.buffers[acc.buffer], t)
+        terms = [(s, i) for s, i in zip(acc.strides, idx) if s != 0]
+        cur = str(acc.offset)
+        for j, (s, i) in enumerate(terms):
+            out.append(f"  %a{a_i}.m{j} = mul nsw i64 {i}, {s}")
+            out.append(f"  %a{a_i}.s{j} = add nsw i64 {cur}, %a{a_i}.m{j}")
+            cur = f"%a{a_i}.s{j}"
+        out.append(f"  %p{a_i} = getelementptr inbounds {elem}, ptr %B{acc.buffer}, i64 {cur}")
+        ptrs.append(f"ptr %p{a_i}")
+    out.append(f"  call void @b{k}.point({', '.join(ptrs)})")
+    for d in reversed(range(dims)):
+        nxt = "exit" if d == 0 else f"E{d - 1}"
+        out += [f"  br label %E{d}", f"E{d}:",
+                f"  %i{d}.n = add nuw nsw i64 %i{d}, 1",
+                f"  %i{d}.c = icmp eq i64 %i{d}.n, {block.space[d]}",
+                f"  br i1 %i{d}.c, label %{nxt}, label %L{d}"]
+    if dims == 0:
+        out.append("  br label %exit")
+    return out + ["exit:", "  ret void", "}", ""]
+
+
+def _base(plan: LoopPlan, buf: int, offsets: tuple) -> str:
+    b = plan.buffers[buf]
+    if b.kind == "input":
+        return f"%in{b.index}"
+    if b.kind == "output":
+        return f"%out{b.index}"
+    if b.kind == "const":
+        return f"@c{buf}"
+    return f"%t{buf}"
+
+
+def _program(plan: LoopPlan, offsets: tuple) -> list:
+    """``@program(ptr %in..., ptr %out..., ptr %arena)``: one point, every block in order."""
+    params = [f"ptr noalias %in{i}" for i in range(len(plan.inputs))]
+    params += [f"ptr noalias %out{i}" for i in range(len(plan.outputs))]
+    out = [f"define internal void @program({', '.join(params + ['ptr noalias %arena'])}) "
+           "noinline nounwind {", "entry:"]
+    for i, b in enumerate(plan.buffers):
+        if b.kind == "temp" and offsets[i] is not None:  # (None: no block uses it)
+            out.append(f"  %t{i} = getelementptr inbounds i8, ptr %arena, i64 {offsets[i]}")
+    for k, block in enumerate(plan.blocks):
+        bufs = sorted({a.buffer for a in block.ins + block.outs})
+        args = ", ".join(f"ptr {_base(plan, b, offsets)}" for b in bufs)
+        out.append(f"  call void @b{k}({args})")
+    return out + ["  ret void", "}", ""]
+
+
+def _point_loop(plan: LoopPlan, arena: int, t: str) -> list:
+    """``body``: the arena (stack up to ``LANE_STACK_BYTES``, else one ``malloc``), then
+    ``program`` for each point with every pointer advanced by ``j * stride``."""
+    n_in, n_out = len(plan.inputs), len(plan.outputs)
+    elems = [t] * n_in + ["i8" if o.boolean else t for o in plan.outputs]
+    heap = arena > LANE_STACK_BYTES
+    lines = _body_head(n_in + n_out, "start")
+    if heap:
+        lines += [f"  %arena = call ptr @malloc(i64 {arena})",
+                  "  %none = icmp eq ptr %arena, null",
+                  "  br i1 %none, label %fail, label %loop.pre",
+                  "fail:", "  ret i32 1", "loop.pre:", "  br label %loop"]
+        pre = "loop.pre"
+    else:
+        lines += [f"  %arena = alloca i8, i64 {max(arena, 1)}, align 64", "  br label %loop"]
+        pre = "start"
+    lines += ["loop:", f"  %j = phi i64 [ 0, %{pre} ], [ %j.next, %loop ]"]
+    for i, elem in enumerate(elems):
+        lines += [f"  %o{i} = mul nsw i64 %j, %s{i}",
+                  f"  %p{i} = getelementptr inbounds {elem}, ptr %b{i}, i64 %o{i}"]
+    args = ", ".join([f"ptr %p{i}" for i in range(n_in + n_out)] + ["ptr %arena"])
+    lines += [f"  call void @program({args})",
+              "  %j.next = add nuw nsw i64 %j, 1",
+              "  %end = icmp eq i64 %j.next, %n",
+              "  br i1 %end, label %finish, label %loop",
+              "finish:"]
+    if heap:
+        lines.append("  call void @free(ptr %arena)")
+    return lines + ["  br label %done", "done:", "  ret i32 0", "}", ""]

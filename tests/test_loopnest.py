@@ -1,0 +1,205 @@
+"""Loop plans (tensor nodes as loop nests) against eager values: every op of the table and
+its derivatives to order 2, batch lengths 0, 1, 3 and 1001; elementwise ops on large
+tensors with zeros, infinities and nans (where eager values follow the template level, as
+loop bodies do); and ``st.function`` training steps that take the loop path."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+from test_compile_ops import _alike, _compiled_rows, _outputs, _points
+from test_ops import ROWS
+
+import symtape as st
+from symtape import loopnest
+from symtape.codegen import compile_plan
+from symtape.codegen.loops import LoopPlan
+from symtape.errors import LoweringError
+
+
+def _loop_compiled(outs, syms):
+    plan = loopnest.plan_loops([o._node for o in outs], [s._node for s in syms])
+    return compile_plan(plan), plan
+
+
+def _close(got, want) -> np.ndarray:
+    """Equal to 1e-12 relative, or (cancellations to zero: element folding drops terms the
+    template level computes) to 1e-12 of the output's largest finite magnitude."""
+    want = np.asarray(want, dtype=np.float64)
+    finite = np.abs(want[np.isfinite(want)])
+    scale = finite.max() if finite.size else 1.0
+    with np.errstate(invalid="ignore"):
+        near = np.abs(np.asarray(got, dtype=np.float64) - want) <= 1e-12 * scale
+    return _alike(got, want, rtol=1e-12) | near
+
+
+@pytest.mark.parametrize("name", _compiled_rows())
+def test_loop_plan_equals_eager(name):
+    r = ROWS[name]
+    syms = [st.symbol(f"a{i}", shape=a.shape, dtype=a.dtype) for i, a in enumerate(r.args)]
+    outs = _outputs(r, syms, order=2)
+    f, plan = _loop_compiled(outs, syms)
+    assert isinstance(f.plan, LoopPlan) and plan.blocks
+    # regular samples and large magnitudes (at zeros and non-finite values small eager
+    # tensors fold as the element DAG does, which the template level does not: those are
+    # compared on large tensors below)
+    points = [p for k, p in enumerate(_points(r)) if k % 4 in (0, 2)]
+    eager = []
+    for pt in points:
+        leaves = [st.symbol(f"a{i}", x) for i, x in enumerate(pt)]
+        eager.append([np.asarray(o.numpy()) for o in _outputs(r, leaves, order=2)])
+    for batch in (0, 1, 3, 1001):
+        picks = [k % len(points) for k in range(batch)]
+        args = [np.array([points[k][i] for k in picks]).reshape((batch,) + a.shape)
+                for i, a in enumerate(r.args)]
+        got = f(*args)
+        got = got if isinstance(got, tuple) else (got,)
+        assert len(got) == len(outs)
+        for j, g in enumerate(got):
+            assert g.shape == (batch,) + outs[j].shape
+            for row, k in enumerate(picks):
+                ok = _close(g[row], eager[k][j])
+                assert ok.all(), (name, j, points[k], g[row], eager[k][j])
+
+
+def _special(rng, n: int) -> np.ndarray:
+    x = rng.uniform(-3, 3, n)
+    pick = rng.random(n)
+    x[pick < 0.1] = 0.0
+    x[(pick >= 0.1) & (pick < 0.2)] = -0.0
+    x[(pick >= 0.2) & (pick < 0.25)] = np.inf
+    x[(pick >= 0.25) & (pick < 0.3)] = -np.inf
+    x[(pick >= 0.3) & (pick < 0.35)] = np.nan
+    return x
+
+
+@pytest.mark.parametrize("op", ["add", "subtract", "multiply", "divide", "exp", "log",
+                                "tanh", "sqrt", "relu", "sigmoid", "softplus", "maximum",
+                                "minimum", "pow", "abs", "sin", "atan2"])
+def test_large_elementwise_special_values(op):
+    """On tensors above the element limit eager values are the template's, as loop bodies
+    compute them: equal bit for bit but for sin (its lane form), nan and inf alike."""
+    rng = np.random.default_rng(7)
+    fn = getattr(st, op, None) or getattr(st.math, op, None) or getattr(st.nn, op)
+    n = 600
+    xs = [st.Variable(_special(rng, n)), st.Variable(_special(rng, n))]
+    try:
+        y = fn(*xs)
+    except TypeError:
+        y = fn(xs[0])
+    f, _ = _loop_compiled([y], xs)
+    got = f(xs[0].numpy(), xs[1].numpy())
+    assert _alike(got, y.numpy(), rtol=1e-15).all()
+
+
+def _mlp_step(sizes, batch, lr=1e-3):
+    rng = np.random.default_rng(0)
+    vs = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        vs += [st.Variable(rng.standard_normal((a, b)) / np.sqrt(a)), st.Variable(np.zeros(b))]
+    ms = [st.Variable(np.zeros(v.shape)) for v in vs]
+    ss = [st.Variable(np.zeros(v.shape)) for v in vs]
+
+    def step(x, y):
+        with st.GradientTape() as tape:
+            h = x
+            for i in range(0, len(vs) - 2, 2):
+                h = st.nn.relu(st.matmul(h, vs[i]) + vs[i + 1])
+            logits = st.matmul(h, vs[-2]) + vs[-1]
+            loss = st.reduce_mean(st.nn.softmax_cross_entropy_with_logits(labels=y,
+                                                                          logits=logits))
+        grads = tape.gradient(loss, vs)
+        for g, v, m, s in zip(grads, vs, ms, ss):
+            m.assign(0.9 * m + 0.1 * g)
+            s.assign(0.999 * s + 0.001 * g * g)
+            v.assign_sub(lr * m / (st.sqrt(s) + 1e-7))
+        return loss
+
+    x = rng.standard_normal((batch, sizes[0]))
+    y = np.eye(sizes[-1])[rng.integers(0, sizes[-1], batch)]
+    return step, vs + ms + ss, x, y
+
+
+def _run(step, state, x, y, steps, compiled):
+    start = [v.numpy().copy() for v in state]
+    fn = st.function(step) if compiled else step
+    losses = [float(fn(x, y)) for _ in range(steps)]
+    end = [v.numpy().copy() for v in state]
+    for v, s in zip(state, start):
+        v.assign(s)
+    return losses, end, fn
+
+
+def test_training_step_takes_loop_path_and_matches_eager():
+    step, state, x, y = _mlp_step((64, 32, 10), batch=48)
+    eager_losses, eager_end, _ = _run(step, state, x, y, 3, compiled=False)
+    losses, end, fn = _run(step, state, x, y, 3, compiled=True)
+    assert isinstance(fn.get_concrete_function(x, y).plan, LoopPlan)
+    np.testing.assert_allclose(losses, eager_losses, rtol=1e-12)
+    assert losses[2] < losses[0]
+    for a, b in zip(end, eager_end):
+        np.testing.assert_allclose(a, b, rtol=1e-9, atol=1e-14)
+
+
+def test_loop_and_element_paths_agree(monkeypatch):
+    step, state, x, y = _mlp_step((6, 5, 3), batch=4)
+    _, element_end, fn = _run(step, state, x, y, 2, compiled=True)
+    assert not isinstance(fn.get_concrete_function(x, y).plan, LoopPlan)
+    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    _, loop_end, fn = _run(step, state, x, y, 2, compiled=True)
+    assert isinstance(fn.get_concrete_function(x, y).plan, LoopPlan)
+    for a, b in zip(loop_end, element_end):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+
+
+def test_views_are_not_copied():
+    """Transpose, reshape, slices and broadcasts are index arithmetic: one block per
+    computing op; a view that is not affine in its buffer (a reshape of a transpose) is
+    copied once."""
+    x = st.Variable(np.arange(24.0).reshape(4, 6) / 10)
+    v = st.transpose(st.reshape(x, (3, 8)))[1:, ::2]
+    y = st.exp(v) + st.reduce_sum(x)
+    f, plan = _loop_compiled([y], [x])
+    assert len(plan.blocks) == 4  # exp, fill and accumulate of the sum, add
+    np.testing.assert_allclose(f(x.numpy()), y.numpy(), rtol=1e-15)
+    w = st.exp(st.reshape(st.transpose(x), (3, 8)))
+    f, plan = _loop_compiled([w], [x])
+    assert len(plan.blocks) == 2  # the copy, exp
+    np.testing.assert_allclose(f(x.numpy()), w.numpy(), rtol=1e-15)
+
+
+def test_arena_reuses_dead_temporaries():
+    x = st.Variable(np.linspace(-1, 1, 1000))
+    y = x
+    for _ in range(10):
+        y = st.tanh(y) * 1.5
+    f, plan = _loop_compiled([y], [x])
+    offsets, size = plan.arena
+    assert size <= 3 * 8064  # three live 1000-element temporaries at most, not twenty
+    np.testing.assert_allclose(f(x.numpy()), y.numpy(), rtol=1e-15)
+
+
+def test_unplannable_falls_back_to_elements(monkeypatch):
+    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    x = np.arange(6.0)
+    idx = st.cast(st.constant(x) > 1.0, "int64")
+
+    @st.function
+    def f(v):
+        return st.reduce_sum(st.cast(idx, "float64") * v)
+
+    assert float(f(x)) == float(np.sum(x[2:]))
+    assert not isinstance(f.get_concrete_function(x).plan, LoopPlan)
+
+
+def test_loop_functions_refuse_formulas_and_files_but_pickle(tmp_path):
+    x = st.Variable(np.ones((4, 3)))
+    y = st.reduce_sum(st.matmul(x, x, transpose_b=True))
+    f, _ = _loop_compiled([y], [x])
+    for what in (f.formula, f.c_source, lambda: f.save(tmp_path / "f.st")):
+        with pytest.raises(LoweringError, match="loop nests"):
+            what()
+    g = pickle.loads(pickle.dumps(f))
+    assert float(g(np.full((4, 3), 2.0))) == 4 * 4 * 12.0

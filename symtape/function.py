@@ -504,7 +504,10 @@ class Function:
         values = [v._store.value for v in traced.variables]
         results = traced.compiled(*arrays, *values)
         for var, value in zip(traced.assigned, results[traced.n_results:]):
-            var.assign(value)
+            if type(value) is np.ndarray and value.dtype == var.dtype and value.shape == var.shape:
+                var._adopt(value)  # a fresh array, nobody else's: no copy
+            else:
+                var.assign(value)
         if traced.structure is None:
             return None
         tensors = [constant(r) for r in results[: traced.n_results]]

@@ -44,6 +44,9 @@ __all__ = ["LOOP_MIN_ATOMS", "UNROLL_LIMIT", "worth_looping", "plan_loops"]
 LOOP_MIN_ATOMS = 20_000
 #: Ops without a loop form are unrolled up to this many elements (arguments and result).
 UNROLL_LIMIT = 4096
+#: Matrix products update tiles of this many rows and columns per step of their inner loop.
+MATMUL_ROWS = 4
+MATMUL_COLS = 32
 #: Ops along one axis unroll one slice per loop iteration, up to this long.
 SLICE_LIMIT = 1024
 
@@ -304,6 +307,10 @@ class _Planner:
         self.blocks.append(Block(space, body, tuple(ins), (out,), accumulate=True))
 
     def matmul(self, node: N.Node) -> tuple:
+        """``out += a * b`` over ``(i, k, j)`` in register tiles: each iteration of the
+        ``k`` loop updates ``MATMUL_ROWS`` rows of ``MATMUL_COLS`` columns, held in registers
+        across it (each load of ``b`` serves every row); edges take narrower tiles. Every
+        element still adds its terms in ``k`` order, as the element DAG's sums do."""
         a, b = node.inputs
         la, lb = self.loc[id(a)], self.loc[id(b)]
         oa = np.swapaxes(la[1], -1, -2) if node.params["transpose_a"] else la[1]
@@ -314,20 +321,35 @@ class _Planner:
         self.fill(loc, node.shape, -0.0 if k else 0.0)
         if k == 0 or node.size == 0:
             return loc
-        ra = self.access((la[0], oa), batch + (m, k))
-        rb = self.access((lb[0], ob), batch + (k, n))
-        ro = self.access(loc, node.shape)
-        nb = len(batch)
-        space = batch + (m, k, n)
-        sa = Access(ra.buffer, ra.offset, ra.strides[:nb] + (ra.strides[nb], ra.strides[nb + 1],
-                                                              0))
-        sb = Access(rb.buffer, rb.offset, rb.strides[:nb] + (0, rb.strides[nb],
-                                                             rb.strides[nb + 1]))
-        so = Access(ro.buffer, ro.offset, ro.strides[:nb] + (ro.strides[nb], 0,
-                                                             ro.strides[nb + 1]))
-        acc, x, y = G.Leaf.new("acc"), G.Leaf.new("a"), G.Leaf.new("b")
-        self.accumulate(space, G.add(acc, G.mul(x, y)), [acc, x, y], [so, sa, sb], so)
+        accs = (self.access((la[0], oa), batch + (m, k)),
+                self.access((lb[0], ob), batch + (k, n)), self.access(loc, node.shape))
+        rows = MATMUL_ROWS if m >= MATMUL_ROWS else 1
+        cols = MATMUL_COLS if n >= MATMUL_COLS else n
+        mm, nn = m - m % rows, n - n % cols
+        for i0, i1, r, j0, j1, c in ((0, mm, rows, 0, nn, cols), (0, mm, rows, nn, n, n - nn),
+                                     (mm, m, 1, 0, n, n)):
+            if i1 > i0 and j1 > j0:
+                self.matmul_tile(accs, batch, k, (i0, i1, r), (j0, j1, c))
         return loc
+
+    def matmul_tile(self, accs: tuple, batch: tuple, k: int, rows: tuple, cols: tuple) -> None:
+        """The block of rows ``i0 <= i < i1`` (``r`` a tile) and columns ``j0 <= j < j1``
+        (``c`` a tile); its space is ``batch + (row tiles, column tiles, k, c)``."""
+        (ra, rb, ro), (i0, i1, r), (j0, j1, c) = accs, rows, cols
+        nb = len(batch)
+        am, ak = ra.strides[nb:]
+        bk, bn = rb.strides[nb:]
+        om, on = ro.strides[nb:]
+        space = batch + ((i1 - i0) // r, (j1 - j0) // c, k, c)
+        sa = Access(ra.buffer, ra.offset + i0 * am, ra.strides[:nb] + (r * am, 0, ak, 0),
+                    tuple(t * am for t in range(r)))
+        sb = Access(rb.buffer, rb.offset + j0 * bn, rb.strides[:nb] + (0, c * bn, bk, bn))
+        so = Access(ro.buffer, ro.offset + i0 * om + j0 * on,
+                    ro.strides[:nb] + (r * om, c * on, 0, on), tuple(t * om for t in range(r)))
+        acc, x, y = _stand_ins((r,), "acc"), _stand_ins((r,), "a"), G.Leaf.new("b")
+        value = np.array([G.add(acc[t], G.mul(x[t], y)) for t in range(r)], dtype=object)
+        body = build_plan([value], [acc, x, np.asarray(y, dtype=object)])
+        self.blocks.append(Block(space, body, (so, sa, sb), (so,), accumulate=True))
 
     def along_axis(self, node: N.Node) -> tuple:
         args, axis = node.inputs, node.params["axis"]

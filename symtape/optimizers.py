@@ -7,7 +7,8 @@ from collections.abc import Iterable
 import numpy as np
 
 from .errors import InvalidArgumentError
-from .tensor import Tensor, Variable
+from .math import sqrt
+from .tensor import Tensor, Variable, constant
 
 __all__ = ["SGD", "Adam"]
 
@@ -19,8 +20,17 @@ def _pairs(grads_and_vars: Iterable) -> list[tuple]:
         if not isinstance(v, Variable):
             raise InvalidArgumentError(f"apply_gradients: item {i} has no st.Variable")
         if g is not None:
-            out.append((np.asarray(g.numpy() if isinstance(g, Tensor) else g), v))
+            out.append((g if isinstance(g, Tensor) else constant(np.asarray(g, v.dtype)), v))
     return out
+
+
+def _slot(slots: dict, v: Variable) -> Variable:
+    """The optimizer's state for ``v`` (a variable, so that ``st.function`` steps carry it
+    from call to call), zeros at first."""
+    slot = slots.get(v._id)
+    if slot is None:
+        slot = slots[v._id] = Variable(np.zeros(v.shape, dtype=v.dtype))
+    return slot
 
 
 class SGD:
@@ -36,21 +46,21 @@ class SGD:
     def __init__(self, learning_rate: float = 0.01, momentum: float = 0.0) -> None:
         self.learning_rate = float(learning_rate)
         self.momentum = float(momentum)
-        self._velocity: dict[int, np.ndarray] = {}
+        self._velocity: dict[int, Variable] = {}
 
     def apply_gradients(self, grads_and_vars: Iterable) -> None:
         for g, v in _pairs(grads_and_vars):
             if self.momentum:
-                vel = self._velocity.get(v._id, np.zeros_like(g))
-                vel = self.momentum * vel - self.learning_rate * g
-                self._velocity[v._id] = vel
+                vel = _slot(self._velocity, v)
+                vel.assign(self.momentum * vel - self.learning_rate * g)
                 v.assign_add(vel)
             else:
                 v.assign_sub(self.learning_rate * g)
 
 
 class Adam:
-    """Adam (Kingma & Ba) with Keras's defaults and epsilon placement.
+    """Adam (Kingma & Ba) with Keras's defaults and epsilon placement; its moments and step
+    count are variables, so a step traced by ``st.function`` updates them at every call.
 
     >>> import symtape as st
     >>> w = st.Variable(1.0)
@@ -63,19 +73,18 @@ class Adam:
                  epsilon: float = 1e-7) -> None:
         self.learning_rate = float(learning_rate)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
-        self._m: dict[int, np.ndarray] = {}
-        self._v: dict[int, np.ndarray] = {}
-        self.iterations = 0
+        self._m: dict[int, Variable] = {}
+        self._v: dict[int, Variable] = {}
+        self.iterations = Variable(0.0, name="iterations")
 
     def apply_gradients(self, grads_and_vars: Iterable) -> None:
         pairs = _pairs(grads_and_vars)
-        self.iterations += 1
+        self.iterations.assign_add(1.0)
         t = self.iterations
-        lr = self.learning_rate * np.sqrt(1 - self.beta_2 ** t) / (1 - self.beta_1 ** t)
+        b1, b2 = self.beta_1, self.beta_2
+        lr = self.learning_rate * sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
         for g, v in pairs:
-            m = self._m.get(v._id, np.zeros_like(g))
-            s = self._v.get(v._id, np.zeros_like(g))
-            m = self.beta_1 * m + (1 - self.beta_1) * g
-            s = self.beta_2 * s + (1 - self.beta_2) * g * g
-            self._m[v._id], self._v[v._id] = m, s
-            v.assign_sub(lr * m / (np.sqrt(s) + self.epsilon))
+            m, s = _slot(self._m, v), _slot(self._v, v)
+            m.assign(b1 * m + (1.0 - b1) * g)
+            s.assign(b2 * s + (1.0 - b2) * g * g)
+            v.assign_sub(lr * m / (sqrt(s) + self.epsilon))

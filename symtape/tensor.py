@@ -163,6 +163,12 @@ class Variable(Tensor):
         self._store.value = _frozen(new.astype(self._dtype, copy=False))
         return self
 
+    def _adopt(self, value: np.ndarray) -> None:
+        """Take ``value`` -- a fresh array of this shape and dtype that nothing else holds (a
+        compiled step's result) -- as the value, without copying it."""
+        value.flags.writeable = False
+        self._store.value = value
+
     def assign(self, value, use_locking=None, name=None, read_value=True) -> Variable:
         """Set the value."""
         return self._assign(value, "assign")

@@ -89,14 +89,16 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node]) -> LoopPlan:
     >>> y = st.reduce_sum(st.exp(x) * 2.0, axis=0)
     >>> lp = plan_loops([y._node], [x._node])
     >>> len(lp.blocks), lp.outputs[0].shape
-    (4, (3,))
+    (3, (3,))
     """
     p = _Planner()
     for i, node in enumerate(inputs):
         p.check(node)
         p.loc[id(node)] = (p.buffer("input", i, node), _flat(node.shape))
-    for node in _order(outputs):
-        if id(node) not in p.loc:
+    order = _order(outputs)
+    p.fused = _fused(order, outputs, p.loc)
+    for node in order:
+        if id(node) not in p.loc and id(node) not in p.fused:
             p.check(node)
             p.loc[id(node)] = p.place(node)
     for o, node in enumerate(outputs):
@@ -112,6 +114,30 @@ def _order(outputs: Sequence[N.Node]) -> list:
         for node in N.ancestry(out):
             seen.setdefault(id(node), node)
     return list(seen.values())
+
+
+def _pointwise(node: N.Node) -> bool:
+    return (node.kind == "op" and isinstance(node.prim, Elementwise) and node.dtype.kind == "f"
+            and all(a.dtype.kind == "f" for a in node.inputs))
+
+
+def _fused(order: list, outputs: Sequence[N.Node], placed: dict) -> set:
+    """Elementwise nodes computed inside their one user's loop body (a chain ``a * m + b *
+    g`` is one loop): float nodes read once, by an elementwise op of the same shape, and not
+    outputs."""
+    users: dict = {}
+    for node in order:
+        for a in node.inputs:
+            users.setdefault(id(a), []).append(node)
+    for node in outputs:
+        users.setdefault(id(node), []).append(None)
+    out = set()
+    for node in order:
+        use = users.get(id(node), [])
+        if (len(use) == 1 and use[0] is not None and id(node) not in placed
+                and _pointwise(node) and _pointwise(use[0]) and use[0].shape == node.shape):
+            out.add(id(node))
+    return out
 
 
 def _flat(shape: tuple) -> np.ndarray:
@@ -161,6 +187,7 @@ class _Planner:
         self.buffers: list = []
         self.blocks: list = []
         self.loc: dict = {}  # id(node) -> (buffer, offsets)
+        self.fused: set = set()  # ids of nodes computed inside their user's loop
 
     # -- buffers and accesses --------------------------------------------------------------
     def buffer(self, kind: str, index: int, node: N.Node, values=()) -> int:
@@ -267,16 +294,33 @@ class _Planner:
         return loc
 
     def elementwise(self, node: N.Node) -> tuple:
-        prim, args = node.prim, node.inputs
-        consts, same = prim._specialisation(args)
-        _, keep, atom, used = prim._prototype(consts, same)
-        if G.is_symbolic(atom) and atom in used:  # the template is one of its arguments
-            i = used[atom]
-            buf, offsets = self.loc[id(args[i])]
-            return buf, np.broadcast_to(offsets, node.shape)
-        order = sorted(used.items(), key=lambda item: item[1])
-        ins = [self.access(self.loc[id(args[i])], node.shape) for _, i in order]
-        return self.body_block(node, node.shape, atom, [s for s, _ in order], ins)
+        """One loop over the node's shape; its body is the template with the templates of
+        fused arguments (:func:`_fused`) built in, each other argument a stand-in read with
+        broadcast strides."""
+        stand: dict = {}  # id(argument node) -> (stand-in leaf, node)
+        with np.errstate(all="ignore"):  # constant folding follows IEEE, silently
+            atom = self.fused_atom(node, stand)
+        for leaf, arg in stand.values():
+            if atom is leaf:  # the template is one of its arguments: a view of it
+                buf, offsets = self.loc[id(arg)]
+                return buf, np.broadcast_to(offsets, node.shape)
+        used = set(G.leaves([atom])) if G.is_symbolic(atom) else set()
+        reads = [(leaf, arg) for leaf, arg in stand.values() if leaf in used]
+        ins = [self.access(self.loc[id(arg)], node.shape) for _, arg in reads]
+        return self.body_block(node, node.shape, atom, [leaf for leaf, _ in reads], ins)
+
+    def fused_atom(self, node: N.Node, stand: dict):
+        """The node's template applied to its arguments' atoms: one constant for a uniform
+        argument, the built template of a fused one, else the argument's stand-in."""
+        atoms = []
+        for a in node.inputs:
+            if a.uniform is not None:
+                atoms.append(a.uniform)
+            elif id(a) in self.fused:
+                atoms.append(self.fused_atom(a, stand))
+            else:
+                atoms.append(stand.setdefault(id(a), (G.Leaf.new(f"p{len(stand)}"), a))[0])
+        return node.prim._build_one(*atoms)
 
     def reduction(self, node: N.Node) -> tuple:
         (x,) = node.inputs

@@ -8,6 +8,7 @@ any extra leading (batch) dimensions natively. The batch is never unrolled symbo
 from __future__ import annotations
 
 import contextlib
+import os
 import functools
 import inspect
 import weakref
@@ -425,7 +426,7 @@ class Function:
     """
 
     def __init__(self, fn: Callable, input_signature=None, dtype: str | None = None,
-                 fastmath: bool = False, threads: int | None = 1) -> None:
+                 fastmath: bool = False, threads: int | None = None) -> None:
         self.python_function = fn
         self.input_signature = None if input_signature is None else _specs(
             input_signature, "st.function", unknown=True)
@@ -520,8 +521,10 @@ def _compile_tensors(outputs: list, inputs: list, opts: dict) -> CompiledFunctio
     would be large (:mod:`symtape.loopnest`), else the element view straight-line."""
     nodes = [t._node for t in outputs]
     if loopnest.worth_looping(nodes):
+        threads = opts.get("threads")
         try:
-            plan = loopnest.plan_loops(nodes, [t._node for t in inputs])
+            plan = loopnest.plan_loops(nodes, [t._node for t in inputs],
+                                       threads=os.cpu_count() or 1 if threads is None else threads)
         except loopnest.Unplannable:
             plan = None
         if plan is not None:
@@ -530,9 +533,11 @@ def _compile_tensors(outputs: list, inputs: list, opts: dict) -> CompiledFunctio
 
 
 def function(fn: Callable | None = None, *, input_signature=None, dtype: str | None = None,
-             fastmath: bool = False, threads: int | None = 1, **ignored):
+             fastmath: bool = False, threads: int | None = None, **ignored):
     """Decorator like ``tf.function``: trace ``fn`` once per input shape signature, compile
-    it with llvmlite, run native code on later calls.
+    it with llvmlite, run native code on later calls. ``threads``: ``None`` runs large batches
+    and the large loops of large tensors (:mod:`symtape.loopnest`) on all cores, ``1`` on
+    one, ``k`` on at most ``k``.
 
     >>> import symtape as st
     >>> w = st.Variable(1.0, name="w")

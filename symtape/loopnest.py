@@ -80,9 +80,11 @@ def _atoms_cost(node: N.Node) -> int:
     return node.size
 
 
-def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node]) -> LoopPlan:
-    """The loop plan computing ``outputs`` from the argument nodes ``inputs``; raises
-    :class:`Unplannable` when some node has no loop form and is too large to unroll.
+def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
+               threads: int = 1) -> LoopPlan:
+    """The loop plan computing ``outputs`` from the argument nodes ``inputs`` (large blocks
+    split across ``threads``); raises :class:`Unplannable` when some node has no loop form
+    and is too large to unroll.
 
     >>> import symtape as st
     >>> x = st.Variable(np.arange(6.0).reshape(2, 3))
@@ -105,7 +107,7 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node]) -> LoopPlan:
         p.output(o, node)
     ins, outs = layouts([n.shape for n in inputs],
                         [(n.shape, n.dtype.kind == "b") for n in outputs])
-    return LoopPlan(tuple(p.buffers), tuple(p.blocks), ins, outs)
+    return LoopPlan(tuple(p.buffers), tuple(p.blocks), ins, outs, max(1, int(threads)))
 
 
 def _order(outputs: Sequence[N.Node]) -> list:

@@ -218,3 +218,22 @@ def test_loop_functions_refuse_formulas_and_files_but_pickle(tmp_path):
             what()
     g = pickle.loads(pickle.dumps(f))
     assert float(g(np.full((4, 3), 2.0))) == 4 * 4 * 12.0
+
+
+def test_large_blocks_split_across_threads_with_equal_values():
+    """A large block's outermost loop runs in ranges on pthreads; each element is computed
+    by one thread in the same order, so values are the same bits as on one thread. A sum
+    over the outermost axis (iterations writing one element) is never split."""
+    rng = np.random.default_rng(5)
+    a, b = st.Variable(rng.standard_normal((96, 200))), st.Variable(rng.standard_normal((200, 64)))
+    ys = [st.tanh(st.matmul(a, b)), st.reduce_sum(st.matmul(a, b), axis=0)]
+    nodes, ins = [y._node for y in ys], [a._node, b._node]
+    one = compile_plan(loopnest.plan_loops(nodes, ins, threads=1))
+    three = compile_plan(loopnest.plan_loops(nodes, ins, threads=3))
+    assert "pthread_create" in three.llvm_ir and "pthread_create" not in one.llvm_ir
+    sums = [k for k, blk in enumerate(three.plan.blocks)
+            if blk.accumulate and blk.outs[0].strides[0] == 0]
+    assert sums and all(f"@b{k}.par" not in three.llvm_ir for k in sums)
+    for x, y, want in zip(one(a.numpy(), b.numpy()), three(a.numpy(), b.numpy()), ys):
+        np.testing.assert_array_equal(x, y)
+        assert _close(y, want.numpy()).all()  # eager: BLAS's order of terms

@@ -70,6 +70,7 @@ class LoopPlan:
     blocks: tuple
     inputs: tuple
     outputs: tuple
+    threads: int = 1  # threads a large block's outermost loop is split across
 
     @property
     def n_ops(self) -> int:
@@ -155,6 +156,10 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     lines: list = []
     for k, block in enumerate(plan.blocks):
         lines += _block(plan, k, block, fmt, size, decls)
+        chunks = _chunks(plan, block)
+        if len(chunks) > 1:
+            lines += _parallel(plan, k, block, chunks)
+            decls.update(_PTHREAD)
     offsets, arena = plan.arena
     lines += _program(plan, offsets)
     lines += _point_loop(plan, arena, t)
@@ -167,11 +172,79 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
                      + [_ATTRIBUTES, ""])
 
 
+#: Blocks of at least this many operations (iterations times body size) split their
+#: outermost loop across the plan's threads: a thread costs some 20-50 us to start and join.
+PARALLEL_WORK = 1 << 19
+
+_PTHREAD = ("declare i32 @pthread_create(ptr, ptr, ptr, ptr)",
+            "declare i32 @pthread_join(i64, ptr)")
+
+
+def _chunks(plan: LoopPlan, block: Block) -> list:
+    """``[(lo, hi)]`` ranges of the block's outermost index, one per thread: several only
+    when the block is large and iterations of that index write disjoint elements."""
+    if plan.threads <= 1 or not block.space or block.space[0] < 2:
+        return [(0, block.space[0])] if block.space else []
+    if math.prod(block.space) * max(1, block.body.n_ops) < PARALLEL_WORK:
+        return [(0, block.space[0])]
+    for acc in block.outs:
+        rest = sum(abs(st) * (n - 1) for st, n in zip(acc.strides[1:], block.space[1:]))
+        if acc.strides[0] == 0 or rest + max(acc.core) >= abs(acc.strides[0]):
+            return [(0, block.space[0])]
+    n = block.space[0]
+    step = -(-n // min(plan.threads, n))
+    return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+
+def _parallel(plan: LoopPlan, k: int, block: Block, chunks: list) -> list:
+    """``@b<k>.par``: the block's ranges on ``pthread``s (``@b<k>.thread`` unpacks one),
+    the first on the calling thread; a range whose thread did not start runs here too."""
+    bufs = sorted({a.buffer for a in block.ins + block.outs})
+    nb = len(bufs)
+    args = ", ".join(f"ptr %B{b}" for b in bufs)
+    struct = f"{{ {', '.join(['ptr'] * nb + ['i64', 'i64'])} }}"
+    out = [f"define internal ptr @b{k}.thread(ptr %a) nounwind {{", "entry:"]
+    for j in range(nb + 2):
+        kind = "ptr" if j < nb else "i64"
+        out += [f"  %f{j}.p = getelementptr inbounds {struct}, ptr %a, i32 0, i32 {j}",
+                f"  %f{j} = load {kind}, ptr %f{j}.p"]
+    fields = ", ".join([f"ptr %f{j}" for j in range(nb)] + [f"i64 %f{nb}", f"i64 %f{nb + 1}"])
+    out += [f"  call void @b{k}({fields})", "  ret ptr null", "}", ""]
+    out += [f"define internal void @b{k}.par({', '.join(f'ptr noalias %B{b}' for b in bufs)}) "
+            "noinline nounwind {", "entry:"]
+    for t, (lo, hi) in enumerate(chunks[1:], 1):
+        out += [f"  %a{t} = alloca {struct}", f"  %tid{t} = alloca i64"]
+        for j, b in enumerate(bufs):
+            out += [f"  %a{t}.{j} = getelementptr inbounds {struct}, ptr %a{t}, i32 0, i32 {j}",
+                    f"  store ptr %B{b}, ptr %a{t}.{j}"]
+        for j, v in ((nb, lo), (nb + 1, hi)):
+            out += [f"  %a{t}.{j} = getelementptr inbounds {struct}, ptr %a{t}, i32 0, i32 {j}",
+                    f"  store i64 {v}, ptr %a{t}.{j}"]
+        out.append(f"  %rc{t} = call i32 @pthread_create(ptr %tid{t}, ptr null, "
+                   f"ptr @b{k}.thread, ptr %a{t})")
+    lo, hi = chunks[0]
+    out.append(f"  call void @b{k}({args}, i64 {lo}, i64 {hi})")
+    for t, (lo, hi) in enumerate(chunks[1:], 1):
+        out += [f"  %ok{t} = icmp eq i32 %rc{t}, 0",
+                f"  br i1 %ok{t}, label %join{t}, label %self{t}",
+                f"join{t}:", f"  %t{t} = load i64, ptr %tid{t}",
+                f"  %j{t} = call i32 @pthread_join(i64 %t{t}, ptr null)",
+                f"  br label %next{t}",
+                f"self{t}:", f"  call void @b{k}({args}, i64 {lo}, i64 {hi})",
+                f"  br label %next{t}", f"next{t}:"]
+    return out + ["  ret void", "}", ""]
+
+
 def _elem(buf: Buffer, t: str) -> str:
     return "i8" if buf.boolean else t
 
 
 def _constant(i: int, buf: Buffer, t: str, dtype: str) -> str:
+    elem = "i8" if buf.boolean else t
+    if not any(buf.values):  # empty, or all zeros (of either sign: a sign is a value)
+        if all(str(v)[0] != "-" for v in buf.values):
+            return (f"@c{i} = private unnamed_addr constant [{buf.size} x {elem}] "
+                    "zeroinitializer, align 64")
     if buf.boolean:
         items = ", ".join(f"i8 {int(bool(v))}" for v in buf.values)
         return f"@c{i} = private unnamed_addr constant [{buf.size} x i8] [{items}], align 64"
@@ -191,15 +264,19 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
     # distinct buffers never overlap (live temporaries have disjoint places in the arena);
     # only the point body of an accumulation reads and writes through one pointer
     params = ", ".join(f"ptr noalias %B{b}" for b in bufs)
-    out = point + [f"define internal void @b{k}({params}) noinline nounwind {{", "entry:"]
     dims = len(block.space)
+    split = len(_chunks(plan, block)) > 1  # the outermost range is given: [%lo, %hi)
+    if split:
+        params += ", i64 %lo, i64 %hi"
+    out = point + [f"define internal void @b{k}({params}) noinline nounwind {{", "entry:"]
     if math.prod(block.space) == 0:
         return out + ["  ret void", "}", ""]
     idx = [f"%i{d}" for d in range(dims)]
     prev = "entry"
     for d in range(dims):
+        start = "%lo" if split and d == 0 else "0"
         out += [f"  br label %L{d}", f"L{d}:",
-                f"  %i{d} = phi i64 [ 0, %{prev} ], [ %i{d}.n, %E{d} ]"]
+                f"  %i{d} = phi i64 [ {start}, %{prev} ], [ %i{d}.n, %E{d} ]"]
         prev = f"L{d}"
     ptrs = []
     for a_i, acc in enumerate(accs):
@@ -217,7 +294,8 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
         nxt = "exit" if d == 0 else f"E{d - 1}"
         out += [f"  br label %E{d}", f"E{d}:",
                 f"  %i{d}.n = add nuw nsw i64 %i{d}, 1",
-                f"  %i{d}.c = icmp eq i64 %i{d}.n, {block.space[d]}",
+                f"  %i{d}.c = icmp eq i64 %i{d}.n, "
+                f"{'%hi' if split and d == 0 else block.space[d]}",
                 f"  br i1 %i{d}.c, label %{nxt}, label %L{d}"]
     if dims == 0:
         out.append("  br label %exit")
@@ -247,7 +325,8 @@ def _program(plan: LoopPlan, offsets: tuple) -> list:
     for k, block in enumerate(plan.blocks):
         bufs = sorted({a.buffer for a in block.ins + block.outs})
         args = ", ".join(f"ptr {_base(plan, b, offsets)}" for b in bufs)
-        out.append(f"  call void @b{k}({args})")
+        par = ".par" if len(_chunks(plan, block)) > 1 else ""
+        out.append(f"  call void @b{k}{par}({args})")
     return out + ["  ret void", "}", ""]
 
 

@@ -39,7 +39,7 @@ from .lower import OPS
 from .plan import Instr, Plan
 from .vecmath import double_literal
 
-__all__ = ["FASTMATH_FLAGS", "TYPES", "render", "symbol_names"]
+__all__ = ["FASTMATH_FLAGS", "TYPES", "formats", "render", "symbol_names"]
 
 # The LLVM fast-math flags ``fastmath=True`` puts on float arithmetic and calls. Each is a
 # licence to round differently from the IEEE reference, taken only on request:
@@ -96,6 +96,18 @@ def symbol_names(name: str) -> tuple[str, str]:
     return name, f"{name}_dense"
 
 
+def formats(dtype: str, fastmath: bool) -> tuple:
+    """``(fmt, size)``: the names op templates are formatted with (float type, intrinsic and
+    libm suffixes, fast-math flags) and the float size in bytes.
+
+    >>> formats("float32", False)
+    ({'t': 'float', 'sfx': 'f32', 'm': 'f', 'fm': ''}, 4)
+    """
+    t, sfx, m, size = TYPES[dtype]
+    fm = " ".join(FASTMATH_FLAGS) + " " if fastmath else ""
+    return {"t": t, "sfx": sfx, "m": m, "fm": fm}, size
+
+
 def render(plan: Plan, name: str, dtype: str = "float64", fastmath: bool = False) -> str:
     """The LLVM IR module of ``plan`` (the text the cache is keyed by).
 
@@ -107,9 +119,7 @@ def render(plan: Plan, name: str, dtype: str = "float64", fastmath: bool = False
     >>> "fmul double %v0, %v0" in render(p, "square")
     True
     """
-    t, sfx, m, size = TYPES[dtype]
-    fm = " ".join(FASTMATH_FLAGS) + " " if fastmath else ""
-    fmt = {"t": t, "sfx": sfx, "m": m, "fm": fm}
+    fmt, size = formats(dtype, fastmath)
     emitter = _Body(plan, fmt, size)
     body = emitter.lines()
     decls = emitter.declarations()  # one line per declaration
@@ -270,14 +280,7 @@ class _Body:
         inline = "alwaysinline" if small else "noinline"
         elems = [t] * n_in + ["i8" if o.boolean else t for o in plan.outputs]
         if len(chunks) == 1:
-            self.out = [f"define internal void @point({', '.join(ptrs)}) {inline} nounwind {{",
-                        "entry:"]
-            for ref, ins in enumerate(plan.instrs):
-                self._value(ref, ins)
-            for o, layout in enumerate(plan.outputs):
-                self._store(o, layout)
-            self.out += ["  ret void", "}", ""]
-            point = self.out
+            point = self._straight("point", ptrs, inline)
         else:
             point = self._split(chunks, crossing, ptrs)
         if self.lanes > 1:
@@ -296,13 +299,18 @@ class _Body:
         na = "noalias " if noalias else ""
         ptrs = [f"ptr {na}%in{i}" for i in range(len(plan.inputs))]
         ptrs += [f"ptr {na}%out{i}" for i in range(len(plan.outputs))]
-        self.out = [f"define internal void @{name}({', '.join(ptrs)}) alwaysinline nounwind {{",
+        return self._straight(name, ptrs, "alwaysinline")
+
+    def _straight(self, name: str, ptrs: list, inline: str) -> list[str]:
+        """``@<name>(ptrs)``: the whole plan as one straight-line function."""
+        self.out = [f"define internal void @{name}({', '.join(ptrs)}) {inline} nounwind {{",
                     "entry:"]
-        for ref, ins in enumerate(plan.instrs):
+        for ref, ins in enumerate(self.plan.instrs):
             self._value(ref, ins)
-        for o, layout in enumerate(plan.outputs):
+        for o, layout in enumerate(self.plan.outputs):
             self._store(o, layout)
-        return self.out + ["  ret void", "}", ""]
+        self.out += ["  ret void", "}", ""]
+        return self.out
 
     def declarations(self) -> list[str]:
         """The module's declarations and helper definitions (widened in lane mode)."""

@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from .kernel import (_ATTRIBUTES, FASTMATH_FLAGS, LANE_STACK_BYTES, TYPES, _Body, _body_head,
-                     _entries, float_literal)
+from .kernel import (_ATTRIBUTES, LANE_STACK_BYTES, _Body, _body_head, _entries, float_literal,
+                     formats)
 from .plan import ArgLayout, OutLayout, Plan
 
 __all__ = ["Buffer", "Access", "Block", "LoopPlan", "render"]
@@ -149,9 +149,8 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     >>> "fmul double" in render(lp, "square")
     True
     """
-    t, sfx, m, size = TYPES[dtype]
-    fm = " ".join(FASTMATH_FLAGS) + " " if fastmath else ""
-    fmt = {"t": t, "sfx": sfx, "m": m, "fm": fm}
+    fmt, size = formats(dtype, fastmath)
+    t = fmt["t"]
     decls: set = set()
     lines: list = []
     for k, block in enumerate(plan.blocks):

@@ -51,12 +51,17 @@ def _input_atoms(inputs) -> tuple[list, list]:
     return atoms, names
 
 
-def _output_atoms(outputs) -> tuple[list, object, list]:
+def _output_tensors(outputs) -> list:
     flat = nest.flatten(outputs)
     for i, t in enumerate(flat):
         if not isinstance(t, Tensor):
             raise InvalidArgumentError(f"st.compile: outputs[{i}] is a {type(t).__name__}, "
                                        "not a tensor")
+    return flat
+
+
+def _output_atoms(outputs) -> tuple[list, object, list]:
+    flat = _output_tensors(outputs)
     structure = nest.pack_sequence_as(outputs, list(range(len(flat)))) \
         if nest.is_nested(outputs) else 0
     return [t._atoms for t in flat], structure, [t._name for t in flat]
@@ -79,12 +84,26 @@ def compile(outputs, inputs, *, dtype: str = "float64", fastmath: bool = False, 
            [27., 48.]])
     """
     in_atoms, in_names = _input_atoms(inputs)
-    out_atoms, structure, out_names = _output_atoms(outputs)
     opts = dict(dtype=dtype, fastmath=fastmath, threads=threads, name=name)
+    if not sparse:
+        flat = _output_tensors(outputs)
+        structure = nest.pack_sequence_as(outputs, list(range(len(flat)))) \
+            if nest.is_nested(outputs) else 0
+        looped = _loop_compiled(flat, nest.flatten(inputs), dict(
+            input_names=in_names, output_names=[t._name for t in flat], structure=structure,
+            **opts), POINT_CHUNK)
+        if looped is not None:
+            return looped
+    out_atoms, structure, out_names = _output_atoms(outputs)
     if sparse:
         return SparseFunction(out_atoms, in_atoms, in_names, out_names, structure, opts)
     return compile_atoms(out_atoms, in_atoms, input_names=in_names, output_names=out_names,
                          structure=structure, **opts)
+
+
+#: Functions of one point compiled as loop nests run this many points through each loop at
+#: once (a matrix product of each point's row vector becomes one over the chunk).
+POINT_CHUNK = 64
 
 
 class SparseResult(NamedTuple):
@@ -519,17 +538,27 @@ class Function:
 def _compile_tensors(outputs: list, inputs: list, opts: dict) -> CompiledFunction:
     """Native code of traced tensors: loop nests over the tensor nodes when the element view
     would be large (:mod:`symtape.loopnest`), else the element view straight-line."""
-    nodes = [t._node for t in outputs]
-    if loopnest.worth_looping(nodes):
-        threads = opts.get("threads")
-        try:
-            plan = loopnest.plan_loops(nodes, [t._node for t in inputs],
-                                       threads=os.cpu_count() or 1 if threads is None else threads)
-        except loopnest.Unplannable:
-            plan = None
-        if plan is not None:
-            return compile_plan(plan, **opts)
+    looped = _loop_compiled(outputs, inputs, opts)
+    if looped is not None:
+        return looped
     return compile_atoms([t._atoms for t in outputs], [t._atoms for t in inputs], **opts)
+
+
+def _loop_compiled(outputs: list, inputs: list, opts: dict, points: int = 0):
+    """The loop-planned function of these tensors (``points``: in chunks of that many
+    points), or None when the element view is small or some node has no loop form."""
+    nodes = [t._node for t in outputs]
+    if not loopnest.worth_looping(nodes):
+        return None
+    threads = opts.get("threads")
+    try:
+        plan = loopnest.plan_loops(nodes, [t._node for t in inputs],
+                                   threads=os.cpu_count() or 1 if threads is None else threads,
+                                   points=points)
+    except loopnest.Unplannable:
+        return None
+    return compile_plan(plan, **opts).with_element_view(
+        lambda: ([t._atoms for t in outputs], [t._atoms for t in inputs]))
 
 
 def function(fn: Callable | None = None, *, input_signature=None, dtype: str | None = None,

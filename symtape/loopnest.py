@@ -29,7 +29,7 @@ import sympy as sp
 
 from . import graph as G
 from . import nodes as N
-from .codegen.loops import Access, Block, Buffer, LoopPlan, layouts
+from .codegen.loops import POINT_ALIGN, Access, Block, Buffer, LoopPlan, layouts
 from .codegen.plan import Instr, OutLayout, Plan, build_plan
 from .errors import UnboundLeafError
 from .ops.axis import AxisOp, StopGradient
@@ -81,10 +81,13 @@ def _atoms_cost(node: N.Node) -> int:
 
 
 def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
-               threads: int = 1) -> LoopPlan:
+               threads: int = 1, points: int = 0) -> LoopPlan:
     """The loop plan computing ``outputs`` from the argument nodes ``inputs`` (large blocks
     split across ``threads``); raises :class:`Unplannable` when some node has no loop form
-    and is too large to unroll.
+    and is too large to unroll. ``points`` (a multiple of
+    :data:`~symtape.codegen.loops.POINT_ALIGN`): the plan runs chunks of that many points
+    through each block at once (a matrix product of each point's row vector is one product
+    over the chunk), instead of one point at a time.
 
     >>> import symtape as st
     >>> x = st.Variable(np.arange(6.0).reshape(2, 3))
@@ -93,10 +96,12 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     >>> len(lp.blocks), lp.outputs[0].shape
     (3, (3,))
     """
-    p = _Planner()
+    if points and (points < 0 or points % POINT_ALIGN):
+        raise ValueError(f"points must be a positive multiple of {POINT_ALIGN}, got {points}")
+    p = _Planner(points)
     for i, node in enumerate(inputs):
         p.check(node)
-        p.loc[id(node)] = (p.buffer("input", i, node), _flat(node.shape))
+        p.loc[id(node)] = p.fresh(node, bool(points), "input", i)
     order = _order(outputs)
     p.fused = _fused(order, outputs, p.loc)
     for node in order:
@@ -107,7 +112,8 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
         p.output(o, node)
     ins, outs = layouts([n.shape for n in inputs],
                         [(n.shape, n.dtype.kind == "b") for n in outputs])
-    return LoopPlan(tuple(p.buffers), tuple(p.blocks), ins, outs, max(1, int(threads)))
+    return LoopPlan(tuple(p.buffers), tuple(p.blocks), ins, outs,
+                    1 if points else max(1, int(threads)), points)
 
 
 def _order(outputs: Sequence[N.Node]) -> list:
@@ -185,43 +191,96 @@ def _stand_ins(shape: tuple, name: str) -> np.ndarray:
 
 
 class _Planner:
-    def __init__(self) -> None:
+    """Locations and blocks; with ``points`` (a chunk size), every node computed from the
+    arguments holds one slice per point of a chunk (point-major: element ``e`` of point
+    ``p`` at ``p * size + e``, as the caller's arrays hold them) and its blocks have a
+    leading dimension over the points; constants and nodes computed from them alone are
+    shared by the chunk's points."""
+
+    def __init__(self, points: int = 0) -> None:
+        self.P = points
         self.buffers: list = []
         self.blocks: list = []
         self.loc: dict = {}  # id(node) -> (buffer, offsets)
         self.fused: set = set()  # ids of nodes computed inside their user's loop
+        self.per_point: set = set()  # buffers holding a slice per point of the chunk
 
     # -- buffers and accesses --------------------------------------------------------------
-    def buffer(self, kind: str, index: int, node: N.Node, values=()) -> int:
-        self.buffers.append(Buffer(kind, index, node.size, node.dtype.kind == "b",
-                                   tuple(values)))
+    def buffer(self, kind: str, index: int, node: N.Node, values=(), batched: bool = False
+               ) -> int:
+        size = node.size * (self.P if batched else 1)
+        self.buffers.append(Buffer(kind, index, size, node.dtype.kind == "b", tuple(values)))
+        if batched:
+            self.per_point.add(len(self.buffers) - 1)
         return len(self.buffers) - 1
 
-    def fresh(self, node: N.Node) -> tuple:
-        return self.buffer("temp", -1, node), _flat(node.shape)
+    def fresh(self, node: N.Node, batched: bool = False, kind: str = "temp",
+              index: int = -1) -> tuple:
+        return (self.buffer(kind, index, node, batched=batched),
+                _flat(self.shape(node.shape, batched)))
 
-    def access(self, loc: tuple, space: tuple, core: tuple = (0,)) -> Access:
-        """``loc`` read over ``space`` (broadcast, right-aligned); copied to a contiguous
-        temporary first when its offsets are not affine."""
-        buf, offsets = loc
-        spread = np.broadcast_to(offsets, space)
-        aff = _affine(spread)
+    def shape(self, shape: tuple, batched: bool) -> tuple:
+        """``shape`` with the chunk's points in front when ``batched``."""
+        return (self.P,) + tuple(shape) if batched else tuple(shape)
+
+    def batched(self, loc: tuple) -> bool:
+        return loc[0] in self.per_point
+
+    def spread(self, loc: tuple, shape: tuple, batched: bool) -> np.ndarray:
+        """The offsets of ``loc`` broadcast over a node of ``shape`` (right-aligned; the
+        points axis stays in front)."""
+        offsets = loc[1]
+        if self.batched(loc):
+            core = offsets.shape[1:]
+            offsets = offsets.reshape((self.P,) + (1,) * (len(shape) - len(core)) + core)
+        return np.broadcast_to(offsets, self.shape(shape, batched))
+
+    def point_stride(self, offsets: np.ndarray) -> int:
+        """The distance between consecutive points' slices of a per-point location."""
+        first = offsets[0]
+        step = int(offsets[1].flat[0] - first.flat[0]) if first.size and self.P > 1 else 0
+        ramp = np.arange(self.P, dtype=np.int64).reshape((-1,) + (1,) * first.ndim) * step
+        if not np.array_equal(offsets, first[None] + ramp):
+            raise Unplannable("points placed irregularly")
+        return step
+
+    def access(self, loc: tuple, shape: tuple, batched: bool = False,
+               core: tuple = (0,)) -> Access:
+        """``loc`` read over a node of ``shape`` (broadcast, right-aligned; over the points
+        too when ``batched``); copied to a contiguous temporary first when its offsets are
+        not affine."""
+        aff = _affine(self.spread(loc, shape, batched))
         if aff is None:
-            buf, offsets = self.materialise(loc)
-            aff = _affine(np.broadcast_to(offsets, space))
-        return Access(buf, aff[0], aff[1], core)
+            loc = self.materialise(loc)
+            aff = _affine(self.spread(loc, shape, batched))
+        return Access(loc[0], aff[0], aff[1], core)
+
+    def block(self, space: tuple, body: Plan, ins, outs, accumulate: bool = False,
+              batched: bool = False, points: int = 0) -> None:
+        """Appends a block; ``batched``: its first dimension runs over the chunk's points
+        (``points`` of them per iteration, default one)."""
+        self.blocks.append(Block(self.shape(space, batched) if batched and not points
+                                 else space, body, tuple(ins), tuple(outs), accumulate,
+                                 points or int(batched)))
 
     def materialise(self, loc: tuple) -> tuple:
         buf, offsets = loc
-        n = offsets.size
+        batched = self.batched(loc)
+        per = offsets[0] if batched else offsets
+        n = per.size
         if n > UNROLL_LIMIT:
             raise Unplannable(f"a gather of {n} elements")
         boolean = self.buffers[buf].boolean
-        self.buffers.append(Buffer("temp", -1, n, boolean))
+        self.buffers.append(Buffer("temp", -1, n * (self.P if batched else 1), boolean))
         new = len(self.buffers) - 1
-        self.blocks.append(Block((), _copy_body(n, boolean),
-                                 (Access(buf, 0, (), tuple(int(k) for k in offsets.flat)),),
-                                 (Access(new, 0, (), tuple(range(n))),)))
+        core = tuple(int(k) for k in per.flat)
+        if batched:
+            self.per_point.add(new)
+            src = Access(buf, 0, (self.point_stride(offsets),), core)
+            dst = Access(new, 0, (n,), tuple(range(n)))
+        else:
+            src, dst = Access(buf, 0, (), core), Access(new, 0, (), tuple(range(n)))
+        self.block((), _copy_body(n, boolean), (src,), (dst,), batched=batched)
         return new, _flat(offsets.shape)
 
     def check(self, node: N.Node) -> None:
@@ -268,15 +327,22 @@ class _Planner:
         bufs = {loc[0] for loc, m in zip(locs, maps) if (m >= 0).any()}
         if len(bufs) > 1:  # parts of several buffers (a concat): copied element by element
             return self.unrolled(node)
-        offsets = np.zeros(node.shape, dtype=np.int64)
         buf = next(iter(bufs)) if bufs else locs[0][0]
-        for (_, offs), m in zip(locs, maps):
+        batched = buf in self.per_point
+        offsets = np.zeros(self.shape(node.shape, batched), dtype=np.int64)
+        for (b, offs), m in zip(locs, maps):
             inside = m >= 0
-            offsets[inside] = offs.reshape(-1)[m[inside]]
+            if b != buf or not inside.any():
+                continue
+            if batched:
+                offsets[:, inside] = offs.reshape(self.P, -1)[:, m[inside]]
+            else:
+                offsets[inside] = offs.reshape(-1)[m[inside]]
         return buf, offsets
 
     def body_block(self, node: N.Node, space: tuple, atoms, stand_ins: list, ins: list,
-                   out: Access | None = None, loc: tuple | None = None) -> tuple:
+                   out: Access | None = None, loc: tuple | None = None,
+                   batched: bool = False) -> tuple:
         """A block over ``space`` computing ``atoms`` (one slice of the node) from the
         ``stand_ins`` arrays read at the accesses ``ins`` and writing them at ``out`` in
         ``loc`` (default: one element per iteration of a fresh buffer); returns ``loc``."""
@@ -290,9 +356,9 @@ class _Planner:
             body = Plan(body.instrs, body.inputs,
                         (OutLayout(body.outputs[0].shape, body.outputs[0].refs, boolean),))
         if loc is None:
-            loc = self.fresh(node)
-            out = self.access(loc, space)
-        self.blocks.append(Block(space, body, tuple(ins), (out,)))
+            loc = self.fresh(node, batched)
+            out = self.access(loc, space, batched)
+        self.block(space, body, ins, (out,), batched=batched)
         return loc
 
     def elementwise(self, node: N.Node) -> tuple:
@@ -304,12 +370,14 @@ class _Planner:
             atom = self.fused_atom(node, stand)
         for leaf, arg in stand.values():
             if atom is leaf:  # the template is one of its arguments: a view of it
-                buf, offsets = self.loc[id(arg)]
-                return buf, np.broadcast_to(offsets, node.shape)
+                loc = self.loc[id(arg)]
+                return loc[0], self.spread(loc, node.shape, self.batched(loc))
         used = set(G.leaves([atom])) if G.is_symbolic(atom) else set()
         reads = [(leaf, arg) for leaf, arg in stand.values() if leaf in used]
-        ins = [self.access(self.loc[id(arg)], node.shape) for _, arg in reads]
-        return self.body_block(node, node.shape, atom, [leaf for leaf, _ in reads], ins)
+        batched = any(self.batched(self.loc[id(arg)]) for _, arg in reads)
+        ins = [self.access(self.loc[id(arg)], node.shape, batched) for _, arg in reads]
+        return self.body_block(node, node.shape, atom, [leaf for leaf, _ in reads], ins,
+                               batched=batched)
 
     def fused_atom(self, node: N.Node, stand: dict):
         """The node's template applied to its arguments' atoms: one constant for a uniform
@@ -326,61 +394,101 @@ class _Planner:
 
     def reduction(self, node: N.Node) -> tuple:
         (x,) = node.inputs
+        xloc = self.loc[id(x)]
+        batched = self.batched(xloc)
         axes, name = node.params["axis"], node.prim.name
         n = math.prod(x.shape[i] for i in axes)
         init = _REDUCE[name][0] if n else (np.nan if name == "reduce_mean" else
                                            _REDUCE[name][2])
-        loc = self.fresh(node)
-        self.fill(loc, node.shape, init)
+        loc = self.fresh(node, batched)
+        self.fill(loc, node.shape, init, batched)
         if n == 0 or x.size == 0:
             return loc
         kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
-        out_offsets = np.broadcast_to(loc[1].reshape(kept), x.shape)
+        out_offsets = np.broadcast_to(loc[1].reshape(self.shape(kept, batched)),
+                                      self.shape(x.shape, batched))
         acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
         value = _REDUCE[name][1](acc, term, n)
         out = Access(loc[0], 0, _affine(out_offsets)[1])
-        self.accumulate(x.shape, value, [acc, term], [out, self.access(self.loc[id(x)], x.shape)],
-                        out)
+        self.accumulate(x.shape, value, [acc, term], [out, self.access(xloc, x.shape, batched)],
+                        out, batched)
         return loc
 
-    def fill(self, loc: tuple, space: tuple, value: float) -> None:
+    def fill(self, loc: tuple, shape: tuple, value: float, batched: bool = False) -> None:
         body = build_plan([np.asarray(G.number(value), dtype=object)], [])
-        self.blocks.append(Block(space, body, (), (self.access(loc, space),)))
+        self.block(shape, body, (), (self.access(loc, shape, batched),), batched=batched)
 
-    def accumulate(self, space: tuple, value, stand_ins: list, ins: list, out: Access) -> None:
+    def accumulate(self, space: tuple, value, stand_ins: list, ins: list, out: Access,
+                   batched: bool = False) -> None:
         body = build_plan([np.asarray(value, dtype=object)],
                           [np.asarray(s, dtype=object) for s in stand_ins])
-        self.blocks.append(Block(space, body, tuple(ins), (out,), accumulate=True))
+        self.block(space, body, ins, (out,), accumulate=True, batched=batched)
 
     def matmul(self, node: N.Node) -> tuple:
         """``out += a * b`` over ``(i, k, j)`` in register tiles: each iteration of the
         ``k`` loop updates ``MATMUL_ROWS`` rows of ``MATMUL_COLS`` columns, held in registers
         across it (each load of ``b`` serves every row); edges take narrower tiles. Every
-        element still adds its terms in ``k`` order, as the element DAG's sums do."""
+        element still adds its terms in ``k`` order, as the element DAG's sums do. A row
+        vector of each point times a shared matrix is one product whose rows are the
+        chunk's points."""
         a, b = node.inputs
         la, lb = self.loc[id(a)], self.loc[id(b)]
+        ba, bb = self.batched(la), self.batched(lb)
+        batched = ba or bb
         oa = np.swapaxes(la[1], -1, -2) if node.params["transpose_a"] else la[1]
         ob = np.swapaxes(lb[1], -1, -2) if node.params["transpose_b"] else lb[1]
         batch, (m, n) = node.shape[:-2], node.shape[-2:]
         k = oa.shape[-1]
-        loc = self.fresh(node)
-        self.fill(loc, node.shape, -0.0 if k else 0.0)
+        lb = self.contiguous_constant((lb[0], ob))
+        ob = lb[1]
+        loc = self.fresh(node, batched)
+        self.fill(loc, node.shape, -0.0 if k else 0.0, batched)
         if k == 0 or node.size == 0:
             return loc
-        accs = (self.access((la[0], oa), batch + (m, k)),
-                self.access((lb[0], ob), batch + (k, n)), self.access(loc, node.shape))
+        if ba and not bb and m == 1 and not batch:  # rows of the chunk's points
+            ra = self.access((la[0], oa), (1, k), True)
+            ro = self.access(loc, (1, n), True)
+            accs = (Access(ra.buffer, ra.offset, (ra.strides[0], ra.strides[2])),
+                    self.access((lb[0], ob), (k, n)),
+                    Access(ro.buffer, ro.offset, (ro.strides[0], ro.strides[2])))
+            cols = MATMUL_COLS if n >= MATMUL_COLS else n
+            nn = n - n % cols
+            for j0, j1, c in ((0, nn, cols), (nn, n, n - nn)):
+                if j1 > j0:
+                    self.matmul_tile(accs, (), k, (0, self.P, POINT_ALIGN), (j0, j1, c),
+                                     POINT_ALIGN)
+            return loc
+        accs = (self.access((la[0], oa), batch + (m, k), batched),
+                self.access((lb[0], ob), batch + (k, n), batched),
+                self.access(loc, node.shape, batched))
         rows = MATMUL_ROWS if m >= MATMUL_ROWS else 1
         cols = MATMUL_COLS if n >= MATMUL_COLS else n
         mm, nn = m - m % rows, n - n % cols
         for i0, i1, r, j0, j1, c in ((0, mm, rows, 0, nn, cols), (0, mm, rows, nn, n, n - nn),
                                      (mm, m, 1, 0, n, n)):
             if i1 > i0 and j1 > j0:
-                self.matmul_tile(accs, batch, k, (i0, i1, r), (j0, j1, c))
+                self.matmul_tile(accs, self.shape(batch, batched), k, (i0, i1, r),
+                                 (j0, j1, c), int(batched))
         return loc
 
-    def matmul_tile(self, accs: tuple, batch: tuple, k: int, rows: tuple, cols: tuple) -> None:
+    def contiguous_constant(self, loc: tuple) -> tuple:
+        """A constant read in another order (a transposed weight matrix) as a constant of
+        its own in that order, so that rows are read contiguously; other locations as
+        they are."""
+        buf, offsets = loc
+        b = self.buffers[buf]
+        if b.kind != "const" or offsets.ndim < 2 or offsets.shape[-1] < 2 or _affine(
+                offsets) is None or _affine(offsets)[1][-1] == 1:
+            return loc
+        values = np.asarray(b.values, dtype=object)[offsets.reshape(-1)]
+        self.buffers.append(Buffer("const", -1, offsets.size, b.boolean, tuple(values)))
+        return len(self.buffers) - 1, _flat(offsets.shape)
+
+    def matmul_tile(self, accs: tuple, batch: tuple, k: int, rows: tuple, cols: tuple,
+                    points: int = 0) -> None:
         """The block of rows ``i0 <= i < i1`` (``r`` a tile) and columns ``j0 <= j < j1``
-        (``c`` a tile); its space is ``batch + (row tiles, column tiles, k, c)``."""
+        (``c`` a tile); its space is ``batch + (row tiles, column tiles, k, c)``;
+        ``points``: its first dimension runs over the chunk's points, that many a step."""
         (ra, rb, ro), (i0, i1, r), (j0, j1, c) = accs, rows, cols
         nb = len(batch)
         am, ak = ra.strides[nb:]
@@ -395,7 +503,8 @@ class _Planner:
         acc, x, y = _stand_ins((r,), "acc"), _stand_ins((r,), "a"), G.Leaf.new("b")
         value = np.array([G.add(acc[t], G.mul(x[t], y)) for t in range(r)], dtype=object)
         body = build_plan([value], [acc, x, np.asarray(y, dtype=object)])
-        self.blocks.append(Block(space, body, (so, sa, sb), (so,), accumulate=True))
+        self.block(space, body, (so, sa, sb), (so,), accumulate=True, batched=bool(points),
+                   points=points)
 
     def along_axis(self, node: N.Node) -> tuple:
         args, axis = node.inputs, node.params["axis"]
@@ -405,60 +514,77 @@ class _Planner:
         lead = tuple(s for i, s in enumerate(args[-1].shape) if i != axis)
         stand_ins = [_stand_ins((length,), f"s{i}") for i in range(len(args))]
         atoms = node.prim.slice_build(*[list(s) for s in stand_ins])
-        ins = [self.slice_access(self.loc[id(a)], axis, lead) for a in args]
-        loc = self.fresh(node)
+        locs = [self.loc[id(a)] for a in args]
+        batched = any(self.batched(loc) for loc in locs)
+        ins = [self.slice_access(loc, axis, lead, batched) for loc in locs]
+        loc = self.fresh(node, batched)
         if node.prim.reduces:
-            out = self.access(loc, lead)
+            out = self.access(loc, lead, batched)
         else:
-            out = self.slice_access(loc, axis, lead)
-        return self.body_block(node, lead, atoms, stand_ins, ins, out, loc)
+            out = self.slice_access(loc, axis, lead, batched)
+        return self.body_block(node, lead, atoms, stand_ins, ins, out, loc, batched)
 
-    def slice_access(self, loc: tuple, axis: int, lead: tuple) -> Access:
-        buf, offsets = loc
-        moved = np.moveaxis(offsets, axis, -1)
-        aff = _affine(moved)
+    def slice_access(self, loc: tuple, axis: int, lead: tuple, batched: bool = False
+                     ) -> Access:
+        def moved(loc):
+            shift = 1 if self.batched(loc) and axis >= 0 else 0
+            offs = np.moveaxis(loc[1], axis + shift, -1)
+            return np.broadcast_to(offs, self.shape(lead, batched) + offs.shape[-1:])
+
+        offsets = moved(loc)
+        aff = _affine(offsets)
         if aff is None:
-            buf, offsets = self.materialise(loc)
-            moved = np.moveaxis(offsets, axis, -1)
-            aff = _affine(moved)
+            loc = self.materialise(loc)
+            offsets = moved(loc)
+            aff = _affine(offsets)
         step = aff[1][-1]
-        return Access(buf, aff[0], aff[1][:-1], tuple(step * t for t in range(moved.shape[-1])))
+        return Access(loc[0], aff[0], aff[1][:-1],
+                      tuple(step * t for t in range(offsets.shape[-1])))
 
     def unrolled(self, node: N.Node) -> tuple:
         args = node.inputs
         if node.size + sum(a.size for a in args) > UNROLL_LIMIT:
             raise Unplannable(f"{node.prim.name} of {node.size} elements")
+        small = [a.constant and a.small() for a in args]
+        batched = any(self.batched(self.loc[id(a)]) for a, s in zip(args, small) if not s)
         arrays, stand_ins, ins = [], [], []
-        for i, a in enumerate(args):
-            if a.constant and a.small():
+        for i, (a, s) in enumerate(zip(args, small)):
+            if s:
                 arrays.append(a.atoms())
                 continue
-            s = _stand_ins(a.shape, f"a{i}")
-            arrays.append(s)
-            stand_ins.append(s.reshape(-1))
-            buf, offsets = self.loc[id(a)]
-            ins.append(Access(buf, 0, (), tuple(int(k) for k in offsets.flat)))
+            leaves = _stand_ins(a.shape, f"a{i}")
+            arrays.append(leaves)
+            stand_ins.append(leaves.reshape(-1))
+            loc = self.loc[id(a)]
+            if self.batched(loc):
+                ins.append(Access(loc[0], 0, (self.point_stride(loc[1]),),
+                                  tuple(int(k) for k in loc[1][0].flat)))
+            else:
+                ins.append(Access(loc[0], 0, (0,) if batched else (),
+                                  tuple(int(k) for k in loc[1].flat)))
         atoms = node.prim.build(arrays, node.params)
-        loc = self.fresh(node)
-        out = Access(loc[0], 0, (), tuple(range(node.size)))
+        loc = self.fresh(node, batched)
+        out = Access(loc[0], 0, (node.size,) if batched else (), tuple(range(node.size)))
         return self.body_block(node, (), np.asarray(atoms, dtype=object).reshape(-1),
-                               stand_ins, ins, out, loc)
+                               stand_ins, ins, out, loc, batched)
 
     # -- outputs ---------------------------------------------------------------------------
     def output(self, o: int, node: N.Node) -> None:
+        """Output ``o``: the node's buffer when it is a fresh one, else a copy (over the
+        chunk's points in a plan over points, even of a value they share)."""
         buf, offsets = self.loc[id(node)]
         b = self.buffers[buf]
-        fresh = b.kind == "temp" and b.size == node.size and np.array_equal(
-            offsets.reshape(-1), np.arange(node.size))
-        if fresh:
+        batched = bool(self.P)
+        want = self.shape(node.shape, batched)
+        fresh = (b.kind == "temp" and offsets.shape == want and b.size == math.prod(want)
+                 and np.array_equal(offsets.reshape(-1), np.arange(b.size)))
+        if fresh and self.batched((buf, offsets)) == batched:
             self.buffers[buf] = b._replace(kind="output", index=o)
             return
-        self.buffers.append(Buffer("output", o, node.size, node.dtype.kind == "b"))
-        new = len(self.buffers) - 1
-        space = node.shape
-        self.blocks.append(Block(space, _copy_body(1, node.dtype.kind == "b"),
-                                 (self.access((buf, offsets), space),),
-                                 (self.access((new, _flat(space)), space),)))
+        new = self.buffer("output", o, node, batched=batched)
+        self.block(node.shape, _copy_body(1, node.dtype.kind == "b"),
+                   (self.access((buf, offsets), node.shape, batched),),
+                   (self.access((new, _flat(want)), node.shape, batched),), batched=batched)
 
 
 def _sum(acc, x, n):

@@ -19,8 +19,9 @@ from symtape.codegen.loops import LoopPlan
 from symtape.errors import LoweringError
 
 
-def _loop_compiled(outs, syms):
-    plan = loopnest.plan_loops([o._node for o in outs], [s._node for s in syms])
+def _loop_compiled(outs, syms, points=0):
+    plan = loopnest.plan_loops([o._node for o in outs], [s._node for s in syms],
+                               points=points)
     return compile_plan(plan), plan
 
 
@@ -35,12 +36,15 @@ def _close(got, want) -> np.ndarray:
     return _alike(got, want, rtol=1e-12) | near
 
 
+@pytest.mark.parametrize("points", [0, 8], ids=["per-point", "chunks"])
 @pytest.mark.parametrize("name", _compiled_rows())
-def test_loop_plan_equals_eager(name):
+def test_loop_plan_equals_eager(name, points):
+    """Per point, and in chunks of 8 points (1001 points: whole chunks on the arrays, the
+    last one staged)."""
     r = ROWS[name]
     syms = [st.symbol(f"a{i}", shape=a.shape, dtype=a.dtype) for i, a in enumerate(r.args)]
     outs = _outputs(r, syms, order=2)
-    f, plan = _loop_compiled(outs, syms)
+    f, plan = _loop_compiled(outs, syms, points)
     assert isinstance(f.plan, LoopPlan) and plan.blocks
     # regular samples and large magnitudes (at zeros and non-finite values small eager
     # tensors fold as the element DAG does, which the template level does not: those are

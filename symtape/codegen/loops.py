@@ -26,7 +26,11 @@ from .kernel import (_ATTRIBUTES, LANE_STACK_BYTES, _Body, _body_head, _entries,
                      formats)
 from .plan import ArgLayout, OutLayout, Plan
 
-__all__ = ["Buffer", "Access", "Block", "LoopPlan", "render"]
+__all__ = ["Buffer", "Access", "Block", "LoopPlan", "render", "POINT_ALIGN"]
+
+#: A chunk's points are run in groups of this many (a short last chunk is padded up to it):
+#: a matrix product over points updates that many points' rows per step.
+POINT_ALIGN = 4
 
 
 class Buffer(NamedTuple):
@@ -51,13 +55,18 @@ class Access(NamedTuple):
 
 
 class Block(NamedTuple):
-    """``body`` for every index of ``space``; ``accumulate``: an output is read as well."""
+    """``body`` for every index of ``space``; ``accumulate``: an output is read as well.
+    ``points``: in a plan over chunks of points, the first dimension runs over the chunk's
+    points (``space[0]`` is the chunk size), ``points`` of them per iteration; at run time
+    its extent is the number of points in the chunk (a multiple of :data:`POINT_ALIGN`)
+    divided by ``points``."""
 
     space: tuple
     body: Plan
     ins: tuple
     outs: tuple
     accumulate: bool = False
+    points: int = 0
 
 
 @dataclass(frozen=True)
@@ -71,11 +80,13 @@ class LoopPlan:
     inputs: tuple
     outputs: tuple
     threads: int = 1  # threads a large block's outermost loop is split across
+    points: int = 0  # the chunk size of a plan over chunks of points (0: one point)
 
     @property
     def n_ops(self) -> int:
         """Operations per point (a cost estimate)."""
-        return sum(math.prod(b.space) * max(1, b.body.n_ops) for b in self.blocks)
+        total = sum(math.prod(b.space) * max(1, b.body.n_ops) for b in self.blocks)
+        return -(-total // self.points) if self.points else total
 
     @property
     def arena(self) -> tuple:
@@ -161,7 +172,11 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
             decls.update(_PTHREAD)
     offsets, arena = plan.arena
     lines += _program(plan, offsets)
-    lines += _point_loop(plan, arena, t)
+    if plan.points:
+        lines += _chunk_loop(plan, arena, t)
+        decls.update(_MEMORY)
+    else:
+        lines += _point_loop(plan, arena, t)
     consts = [_constant(i, b, t, dtype) for i, b in enumerate(plan.buffers) if b.kind == "const"]
     head = [f"; symtape loop kernel {name}: {len(plan.inputs)} inputs, "
             f"{len(plan.outputs)} outputs, {len(plan.blocks)} blocks"]
@@ -182,7 +197,7 @@ _PTHREAD = ("declare i32 @pthread_create(ptr, ptr, ptr, ptr)",
 def _chunks(plan: LoopPlan, block: Block) -> list:
     """``[(lo, hi)]`` ranges of the block's outermost index, one per thread: several only
     when the block is large and iterations of that index write disjoint elements."""
-    if plan.threads <= 1 or not block.space or block.space[0] < 2:
+    if plan.threads <= 1 or not block.space or block.space[0] < 2 or block.points:
         return [(0, block.space[0])] if block.space else []
     if math.prod(block.space) * max(1, block.body.n_ops) < PARALLEL_WORK:
         return [(0, block.space[0])]
@@ -267,11 +282,17 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
     split = len(_chunks(plan, block)) > 1  # the outermost range is given: [%lo, %hi)
     if split:
         params += ", i64 %lo, i64 %hi"
+    if block.points:  # the first extent is the chunk's number of points / block.points
+        params += ", i64 %np"
     out = point + [f"define internal void @b{k}({params}) noinline nounwind {{", "entry:"]
     if math.prod(block.space) == 0:
         return out + ["  ret void", "}", ""]
+    if block.points:
+        out += [f"  %np.d = udiv i64 %np, {block.points}",
+                "  %np.z = icmp eq i64 %np.d, 0",
+                "  br i1 %np.z, label %exit, label %go", "go:"]
     idx = [f"%i{d}" for d in range(dims)]
-    prev = "entry"
+    prev = "go" if block.points else "entry"
     for d in range(dims):
         start = "%lo" if split and d == 0 else "0"
         out += [f"  br label %L{d}", f"L{d}:",
@@ -293,12 +314,19 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
         nxt = "exit" if d == 0 else f"E{d - 1}"
         out += [f"  br label %E{d}", f"E{d}:",
                 f"  %i{d}.n = add nuw nsw i64 %i{d}, 1",
-                f"  %i{d}.c = icmp eq i64 %i{d}.n, "
-                f"{'%hi' if split and d == 0 else block.space[d]}",
+                f"  %i{d}.c = icmp eq i64 %i{d}.n, {_extent(block, d, split)}",
                 f"  br i1 %i{d}.c, label %{nxt}, label %L{d}"]
     if dims == 0:
         out.append("  br label %exit")
     return out + ["exit:", "  ret void", "}", ""]
+
+
+def _extent(block: Block, d: int, split: bool) -> str:
+    if d == 0 and split:
+        return "%hi"
+    if d == 0 and block.points:
+        return "%np.d"
+    return str(block.space[d])
 
 
 def _base(plan: LoopPlan, buf: int, offsets: tuple) -> str:
@@ -316,8 +344,11 @@ def _program(plan: LoopPlan, offsets: tuple) -> list:
     """``@program(ptr %in..., ptr %out..., ptr %arena)``: one point, every block in order."""
     params = [f"ptr noalias %in{i}" for i in range(len(plan.inputs))]
     params += [f"ptr noalias %out{i}" for i in range(len(plan.outputs))]
-    out = [f"define internal void @program({', '.join(params + ['ptr noalias %arena'])}) "
-           "noinline nounwind {", "entry:"]
+    params.append("ptr noalias %arena")
+    if plan.points:
+        params.append("i64 %np")
+    out = [f"define internal void @program({', '.join(params)}) noinline nounwind {{",
+           "entry:"]
     for i, b in enumerate(plan.buffers):
         if b.kind == "temp" and offsets[i] is not None:  # (None: no block uses it)
             out.append(f"  %t{i} = getelementptr inbounds i8, ptr %arena, i64 {offsets[i]}")
@@ -325,6 +356,8 @@ def _program(plan: LoopPlan, offsets: tuple) -> list:
         bufs = sorted({a.buffer for a in block.ins + block.outs})
         args = ", ".join(f"ptr {_base(plan, b, offsets)}" for b in bufs)
         par = ".par" if len(_chunks(plan, block)) > 1 else ""
+        if block.points:
+            args += ", i64 %np"
         out.append(f"  call void @b{k}{par}({args})")
     return out + ["  ret void", "}", ""]
 
@@ -358,3 +391,93 @@ def _point_loop(plan: LoopPlan, arena: int, t: str) -> list:
     if heap:
         lines.append("  call void @free(ptr %arena)")
     return lines + ["  br label %done", "done:", "  ret i32 0", "}", ""]
+
+
+_MEMORY = ("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
+           "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
+
+
+def _chunk_loop(plan: LoopPlan, arena: int, t: str) -> list:
+    """``body`` of a plan over chunks of ``plan.points`` points: a whole chunk of dense
+    arguments runs ``program`` on the arrays themselves; other chunks (the last, short one,
+    or strided arguments) are copied into staging areas after the arena, padded up to
+    :data:`POINT_ALIGN` points, and their results copied back."""
+    n_in, n_out = len(plan.inputs), len(plan.outputs)
+    chunk = plan.points
+    sizes = [math.prod(a.shape) for a in plan.inputs] + [math.prod(o.shape)
+                                                          for o in plan.outputs]
+    elems = [t] * n_in + ["i8" if o.boolean else t for o in plan.outputs]
+    width = [8 if e == "double" else 4 if e == "float" else 1 for e in elems]
+    stage, top = [], -(-arena // 64) * 64
+    for size, w in zip(sizes, width):
+        stage.append(top)
+        top += -(-chunk * size * w // 64) * 64
+    heap = top > LANE_STACK_BYTES
+    lines = _body_head(n_in + n_out, "start")
+    if heap:
+        lines += [f"  %arena = call ptr @malloc(i64 {top})",
+                  "  %none = icmp eq ptr %arena, null",
+                  "  br i1 %none, label %fail, label %pre",
+                  "fail:", "  ret i32 1", "pre:"]
+        pre = "pre"
+    else:
+        lines += [f"  %arena = alloca i8, i64 {max(top, 1)}, align 64"]
+        pre = "start"
+    for i in range(n_in + n_out):
+        lines.append(f"  %st{i} = getelementptr inbounds i8, ptr %arena, i64 {stage[i]}")
+    if stage and top > stage[0]:  # padding points read zeros, not garbage
+        lines.append(f"  call void @llvm.memset.p0.i64(ptr %st0, i8 0, i64 {top - stage[0]}, "
+                     "i1 false)")
+    dense = "true"
+    for i, size in enumerate(sizes):
+        lines += [f"  %dn{i} = icmp eq i64 %s{i}, {size}",
+                  f"  %dense{i} = and i1 {dense}, %dn{i}"]
+        dense = f"%dense{i}"
+    lines += ["  br label %chunk", "chunk:",
+              f"  %c = phi i64 [ 0, %{pre} ], [ %c.next, %next ]",
+              "  %rem = sub nsw i64 %n, %c",
+              f"  %full = icmp sge i64 %rem, {chunk}",
+              f"  %fast = and i1 %full, {dense}",
+              "  br i1 %fast, label %direct, label %staged", "direct:"]
+    args = []
+    for i, (size, elem) in enumerate(zip(sizes, elems)):
+        lines += [f"  %d{i}.o = mul nsw i64 %c, {size}",
+                  f"  %d{i} = getelementptr inbounds {elem}, ptr %b{i}, i64 %d{i}.o"]
+        args.append(f"ptr %d{i}")
+    lines += [f"  call void @program({', '.join(args + ['ptr %arena', f'i64 {chunk}'])})",
+              "  br label %next",
+              "staged:", f"  %cnt = select i1 %full, i64 {chunk}, i64 %rem"]
+    lines += _copies("in", range(n_in), sizes, elems, width, "staged", "run", True)
+    lines += ["run:", f"  %np.r = add nuw nsw i64 %cnt, {POINT_ALIGN - 1}",
+              f"  %np = and i64 %np.r, {-POINT_ALIGN}"]
+    args = [f"ptr %st{i}" for i in range(n_in + n_out)] + ["ptr %arena", "i64 %np"]
+    lines.append(f"  call void @program({', '.join(args)})")
+    lines += _copies("out", range(n_in, n_in + n_out), sizes, elems, width, "run", "next",
+                     False)
+    lines += ["next:", f"  %c.next = add nsw i64 %c, {chunk}",
+              "  %more = icmp slt i64 %c.next, %n",
+              "  br i1 %more, label %chunk, label %finish", "finish:"]
+    if heap:
+        lines.append("  call void @free(ptr %arena)")
+    return lines + ["  br label %done", "done:", "  ret i32 0", "}", ""]
+
+
+def _copies(tag: str, bufs, sizes: list, elems: list, width: list, before: str, after: str,
+            inward: bool) -> list:
+    """A loop over the chunk's ``%cnt`` points copying each point of ``bufs`` between the
+    caller's arrays (at ``%c + p`` times their stride) and the staging areas."""
+    lines = [f"  br label %{tag}", f"{tag}:",
+             f"  %{tag}.p = phi i64 [ 0, %{before} ], [ %{tag}.n, %{tag} ]",
+             f"  %{tag}.q = add nsw i64 %c, %{tag}.p"]
+    for i in bufs:
+        v = f"%{tag}{i}"
+        lines += [f"  {v}.o = mul nsw i64 %{tag}.q, %s{i}",
+                  f"  {v}.u = getelementptr inbounds {elems[i]}, ptr %b{i}, i64 {v}.o",
+                  f"  {v}.k = mul nsw i64 %{tag}.p, {sizes[i]}",
+                  f"  {v}.s = getelementptr inbounds {elems[i]}, ptr %st{i}, i64 {v}.k"]
+        dst, src = (f"{v}.s", f"{v}.u") if inward else (f"{v}.u", f"{v}.s")
+        lines.append(f"  call void @llvm.memcpy.p0.p0.i64(ptr {dst}, ptr {src}, "
+                     f"i64 {sizes[i] * width[i]}, i1 false)")
+    return lines + [f"  %{tag}.n = add nuw nsw i64 %{tag}.p, 1",
+                    f"  %{tag}.e = icmp eq i64 %{tag}.n, %cnt",
+                    f"  br i1 %{tag}.e, label %{after}, label %{tag}"]

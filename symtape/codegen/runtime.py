@@ -351,6 +351,8 @@ class CompiledFunction:
         self._ir = ir if ir is not None else _render(plan, self._symbol, dtype, fastmath)
         self._obj = obj if obj is not None else jit.object_code(self._ir)
         self._asm = None
+        self._element_view = None  # loop plans: () -> (output atoms, input atoms), if known
+        self._elements = None  # the straight-line function built from it
         self._specs()
         self._attach()
 
@@ -423,24 +425,46 @@ class CompiledFunction:
     def formula(self):
         """The outputs as SymPy expressions of real symbols named after the input leaves,
         mirroring the call result (0-d outputs as expressions, others as object arrays)."""
-        self._straight_line("formula")
-        arrays = formulas(self._plan)
+        arrays = formulas(self._straight_line("formula"))
         return _rebuild(self._structure, [a[()] if a.ndim == 0 else a for a in arrays])
 
     def c_source(self) -> str:
         """Standalone C99 source of the dense kernel (see :mod:`symtape.codegen.c99`)."""
-        self._straight_line("c_source")
-        return c99.render(self._plan, self._name, self._dtype.name, self._input_names,
-                          self._output_names)
+        return c99.render(self._straight_line("c_source"), self._name, self._dtype.name,
+                          self._input_names, self._output_names)
 
-    def _straight_line(self, what: str) -> None:
-        """Formulas, C source and saved files are read off straight-line plans."""
-        if isinstance(self._plan, LoopPlan):
-            raise LoweringError(
-                f"{self._name}.{what}: this function was compiled as loop nests over large "
-                "tensors, which have no element formulas, C export or saved form yet; the "
-                "traced tensors still give formulas (Tensor.formula) and small functions "
-                "compile straight-line")
+    def with_element_view(self, element_view) -> CompiledFunction:
+        """Gives a loop-planned function the way to its element view: ``element_view()``
+        returns ``(output atoms, input atoms)``, from which :meth:`formula`,
+        :meth:`c_source` and :meth:`save` build the straight-line function on first use
+        (not kept by pickles; a saved file holds the straight-line function). Returns
+        ``self``.
+
+        >>> from symtape import graph
+        >>> x = graph.Leaf.new("x")
+        >>> f = compile_atoms([np.array(graph.mul(x, x), dtype=object)],
+        ...                   [np.array(x, dtype=object)])
+        >>> f.with_element_view(lambda: None) is f
+        True
+        """
+        self._element_view = element_view
+        return self
+
+    def _straight_line(self, what: str) -> Plan:
+        """The straight-line plan formulas, C source and saved files are read off: this
+        function's, or the one built from a loop plan's element view."""
+        if not isinstance(self._plan, LoopPlan):
+            return self._plan
+        if self._elements is None:
+            if self._element_view is None:
+                raise LoweringError(
+                    f"{self._name}.{what}: this function was compiled as loop nests over "
+                    "large tensors and its element view is not at hand (a pickled or loaded "
+                    "copy); the traced tensors still give formulas (Tensor.formula)")
+            outs, ins = self._element_view()
+            self._elements = build_plan([np.asarray(o, dtype=object) for o in outs],
+                                        [np.asarray(i, dtype=object) for i in ins])
+        return self._elements
 
     def __repr__(self) -> str:
         ins = ", ".join(_show(s) for s in self._in_specs)
@@ -734,7 +758,13 @@ class CompiledFunction:
         >>> float(load(path)(4.0))
         16.0
         """
-        self._straight_line("save")
+        straight = self._straight_line("save")
+        if straight is not self._plan:  # a loop plan is saved as its element view
+            compile_plan(straight, input_names=self._input_names,
+                         output_names=self._output_names, structure=self._structure,
+                         dtype=self._dtype.name, fastmath=self._fastmath,
+                         threads=self._threads, name=self._name).save(path)
+            return
         mac = cache.sign(*_object_parts(self._ir, self._obj))
         doc = {
             "type": _FILE_KIND,

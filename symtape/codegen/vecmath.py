@@ -68,11 +68,12 @@ _EXP_MIN = -1000.0  # below it the result is +0
 
 def _horner(var: str, coeffs: tuple, tag: str) -> tuple:
     """Lines evaluating ``sum coeffs[i] * var**(n-1-i)`` (highest first) and its name."""
-    lines = [f"  %{tag}u0 = fmul double {var}, {double_literal(coeffs[0])}"]
+    lines = []
+    acc = double_literal(coeffs[0])
     for k, c in enumerate(coeffs[1:], start=1):
-        lines.append(f"  %{tag}a{k} = fadd double %{tag}u{k - 1}, {double_literal(c)}")
-        if k < len(coeffs) - 1:
-            lines.append(f"  %{tag}u{k} = fmul double %{tag}a{k}, {var}")
+        lines.append(f"  %{tag}a{k} = call double @llvm.fmuladd.f64(double {acc}, "
+                     f"double {var}, double {double_literal(c)})")
+        acc = f"%{tag}a{k}"
     return lines, f"%{tag}a{len(coeffs) - 1}"
 
 
@@ -336,6 +337,7 @@ TANH_F64 = _tanh_f64()
 
 #: The intrinsics the definitions call.
 DECLARATIONS = (
+    "declare double @llvm.fmuladd.f64(double, double, double)",
     "declare double @llvm.maxnum.f64(double, double)",
     "declare double @llvm.minnum.f64(double, double)",
     "declare double @llvm.rint.f64(double)",

@@ -548,7 +548,9 @@ def _loop_compiled(outputs: list, inputs: list, opts: dict, points: int = 0):
     """The loop-planned function of these tensors (``points``: in chunks of that many
     points), or None when the element view is small or some node has no loop form."""
     nodes = [t._node for t in outputs]
-    if not loopnest.worth_looping(nodes):
+    limit = loopnest.LOOP_MIN_ATOMS if points == 0 else min(loopnest.LOOP_MIN_ATOMS,
+                                                            loopnest.POINT_LOOP_MIN_ATOMS)
+    if not loopnest.worth_looping(nodes, limit):
         return None
     threads = opts.get("threads")
     try:

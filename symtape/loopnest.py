@@ -42,6 +42,9 @@ __all__ = ["LOOP_MIN_ATOMS", "UNROLL_LIMIT", "worth_looping", "plan_loops"]
 
 #: Functions whose element view would have more atoms than this are planned as loop nests.
 LOOP_MIN_ATOMS = 20_000
+#: The same for functions of one point run over many (st.grad, st.compile): their loop plans
+#: run chunks of points through each loop, which pays from a smaller size.
+POINT_LOOP_MIN_ATOMS = 8_000
 #: Ops without a loop form are unrolled up to this many elements (arguments and result).
 UNROLL_LIMIT = 4096
 #: Matrix products update tiles of this many rows and columns per step of their inner loop.
@@ -55,9 +58,11 @@ class Unplannable(Exception):
     """A node with no loop form (the function then compiles its element view)."""
 
 
-def worth_looping(outputs: Sequence[N.Node]) -> bool:
-    """Whether the element view under ``outputs`` would exceed :data:`LOOP_MIN_ATOMS` atoms
-    (a matrix product counts its terms); a view already built costs nothing."""
+def worth_looping(outputs: Sequence[N.Node], limit: int | None = None) -> bool:
+    """Whether the element view under ``outputs`` would exceed ``limit`` atoms (default
+    :data:`LOOP_MIN_ATOMS`; a matrix product counts its terms); a view already built costs
+    nothing."""
+    limit = LOOP_MIN_ATOMS if limit is None else limit
     total, seen = 0, set()
     stack = list(outputs)
     while stack:
@@ -66,7 +71,7 @@ def worth_looping(outputs: Sequence[N.Node]) -> bool:
             continue
         seen.add(id(node))
         total += _atoms_cost(node)
-        if total > LOOP_MIN_ATOMS:
+        if total > limit:
             return True
         stack.extend(node.inputs)
     return False

@@ -241,3 +241,84 @@ def test_large_blocks_split_across_threads_with_equal_values():
     for x, y, want in zip(one(a.numpy(), b.numpy()), three(a.numpy(), b.numpy()), ys):
         np.testing.assert_array_equal(x, y)
         assert _close(y, want.numpy()).all()  # eager: BLAS's order of terms
+
+
+def _mlp_grad_by_hand(layers, x):
+    hs, h = [], x
+    for w, b in layers[:-1]:
+        h = np.tanh(h @ w + b)
+        hs.append(h)
+    g = np.ones((x.shape[0], 1))
+    for (w, _), h in zip(reversed(layers[1:]), reversed(hs)):
+        g = (g @ w.T) * (1.0 - h * h)
+    return g @ layers[0][0].T
+
+
+def _mlp(layers):
+    ws = [(st.constant(w), st.constant(b)) for w, b in layers]
+
+    def f(x):
+        h = x
+        for i, (w, b) in enumerate(ws):
+            h = st.matmul(h[None, :], w)[0] + b
+            if i < len(ws) - 1:
+                h = st.tanh(h)
+        return st.reduce_sum(h)
+    return f
+
+
+def test_gradient_of_one_point_function_runs_in_chunks_of_points(monkeypatch, tmp_path):
+    """st.grad of an MLP taken as a loop plan over chunks of points (each layer one matrix
+    product over the chunk's points) equals the chain rule written with numpy, for batches
+    shorter than, equal to and longer than a chunk, strided and broadcast arguments; its
+    formula and C source are the element view's, and its saved file the straight-line
+    function."""
+    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    rng = np.random.default_rng(3)
+    sizes = (3, 5, 4, 1)
+    layers = [(rng.standard_normal((a, b)), rng.standard_normal(b))
+              for a, b in zip(sizes[:-1], sizes[1:])]
+    g = st.grad(_mlp(layers), input_signature=[st.TensorSpec((3,))])
+    plan = g.plan
+    assert isinstance(plan, LoopPlan) and plan.points > 0
+    assert any(b.points > 1 for b in plan.blocks)  # rows of points in a matrix product
+    for n in (0, 1, 5, plan.points, 2 * plan.points + 3):
+        x = rng.standard_normal((n, 3))
+        np.testing.assert_allclose(g(x), _mlp_grad_by_hand(layers, x), rtol=1e-12,
+                                   atol=1e-14)
+    x = rng.standard_normal((2 * plan.points + 1, 6))[:, ::2]  # strided rows
+    np.testing.assert_allclose(g(x), _mlp_grad_by_hand(layers, x), rtol=1e-12, atol=1e-14)
+    one = rng.standard_normal(3)
+    wide = np.broadcast_to(one, (plan.points + 2, 3))  # every point the same: stride 0
+    np.testing.assert_allclose(g(wide), _mlp_grad_by_hand(layers, np.array(wide)),
+                               rtol=1e-12, atol=1e-14)
+    formula = g.formula()
+    assert formula.shape == (3,) and all(e.free_symbols for e in formula)
+    assert "tanh" in g.c_source()
+    g.save(tmp_path / "g.st")
+    loaded = st.load(tmp_path / "g.st")
+    np.testing.assert_allclose(loaded(one), g(one), rtol=1e-15)
+    copy = pickle.loads(pickle.dumps(g))
+    np.testing.assert_array_equal(copy(wide), g(wide))
+    with pytest.raises(LoweringError, match="element view"):
+        copy.formula()
+
+
+def test_chunked_plan_in_float32():
+    rng = np.random.default_rng(4)
+    x = st.symbol("x", shape=(6,))
+    w = st.constant(rng.standard_normal((6, 5)))
+    y = st.exp(st.matmul(x[None, :], w)[0] * 0.25)
+    plan = loopnest.plan_loops([y._node], [x._node], points=8)
+    f = compile_plan(plan, dtype="float32")
+    xs = rng.standard_normal((11, 6)).astype(np.float32)
+    got = f(xs)
+    assert got.dtype == np.float32
+    want = np.exp((xs.astype(np.float64) @ w.numpy()) * 0.25)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_points_must_be_a_multiple_of_the_alignment():
+    x = st.symbol("x", shape=(2,))
+    with pytest.raises(ValueError, match="multiple"):
+        loopnest.plan_loops([st.exp(x)._node], [x._node], points=6)

@@ -130,9 +130,22 @@ def _target_machine():
     )
 
 
+#: LLVM options set once, before the first compile in this process: the instruction
+#: schedulers (before and after register allocation) are quadratic in the size of a basic
+#: block -- 80% of the code generation time of a kernel of 10^4 vector operations, seconds
+#: -- and the out-of-order cores we generate code for gain nothing measurable from them
+#: (``benchmarks/peers.py``). They are process-wide: other llvmlite users in the same
+#: process (numba) get unscheduled code too.
+CODEGEN_OPTIONS = ("-enable-misched=false", "-enable-post-misched=false",
+                   "-post-RA-scheduler=false")
+
+
 @functools.cache
 def _codegen_machine():
     """The target machine used for optimising and emitting code (under the lock)."""
+    llvm = _llvm()
+    for option in CODEGEN_OPTIONS:
+        llvm.set_option("symtape", option)
     return _target_machine()
 
 

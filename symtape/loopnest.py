@@ -42,14 +42,32 @@ __all__ = ["LOOP_MIN_ATOMS", "UNROLL_LIMIT", "worth_looping", "plan_loops"]
 
 #: Functions whose element view would have more atoms than this are planned as loop nests.
 LOOP_MIN_ATOMS = 20_000
+#: ... unless they have more tensor ops (loop blocks) than this and fewer atoms than
+#: LOOP_ALWAYS_ATOMS: many small tensor ops compile faster as their element view.
+LOOP_MAX_BLOCKS = 400
+LOOP_ALWAYS_ATOMS = 5_000_000
 #: The same for functions of one point run over many (st.grad, st.compile): their loop plans
 #: run chunks of points through each loop, which pays from a smaller size.
 POINT_LOOP_MIN_ATOMS = 8_000
 #: Ops without a loop form are unrolled up to this many elements (arguments and result).
 UNROLL_LIMIT = 4096
-#: Matrix products update tiles of this many rows and columns per step of their inner loop.
+#: Matrix products update tiles of this many rows and columns per step of their inner loop;
+#: columns ``None``: as many as keep the tile in vector registers on this CPU (32 with
+#: AVX-512's 32 registers of 8 doubles, else 8: 4 rows of 32 spill AVX2's 16 registers and
+#: run 1.4x slower, ``benchmarks/mlp_grad.py``).
 MATMUL_ROWS = 4
-MATMUL_COLS = 32
+MATMUL_COLS = None
+#: ... and their inner dimension in panels of this length (a panel of a 128-row matrix is
+#: 256 KiB, of an 8-column strip 16 KiB: they stay in cache while the other is swept).
+MATMUL_K = 256
+
+
+def _matmul_cols() -> int:
+    if MATMUL_COLS is not None:
+        return MATMUL_COLS
+    from .codegen import jit
+
+    return 32 if "+avx512f" in jit.host().features.split(",") else 8
 #: Ops along one axis unroll one slice per loop iteration, up to this long.
 SLICE_LIMIT = 1024
 
@@ -60,10 +78,11 @@ class Unplannable(Exception):
 
 def worth_looping(outputs: Sequence[N.Node], limit: int | None = None) -> bool:
     """Whether the element view under ``outputs`` would exceed ``limit`` atoms (default
-    :data:`LOOP_MIN_ATOMS`; a matrix product counts its terms); a view already built costs
-    nothing."""
+    :data:`LOOP_MIN_ATOMS`; a matrix product counts its terms; a view already built costs
+    nothing) without more than :data:`LOOP_MAX_BLOCKS` tensor ops, or would exceed
+    :data:`LOOP_ALWAYS_ATOMS`."""
     limit = LOOP_MIN_ATOMS if limit is None else limit
-    total, seen = 0, set()
+    total, blocks, seen = 0, 0, set()
     stack = list(outputs)
     while stack:
         node = stack.pop()
@@ -71,10 +90,14 @@ def worth_looping(outputs: Sequence[N.Node], limit: int | None = None) -> bool:
             continue
         seen.add(id(node))
         total += _atoms_cost(node)
-        if total > limit:
-            return True
+        if node.kind == "op" and not isinstance(node.prim, (Structural, StopGradient)):
+            blocks += 1
         stack.extend(node.inputs)
-    return False
+    if total <= limit:
+        return False
+    # LLVM spends some 10-15 ms on each block: thousands of small tensor ops (a Hessian's
+    # sweeps over 60 coordinates) compile faster as their element view
+    return blocks <= LOOP_MAX_BLOCKS or total > LOOP_ALWAYS_ATOMS
 
 
 def _atoms_cost(node: N.Node) -> int:
@@ -261,12 +284,12 @@ class _Planner:
         return Access(loc[0], aff[0], aff[1], core)
 
     def block(self, space: tuple, body: Plan, ins, outs, accumulate: bool = False,
-              batched: bool = False, points: int = 0) -> None:
+              batched: bool = False, points: int = 0, contract: bool = False) -> None:
         """Appends a block; ``batched``: its first dimension runs over the chunk's points
         (``points`` of them per iteration, default one)."""
         self.blocks.append(Block(self.shape(space, batched) if batched and not points
                                  else space, body, tuple(ins), tuple(outs), accumulate,
-                                 points or int(batched)))
+                                 points or int(batched), contract))
 
     def materialise(self, loc: tuple) -> tuple:
         buf, offsets = loc
@@ -330,8 +353,8 @@ class _Planner:
         maps = node.prim.index_maps([a.shape for a in args], node.params)
         locs = [self.loc[id(a)] for a in args]
         bufs = {loc[0] for loc, m in zip(locs, maps) if (m >= 0).any()}
-        if len(bufs) > 1:  # parts of several buffers (a concat): copied element by element
-            return self.unrolled(node)
+        if len(bufs) > 1:  # parts of several buffers (a concat, a stack): copied
+            return self.assembled(node, locs, maps)
         buf = next(iter(bufs)) if bufs else locs[0][0]
         batched = buf in self.per_point
         offsets = np.zeros(self.shape(node.shape, batched), dtype=np.int64)
@@ -344,6 +367,36 @@ class _Planner:
             else:
                 offsets[inside] = offs.reshape(-1)[m[inside]]
         return buf, offsets
+
+    def assembled(self, node: N.Node, locs: list, maps: list) -> tuple:
+        """A fresh buffer for a node made of parts of several: each argument's part copied
+        by one loop where its places (in the argument and in the node) are arithmetic
+        progressions, else element by element (up to :data:`UNROLL_LIMIT`)."""
+        batched = any(self.batched(loc) for loc, m in zip(locs, maps) if (m >= 0).any())
+        loc = self.fresh(node, batched)
+        boolean = node.dtype.kind == "b"
+        out_flat = np.arange(node.size, dtype=np.int64).reshape(node.shape)
+        for (buf, offs), m in zip(locs, maps):
+            inside = m >= 0
+            if not inside.any():
+                continue
+            here = self.batched((buf, offs))
+            per = (offs[0] if here else offs).reshape(-1)
+            src, dst = per[m[inside]], out_flat[inside]
+            step = (self.point_stride(offs) if here else 0,) if batched else ()
+            out_step = (node.size,) if batched else ()
+            a_src, a_dst = _affine(src), _affine(dst)
+            if a_src is not None and a_dst is not None:
+                ins = (Access(buf, a_src[0], step + a_src[1]),)
+                outs = (Access(loc[0], a_dst[0], out_step + a_dst[1]),)
+                self.block((src.size,), _copy_body(1, boolean), ins, outs, batched=batched)
+                continue
+            if src.size > UNROLL_LIMIT:
+                raise Unplannable(f"{node.prim.name}: a part of {src.size} scattered elements")
+            ins = (Access(buf, 0, step, tuple(int(k) for k in src)),)
+            outs = (Access(loc[0], 0, out_step, tuple(int(k) for k in dst)),)
+            self.block((), _copy_body(src.size, boolean), ins, outs, batched=batched)
+        return loc
 
     def body_block(self, node: N.Node, space: tuple, atoms, stand_ins: list, ins: list,
                    out: Access | None = None, loc: tuple | None = None,
@@ -456,7 +509,7 @@ class _Planner:
             accs = (Access(ra.buffer, ra.offset, (ra.strides[0], ra.strides[2])),
                     self.access((lb[0], ob), (k, n)),
                     Access(ro.buffer, ro.offset, (ro.strides[0], ro.strides[2])))
-            cols = MATMUL_COLS if n >= MATMUL_COLS else n
+            cols = min(_matmul_cols(), n)
             nn = n - n % cols
             for j0, j1, c in ((0, nn, cols), (nn, n, n - nn)):
                 if j1 > j0:
@@ -467,7 +520,7 @@ class _Planner:
                 self.access((lb[0], ob), batch + (k, n), batched),
                 self.access(loc, node.shape, batched))
         rows = MATMUL_ROWS if m >= MATMUL_ROWS else 1
-        cols = MATMUL_COLS if n >= MATMUL_COLS else n
+        cols = min(_matmul_cols(), n)
         mm, nn = m - m % rows, n - n % cols
         for i0, i1, r, j0, j1, c in ((0, mm, rows, 0, nn, cols), (0, mm, rows, nn, n, n - nn),
                                      (mm, m, 1, 0, n, n)):
@@ -499,17 +552,34 @@ class _Planner:
         am, ak = ra.strides[nb:]
         bk, bn = rb.strides[nb:]
         om, on = ro.strides[nb:]
-        space = batch + ((i1 - i0) // r, (j1 - j0) // c, k, c)
-        sa = Access(ra.buffer, ra.offset + i0 * am, ra.strides[:nb] + (r * am, 0, ak, 0),
-                    tuple(t * am for t in range(r)))
-        sb = Access(rb.buffer, rb.offset + j0 * bn, rb.strides[:nb] + (0, c * bn, bk, bn))
-        so = Access(ro.buffer, ro.offset + i0 * om + j0 * on,
-                    ro.strides[:nb] + (r * om, c * on, 0, on), tuple(t * om for t in range(r)))
         acc, x, y = _stand_ins((r,), "acc"), _stand_ins((r,), "a"), G.Leaf.new("b")
         value = np.array([G.add(acc[t], G.mul(x[t], y)) for t in range(r)], dtype=object)
         body = build_plan([value], [acc, x, np.asarray(y, dtype=object)])
-        self.block(space, body, (so, sa, sb), (so,), accumulate=True, batched=bool(points),
-                   points=points)
+        a0, b0 = ra.offset + i0 * am, rb.offset + j0 * bn
+        o0 = ro.offset + i0 * om + j0 * on
+        core_a, core_o = tuple(t * am for t in range(r)), tuple(t * om for t in range(r))
+        tiles = ((i1 - i0) // r, (j1 - j0) // c)
+        if points:  # the first dimension is the chunk's points, in rows
+            space = batch + (tiles[0], tiles[1], k, c)
+            sa = Access(ra.buffer, a0, ra.strides[:nb] + (r * am, 0, ak, 0), core_a)
+            sb = Access(rb.buffer, b0, rb.strides[:nb] + (0, c * bn, bk, bn))
+            so = Access(ro.buffer, o0, ro.strides[:nb] + (r * om, c * on, 0, on), core_o)
+            self.block(space, body, (so, sa, sb), (so,), accumulate=True, batched=True,
+                       points=points, contract=True)
+            return
+        # column tiles (threads split them), then k in panels of MATMUL_K, then row tiles:
+        # a column strip of b's panel stays in cache across the row tiles
+        kc = min(k, MATMUL_K)
+        for k0, n_panels, depth in ((0, k // kc, kc), (k - k % kc, 1, k % kc)):
+            if n_panels == 0 or depth == 0:
+                continue
+            space = batch + (tiles[1], n_panels, tiles[0], depth, c)
+            sa = Access(ra.buffer, a0 + k0 * ak,
+                        ra.strides[:nb] + (0, kc * ak, r * am, ak, 0), core_a)
+            sb = Access(rb.buffer, b0 + k0 * bk,
+                        rb.strides[:nb] + (c * bn, kc * bk, 0, bk, bn))
+            so = Access(ro.buffer, o0, ro.strides[:nb] + (c * on, 0, r * om, 0, on), core_o)
+            self.block(space, body, (so, sa, sb), (so,), accumulate=True, contract=True)
 
     def along_axis(self, node: N.Node) -> tuple:
         args, axis = node.inputs, node.params["axis"]

@@ -5,6 +5,7 @@ loop bodies do); and ``st.function`` training steps that take the loop path."""
 
 from __future__ import annotations
 
+import math
 import pickle
 
 import numpy as np
@@ -297,7 +298,8 @@ def test_gradient_of_one_point_function_runs_in_chunks_of_points(monkeypatch, tm
     assert "tanh" in g.c_source()
     g.save(tmp_path / "g.st")
     loaded = st.load(tmp_path / "g.st")
-    np.testing.assert_allclose(loaded(one), g(one), rtol=1e-15)
+    # the element view rounds each product's terms twice, the loop plan's FMAs once
+    np.testing.assert_allclose(loaded(one), g(one), rtol=1e-12)
     copy = pickle.loads(pickle.dumps(g))
     np.testing.assert_array_equal(copy(wide), g(wide))
     with pytest.raises(LoweringError, match="element view"):
@@ -322,3 +324,37 @@ def test_points_must_be_a_multiple_of_the_alignment():
     x = st.symbol("x", shape=(2,))
     with pytest.raises(ValueError, match="multiple"):
         loopnest.plan_loops([st.exp(x)._node], [x._node], points=6)
+
+
+@pytest.mark.parametrize("points", [0, 8])
+def test_concatenations_of_computed_tensors_copy_each_part(points):
+    """A concat or stack of several computed tensors is one copy loop per part (a run of
+    elements in each), not an element-by-element copy."""
+    x = st.symbol("x", shape=(3000,))
+    parts = [st.exp(x * 0.001), st.sin(x) * 2.0]
+    ys = [st.concat(parts, 0), st.stack(parts, axis=1)]
+    plan = loopnest.plan_loops([y._node for y in ys], [x._node], points=points)
+    copies = [b for b in plan.blocks if len(b.body.instrs) == 1 and b.ins]
+    assert len(copies) == 4 and all(math.prod(b.space) == points * 3000 or
+                                    math.prod(b.space) == 3000 for b in copies)
+    f = compile_plan(plan)
+    xs = np.random.default_rng(6).standard_normal((5, 3000))
+    got = f(xs)
+    want_parts = [np.exp(xs * 0.001), np.sin(xs) * 2.0]
+    np.testing.assert_allclose(got[0], np.concatenate(want_parts, axis=1), rtol=1e-15)
+    np.testing.assert_allclose(got[1], np.stack(want_parts, axis=2), rtol=1e-15)
+
+
+def test_many_small_tensor_ops_compile_as_their_element_view(monkeypatch):
+    """Past LOOP_MAX_BLOCKS tensor ops a function is not loop-planned (LLVM's time per
+    block would dominate) unless its element view is hopelessly large."""
+    x = st.symbol("x", shape=(50,))
+    y = x
+    for _ in range(12):
+        y = st.sin(y) * 1.5
+    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    assert loopnest.worth_looping([y._node])
+    monkeypatch.setattr(loopnest, "LOOP_MAX_BLOCKS", 10)
+    assert not loopnest.worth_looping([y._node])
+    monkeypatch.setattr(loopnest, "LOOP_ALWAYS_ATOMS", 100)
+    assert loopnest.worth_looping([y._node])

@@ -22,6 +22,8 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
+
 from .kernel import (_ATTRIBUTES, LANE_STACK_BYTES, _Body, _body_head, _entries, float_literal,
                      formats)
 from .plan import ArgLayout, OutLayout, Plan
@@ -67,6 +69,7 @@ class Block(NamedTuple):
     outs: tuple
     accumulate: bool = False
     points: int = 0
+    contract: bool = False  # multiplies and adds may fuse (one rounding: a matrix product)
 
 
 @dataclass(frozen=True)
@@ -201,13 +204,37 @@ def _chunks(plan: LoopPlan, block: Block) -> list:
         return [(0, block.space[0])] if block.space else []
     if math.prod(block.space) * max(1, block.body.n_ops) < PARALLEL_WORK:
         return [(0, block.space[0])]
-    for acc in block.outs:
-        rest = sum(abs(st) * (n - 1) for st, n in zip(acc.strides[1:], block.space[1:]))
-        if acc.strides[0] == 0 or rest + max(acc.core) >= abs(acc.strides[0]):
-            return [(0, block.space[0])]
+    if not all(_disjoint(acc, block.space) for acc in block.outs):
+        return [(0, block.space[0])]
     n = block.space[0]
     step = -(-n // min(plan.threads, n))
     return [(lo, min(n, lo + step)) for lo in range(0, n, step)]
+
+
+#: Above this many elements written per outermost iteration (times that loop's length),
+#: :func:`_disjoint` does not look and the block runs on one thread.
+DISJOINT_CHECK_LIMIT = 1 << 22
+
+
+def _disjoint(acc: Access, space: tuple) -> bool:
+    """Whether different iterations of the outermost loop write different elements through
+    ``acc``: the elements one iteration writes, shifted by every multiple of the outermost
+    stride the loop reaches, never meet themselves."""
+    s0, n0 = acc.strides[0], space[0]
+    if s0 == 0:
+        return False
+    rest = np.asarray(acc.core, dtype=np.int64)
+    for stride, n in zip(acc.strides[1:], space[1:]):
+        if stride:
+            rest = (rest[:, None] + stride * np.arange(n, dtype=np.int64)[None, :]).ravel()
+            if rest.size * n0 > DISJOINT_CHECK_LIMIT:
+                return False
+    rest = np.unique(rest)
+    span = int(rest[-1] - rest[0])
+    if span < abs(s0):  # the common case: each iteration writes its own slab
+        return True
+    return all(not np.isin(rest + k * s0, rest, assume_unique=True).any()
+               for k in range(1, min(n0, span // abs(s0) + 1)))
 
 
 def _parallel(plan: LoopPlan, k: int, block: Block, chunks: list) -> list:
@@ -272,6 +299,8 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
     accs = block.ins + block.outs
     bufs = sorted({a.buffer for a in accs})
     in_bool = tuple(plan.buffers[a.buffer].boolean for a in block.ins)
+    if block.contract and not fmt["fm"]:
+        fmt = dict(fmt, fm="contract ")
     emitter = _Body(block.body, fmt, size, offsets=tuple(a.core for a in accs), in_bool=in_bool)
     point = emitter.function(f"b{k}.point", noalias=not block.accumulate)
     decls.update(d.format(**fmt) for d in emitter.decls)

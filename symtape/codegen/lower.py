@@ -208,7 +208,7 @@ OPS: dict[str, Op] = {
     "asinh": _libm("asinh", sp.asinh),
     "acosh": _libm("acosh", sp.acosh),
     "atanh": _libm("atanh", sp.atanh),
-    "erf": _libm("erf", sp.erf),
+    "erf": _vecmath("erf", (vecmath.ERF_F64, vecmath.EXP_F64), sp.erf, _libm("erf", sp.erf)),
     "log1p": _vecmath("log1p", (vecmath.LOG1P_F64, vecmath.LOG_F64), F.log1p,
                       _libm("log1p", F.log1p)),
     "expm1": _vecmath("expm1", (vecmath.EXPM1_F64,), F.expm1, _libm("expm1", F.expm1)),

@@ -31,7 +31,7 @@ def _program(dtype: str):
     x = st.symbol("x", shape=(3,), dtype=dtype)
     y = st.symbol("y", dtype=dtype)
     a = st.sinh(x) * y + x * x / (y + 2.0)
-    b = st.where(a > 0.25, st.erf(a) + st.atan2(a, y), st.floormod(a, 0.75))
+    b = st.where(a > 0.25, st.asinh(a) + st.atan2(a, y), st.floormod(a, 0.75))
     c = st.sign(b) * st.sqrt(st.abs(b)) + st.pow(st.abs(y) + 0.5, x)
     flags = st.logical_and(a > 0.0, st.logical_not(b < c))
     return {"a": a, "b": b, "c": st.maximum(c, st.minimum(a, b)), "d": st.tan(st.round(c)),

@@ -13,7 +13,9 @@ machine), CasADi's generated C compiled with ``cc -O3 -march=native`` (when a C 
 on the PATH), and JAX ``jit(vmap(...))`` in float64. Setup: from the function to the first
 result (trace, derivative, compile; symtape with an empty object cache; JAX's compile for
 the evaluated batch shape). Evaluation: the best of several calls over the same points,
-in ns per point. Every tool's result is checked against symtape's.
+in ns per point. Every tool's result is checked against symtape's, and a tool that
+disagrees is flagged (SymEngine 0.15's LLVM ``Lambdify`` with ``cse=True`` gets the
+pendulum wrong: its values differ from its own ``cse=False`` and from JAX's).
 
 Targets: symtape's setup geomean <= 0.2 s and max <= 3 s; its evaluation the best of the
 symbolic tools (SymEngine, CasADi) and <= 1.0x JAX on the MLP gradient and Hessian.
@@ -244,7 +246,7 @@ def _casadi_function(case: Case):
         out = ca.gradient(y, x)
     else:
         out = ca.hessian(y, x)[0]
-    return ca.Function("f", [x], [out])
+    return ca.Function("f", [x], [ca.densify(out)])  # a Hessian is sparse: every element
 
 
 class _CasadiMath:

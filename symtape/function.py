@@ -550,7 +550,7 @@ def _loop_compiled(outputs: list, inputs: list, opts: dict, points: int = 0):
     nodes = [t._node for t in outputs]
     limit = loopnest.LOOP_MIN_ATOMS if points == 0 else min(loopnest.LOOP_MIN_ATOMS,
                                                             loopnest.POINT_LOOP_MIN_ATOMS)
-    if not loopnest.worth_looping(nodes, limit):
+    if not loopnest.worth_looping(nodes, limit, points=bool(points)):
         return None
     threads = opts.get("threads")
     try:

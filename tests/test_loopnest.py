@@ -202,16 +202,41 @@ def test_arena_reuses_dead_temporaries():
 
 
 def test_unplannable_falls_back_to_elements(monkeypatch):
+    """A gather of more scattered elements than UNROLL_LIMIT has no loop form: the function
+    compiles its element view."""
     monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
-    x = np.arange(6.0)
-    idx = st.cast(st.constant(x) > 1.0, "int64")
+    monkeypatch.setattr(loopnest, "UNROLL_LIMIT", 8)
+    x = np.arange(12.0)
+    perm = np.random.default_rng(1).permutation(12)
 
     @st.function
     def f(v):
-        return st.reduce_sum(st.cast(idx, "float64") * v)
+        return st.gather(st.exp(v * 0.1), st.constant(perm)) * 2.0
 
-    assert float(f(x)) == float(np.sum(x[2:]))
+    np.testing.assert_allclose(f(x).numpy(), np.exp(x * 0.1)[perm] * 2.0, rtol=1e-15)
     assert not isinstance(f.get_concrete_function(x).plan, LoopPlan)
+
+
+def test_integer_tensors_are_planned_as_doubles(monkeypatch):
+    """Casts to integers, integer arithmetic and sums of integers in loop plans equal their
+    eager (numpy integer) values."""
+    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    rng = np.random.default_rng(8)
+    x = rng.uniform(-50.0, 50.0, (40, 30))
+
+    def g(v):
+        k = st.cast(v * 2.5, "int64")  # truncation toward zero
+        q = k // 3 * 2 - k % 7
+        count = st.reduce_sum(st.cast(v > 0.0, "int32"), axis=1)
+        return st.cast(q, "float64") + st.cast(count, "float64")[:, None]
+
+    f = st.function(g)
+    got = f(x).numpy()
+    assert isinstance(f.get_concrete_function(x).plan, LoopPlan)
+    np.testing.assert_array_equal(got, g(st.constant(x)).numpy())
+    k = np.trunc(x * 2.5).astype(np.int64)
+    want = (k // 3 * 2 - k % 7) + np.sum(x > 0, axis=1)[:, None]
+    np.testing.assert_array_equal(got, want)
 
 
 def test_loop_functions_refuse_formulas_and_files_but_pickle(tmp_path):
@@ -358,3 +383,19 @@ def test_many_small_tensor_ops_compile_as_their_element_view(monkeypatch):
     assert not loopnest.worth_looping([y._node])
     monkeypatch.setattr(loopnest, "LOOP_ALWAYS_ATOMS", 100)
     assert loopnest.worth_looping([y._node])
+
+
+def test_small_network_gradients_run_in_chunks_of_points():
+    """A one-point function whose matrix products have POINT_LOOP_MATMUL_TERMS terms is
+    loop-planned over chunks of points even when its element view is small; a scalar
+    program of the same size is not."""
+    rng = np.random.default_rng(9)
+    sizes = (8, 16, 16, 1)
+    layers = [(rng.standard_normal((a, b)) / np.sqrt(a), rng.standard_normal(b))
+              for a, b in zip(sizes[:-1], sizes[1:])]
+    g = st.grad(_mlp(layers), input_signature=[st.TensorSpec((8,))])
+    assert isinstance(g.plan, LoopPlan) and g.plan.points
+    x = rng.standard_normal((300, 8))
+    np.testing.assert_allclose(g(x), _mlp_grad_by_hand(layers, x), rtol=1e-12, atol=1e-14)
+    h = st.grad(lambda v: st.reduce_sum(st.sin(v) * v), input_signature=[st.TensorSpec((8,))])
+    assert not isinstance(h.plan, LoopPlan)

@@ -60,11 +60,10 @@ def _output_tensors(outputs) -> list:
     return flat
 
 
-def _output_atoms(outputs) -> tuple[list, object, list]:
-    flat = _output_tensors(outputs)
-    structure = nest.pack_sequence_as(outputs, list(range(len(flat)))) \
+def _output_structure(outputs, flat: list):
+    """The nesting of ``outputs`` with ints indexing ``flat`` (0 for a single tensor)."""
+    return nest.pack_sequence_as(outputs, list(range(len(flat)))) \
         if nest.is_nested(outputs) else 0
-    return [t._atoms for t in flat], structure, [t._name for t in flat]
 
 
 def compile(outputs, inputs, *, dtype: str = "float64", fastmath: bool = False,  # noqa: A001
@@ -85,16 +84,15 @@ def compile(outputs, inputs, *, dtype: str = "float64", fastmath: bool = False, 
     """
     in_atoms, in_names = _input_atoms(inputs)
     opts = dict(dtype=dtype, fastmath=fastmath, threads=threads, name=name)
+    flat = _output_tensors(outputs)
+    structure, out_names = _output_structure(outputs, flat), [t._name for t in flat]
     if not sparse:
-        flat = _output_tensors(outputs)
-        structure = nest.pack_sequence_as(outputs, list(range(len(flat)))) \
-            if nest.is_nested(outputs) else 0
         looped = _loop_compiled(flat, nest.flatten(inputs), dict(
-            input_names=in_names, output_names=[t._name for t in flat], structure=structure,
-            **opts), POINT_CHUNK)
+            input_names=in_names, output_names=out_names, structure=structure, **opts),
+            POINT_CHUNK)
         if looped is not None:
             return looped
-    out_atoms, structure, out_names = _output_atoms(outputs)
+    out_atoms = [t._atoms for t in flat]
     if sparse:
         return SparseFunction(out_atoms, in_atoms, in_names, out_names, structure, opts)
     return compile_atoms(out_atoms, in_atoms, input_names=in_names, output_names=out_names,
@@ -485,9 +483,7 @@ class Function:
         assigned = list(trace.assigned.values())
         read = [v for v in trace.variables.values()]
         outputs = flat + [t for _, t in assigned]
-        structure = None if result is None else (
-            nest.pack_sequence_as(result, list(range(len(flat)))) if nest.is_nested(result)
-            else 0)
+        structure = None if result is None else _output_structure(result, flat)
         dtype = self._dtype or _common_dtype(specs)
         inputs = xs + read
         compiled = _compile_tensors(outputs, inputs, dict(

@@ -85,7 +85,9 @@ def _special(rng, n: int) -> np.ndarray:
                                 "minimum", "pow", "abs", "sin", "atan2"])
 def test_large_elementwise_special_values(op):
     """On tensors above the element limit eager values are the template's, as loop bodies
-    compute them: equal bit for bit but for sin (its lane form), nan and inf alike."""
+    compute them: equal bit for bit but for sin (its lane form), nan and inf alike; the
+    same run over chunks of points (each point one row: 600 points, the last chunk
+    staged)."""
     rng = np.random.default_rng(7)
     fn = getattr(st, op, None) or getattr(st.math, op, None) or getattr(st.nn, op)
     n = 600
@@ -97,6 +99,14 @@ def test_large_elementwise_special_values(op):
     f, _ = _loop_compiled([y], xs)
     got = f(xs[0].numpy(), xs[1].numpy())
     assert _alike(got, y.numpy(), rtol=1e-15).all()
+    rows = [st.symbol(f"r{i}", shape=(1,)) for i in range(2)]
+    try:
+        z = fn(*rows)
+    except TypeError:
+        z = fn(rows[0])
+    g, _ = _loop_compiled([z], rows, points=64)
+    per_point = g(xs[0].numpy()[:, None], xs[1].numpy()[:, None])
+    assert _alike(per_point[:, 0], y.numpy(), rtol=1e-15).all()
 
 
 def _mlp_step(sizes, batch, lr=1e-3):

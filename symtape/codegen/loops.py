@@ -14,6 +14,10 @@ compile time grows with the number of blocks, not the size of the tensors), a ``
 calling them in order for one point, and the same ``body``/entry points as straight-line
 kernels (:mod:`~symtape.codegen.kernel`): ``body`` loops over the points of a batch and runs
 ``program`` on each, with the temporaries in one arena (stack or ``malloc``, as lane mode).
+A plan over chunks of points (``LoopPlan.points``) runs ``program`` once per chunk instead:
+its blocks loop over the chunk's points themselves (``Block.points``: the first extent is
+the run-time number of points in the chunk), whole chunks of dense arrays are read and
+written in place, and the last chunk, or strided arguments, go through staging areas.
 """
 
 from __future__ import annotations

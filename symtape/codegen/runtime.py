@@ -352,7 +352,7 @@ class CompiledFunction:
         self._obj = obj if obj is not None else jit.object_code(self._ir)
         self._asm = None
         self._element_view = None  # loop plans: () -> (output atoms, input atoms), if known
-        self._elements = None  # the straight-line function built from it
+        self._elements = None  # the straight-line plan built from it
         self._specs()
         self._attach()
 

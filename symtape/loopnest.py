@@ -65,6 +65,10 @@ MATMUL_COLS = None
 #: ... and their inner dimension in panels of this length (a panel of a 128-row matrix is
 #: 256 KiB, of an 8-column strip 16 KiB: they stay in cache while the other is swept).
 MATMUL_K = 256
+#: Products of at least this many rows whose ``b`` has this many elements read ``b`` from a
+#: packed copy (:meth:`_Planner.packed`).
+MATMUL_PACK_ROWS = 16
+MATMUL_PACK = 4096
 
 
 def _matmul_cols() -> int:
@@ -538,12 +542,39 @@ class _Planner:
         rows = MATMUL_ROWS if m >= MATMUL_ROWS else 1
         cols = min(_matmul_cols(), n)
         mm, nn = m - m % rows, n - n % cols
+        packed = self.packed(accs[1], k, n, cols) if (
+            not batch and not batched and m >= MATMUL_PACK_ROWS and k * n >= MATMUL_PACK) \
+            else {}
         for i0, i1, r, j0, j1, c in ((0, mm, rows, 0, nn, cols), (0, mm, rows, nn, n, n - nn),
                                      (mm, m, 1, 0, n, n)):
             if i1 > i0 and j1 > j0:
                 self.matmul_tile(accs, self.shape(batch, batched), k, (i0, i1, r),
-                                 (j0, j1, c), int(batched))
+                                 (j0, j1, c), int(batched),
+                                 packed.get(j0) if r == rows and i0 == 0 else None)
         return loc
+
+    def packed(self, rb: Access, k: int, n: int, c: int) -> dict:
+        """``b`` copied into column strips of ``c`` (each strip's ``k`` rows contiguous,
+        then the last, narrower strip), as BLAS packs it: a strip's rows sit in consecutive
+        cache lines however long ``b``'s own rows are (rows 1 KiB apart all fall in a few
+        cache sets). Returns ``{first column of a region: (offset, strip stride, row
+        stride)}`` for :meth:`matmul_tile`."""
+        bk, bn = rb.strides
+        nn = n - n % c
+        buf = len(self.buffers)
+        self.buffers.append(Buffer("temp", -1, k * n, self.buffers[rb.buffer].boolean))
+        out = {}
+        if nn:
+            self.block((nn // c, k, c), _copy_body(1, False),
+                       (Access(rb.buffer, rb.offset, (c * bn, bk, bn)),),
+                       (Access(buf, 0, (k * c, c, 1)),))
+            out[0] = (buf, 0, k * c, c)
+        if n > nn:
+            self.block((k, n - nn), _copy_body(1, False),
+                       (Access(rb.buffer, rb.offset + nn * bn, (bk, bn)),),
+                       (Access(buf, nn * k, (n - nn, 1)),))
+            out[nn] = (buf, nn * k, 0, n - nn)
+        return out
 
     def contiguous_constant(self, loc: tuple) -> tuple:
         """A constant read in another order (a transposed weight matrix) as a constant of
@@ -559,10 +590,11 @@ class _Planner:
         return len(self.buffers) - 1, _flat(offsets.shape)
 
     def matmul_tile(self, accs: tuple, batch: tuple, k: int, rows: tuple, cols: tuple,
-                    points: int = 0) -> None:
+                    points: int = 0, packed: tuple | None = None) -> None:
         """The block of rows ``i0 <= i < i1`` (``r`` a tile) and columns ``j0 <= j < j1``
         (``c`` a tile); its space is ``batch + (row tiles, column tiles, k, c)``;
-        ``points``: its first dimension runs over the chunk's points, that many a step."""
+        ``points``: its first dimension runs over the chunk's points, that many a step;
+        ``packed``: ``b``'s columns read from a packed copy (:meth:`packed`)."""
         (ra, rb, ro), (i0, i1, r), (j0, j1, c) = accs, rows, cols
         nb = len(batch)
         am, ak = ra.strides[nb:]
@@ -586,14 +618,18 @@ class _Planner:
         # column tiles (threads split them), then k in panels of MATMUL_K, then row tiles:
         # a column strip of b's panel stays in cache across the row tiles
         kc = min(k, MATMUL_K)
+        b_buf, strip = rb.buffer, c * bn
+        if packed is not None:
+            b_buf, b0, strip, bk = packed
+            bn = 1
         for k0, n_panels, depth in ((0, k // kc, kc), (k - k % kc, 1, k % kc)):
             if n_panels == 0 or depth == 0:
                 continue
             space = batch + (tiles[1], n_panels, tiles[0], depth, c)
             sa = Access(ra.buffer, a0 + k0 * ak,
                         ra.strides[:nb] + (0, kc * ak, r * am, ak, 0), core_a)
-            sb = Access(rb.buffer, b0 + k0 * bk,
-                        rb.strides[:nb] + (c * bn, kc * bk, 0, bk, bn))
+            sb = Access(b_buf, b0 + k0 * bk,
+                        rb.strides[:nb] + (strip, kc * bk, 0, bk, bn))
             so = Access(ro.buffer, o0, ro.strides[:nb] + (c * on, 0, r * om, 0, on), core_o)
             self.block(space, body, (so, sa, sb), (so,), accumulate=True, contract=True)
 

@@ -189,8 +189,9 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
             f"{len(plan.outputs)} outputs, {len(plan.blocks)} blocks"]
     decls.add("declare ptr @malloc(i64)")
     decls.add("declare void @free(ptr)")
-    return "\n".join(head + sorted(decls) + consts + lines + _entries(plan, name)
-                     + [_ATTRIBUTES, ""])
+    slot = ["@arena.slot = internal global ptr null, align 8"]
+    return "\n".join(head + sorted(decls) + slot + consts + lines + _entries(plan, name)
+                      + _release(name) + [_ATTRIBUTES, ""])
 
 
 #: Blocks of at least this many operations (iterations times body size) split their
@@ -362,6 +363,48 @@ def _extent(block: Block, d: int, split: bool) -> str:
     return str(block.space[d])
 
 
+#: Large arenas are kept between calls (one per function, freed with it).
+KEEP_ARENA = True
+
+
+def _take_arena(size: int, here: str, then: str) -> list:
+    """The arena from ``@arena.slot`` (the one the last call left there) or ``malloc``:
+    a fresh allocation of megabytes per call costs its page faults every time."""
+    if not KEEP_ARENA:
+        return [f"  %arena = call ptr @malloc(i64 {size})", "  %none = icmp eq ptr %arena, null",
+                f"  br i1 %none, label %fail, label %{then}", "fail:", "  ret i32 1",
+                f"{then}:"]
+    return ["  %cached = atomicrmw xchg ptr @arena.slot, ptr null acq_rel",
+            "  %have = icmp ne ptr %cached, null",
+            "  br i1 %have, label %got, label %alloc",
+            "alloc:", f"  %fresh = call ptr @malloc(i64 {size})",
+            "  %none = icmp eq ptr %fresh, null",
+            "  br i1 %none, label %fail, label %got",
+            "fail:", "  ret i32 1",
+            "got:", f"  %arena = phi ptr [ %cached, %{here} ], [ %fresh, %alloc ]",
+            f"  br label %{then}", f"{then}:"]
+
+
+def _give_arena() -> list:
+    """Leaves the arena in ``@arena.slot`` for the next call (freeing one another call
+    left there meanwhile)."""
+    if not KEEP_ARENA:
+        return ["  call void @free(ptr %arena)"]
+    return ["  %old = atomicrmw xchg ptr @arena.slot, ptr %arena acq_rel",
+            "  call void @free(ptr %old)"]
+
+
+def release_symbol(name: str) -> str:
+    """The exported function of a loop kernel that frees its kept arena."""
+    return f"{name}_release"
+
+
+def _release(name: str) -> list:
+    return [f"define void @{release_symbol(name)}() nounwind {{", "entry:",
+            "  %old = atomicrmw xchg ptr @arena.slot, ptr null acq_rel",
+            "  call void @free(ptr %old)", "  ret void", "}", ""]
+
+
 def _base(plan: LoopPlan, buf: int, offsets: tuple) -> str:
     b = plan.buffers[buf]
     if b.kind == "input":
@@ -403,10 +446,7 @@ def _point_loop(plan: LoopPlan, arena: int, t: str) -> list:
     heap = arena > LANE_STACK_BYTES
     lines = _body_head(n_in + n_out, "start")
     if heap:
-        lines += [f"  %arena = call ptr @malloc(i64 {arena})",
-                  "  %none = icmp eq ptr %arena, null",
-                  "  br i1 %none, label %fail, label %loop.pre",
-                  "fail:", "  ret i32 1", "loop.pre:", "  br label %loop"]
+        lines += _take_arena(arena, "start", "loop.pre") + ["  br label %loop"]
         pre = "loop.pre"
     else:
         lines += [f"  %arena = alloca i8, i64 {max(arena, 1)}, align 64", "  br label %loop"]
@@ -422,7 +462,7 @@ def _point_loop(plan: LoopPlan, arena: int, t: str) -> list:
               "  br i1 %end, label %finish, label %loop",
               "finish:"]
     if heap:
-        lines.append("  call void @free(ptr %arena)")
+        lines += _give_arena()
     return lines + ["  br label %done", "done:", "  ret i32 0", "}", ""]
 
 
@@ -448,10 +488,7 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str) -> list:
     heap = top > LANE_STACK_BYTES
     lines = _body_head(n_in + n_out, "start")
     if heap:
-        lines += [f"  %arena = call ptr @malloc(i64 {top})",
-                  "  %none = icmp eq ptr %arena, null",
-                  "  br i1 %none, label %fail, label %pre",
-                  "fail:", "  ret i32 1", "pre:"]
+        lines += _take_arena(top, "start", "pre")
         pre = "pre"
     else:
         lines += [f"  %arena = alloca i8, i64 {max(top, 1)}, align 64"]
@@ -491,7 +528,7 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str) -> list:
               "  %more = icmp slt i64 %c.next, %n",
               "  br i1 %more, label %chunk, label %finish", "finish:"]
     if heap:
-        lines.append("  call void @free(ptr %arena)")
+        lines += _give_arena()
     return lines + ["  br label %done", "done:", "  ret i32 0", "}", ""]
 
 

@@ -21,6 +21,7 @@ import math
 import os
 import re
 import threading
+import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -382,6 +383,9 @@ class CompiledFunction:
         self._ptr_type = ctypes.c_void_p * max(n, 1)
         self._stride_type = ctypes.c_int64 * max(n, 1)
         self._local = threading.local()  # each thread's buffers for one-point calls
+        if isinstance(self._plan, LoopPlan):  # it keeps its arena between calls: freed here
+            weakref.finalize(self, self._engine.function(
+                loops.release_symbol(self._symbol), None))
 
     # ----- properties ---------------------------------------------------------------------
 

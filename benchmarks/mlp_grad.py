@@ -25,6 +25,7 @@ import numpy as np
 os.environ.setdefault("SYMTAPE_CACHE_DIR", tempfile.mkdtemp(prefix="symtape-bench-"))
 
 import symtape as st  # noqa: E402 - the cache directory must be chosen first
+from _timing import best  # noqa: E402 - benchmarks/ is the script's directory
 
 SIZES = (8, 64, 64, 1)
 
@@ -45,15 +46,6 @@ def by_hand(layers, x: np.ndarray) -> np.ndarray:
     for (w, _), h in zip(reversed(layers[1:]), reversed(hs)):
         g = (g @ w.T) * (1.0 - h * h)
     return g @ layers[0][0].T
-
-
-def best(fn, repeat: int = 7) -> float:
-    out = float("inf")
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out = min(out, time.perf_counter() - t)
-    return out
 
 
 def symtape_case(layers, xs):

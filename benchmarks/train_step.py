@@ -5,8 +5,8 @@ The step is traced once for a batch of 128 and compiled as loop nests over the t
 (``symtape.loopnest``); JAX jits the same step in float64 (when installed: ``pip install -e
 ".[bench]"``). Compile time is the first call (trace, gradient, plan, LLVM; symtape with an
 empty object cache); step time is the best and the median of repeated calls (in rounds
-alternating between the tools), each updating the weights and Adam moments in place. Loss and weights after the steps are checked against
-each other and against eager symtape.
+alternating between the tools), each updating the weights and Adam moments in place. Loss
+and weights after the steps are checked against each other and against eager symtape.
 
 Targets: compile <= 3 s; step <= 1.5x JAX.
 

@@ -77,8 +77,17 @@ VECMATH_BUDGET = 600
 # the stack up to this many bytes, and takes them from the heap above (once per call).
 LANE_STACK_BYTES = 1 << 18
 # ... and has at least this many operations per point: every such kernel gains (measured,
-# 10^6 points: sin(x)*y + z*x 6.8 ms against 12.9 ms one point at a time, 5 ms more compile).
+# 10^6 points: sin(x)*y + z*x 6.8 ms against 12.9 ms one point at a time, 5 ms more compile);
+# 0 puts every kernel the loop vectoriser does not take in lane mode, whatever follows.
 LANE_MIN_OPS = 1
+# ... unless it only adds, multiplies and compares (no division, root, power, library or IR
+# function) and has fewer than this many operations per output element: then copying each
+# output out of its lanes costs more than the lanes save (measured, Rosenbrock n=100: the
+# gradient 58 ns a point one at a time against 188 in lanes, the Hessian 6.0 us against
+# 10.0 us, and 0.9 s of setup against 6.9 s).
+LANE_OPS_PER_OUTPUT = 32
+CHEAP_OPS = frozenset({"add", "mul", "abs", "max", "min", "select", "sign", "heaviside", "eq",
+                       "ne", "lt", "le", "gt", "ge", "and", "or", "not"})
 # Lane kernels of at least this many operations are optimised by a short pipeline instead of
 # O3 (``jit.py``): O3 finds nothing to gain in their straight-line vector code and takes
 # seconds at 10^4 operations, while on small kernels it still tidies the copy loops (a lane
@@ -263,7 +272,9 @@ class _Body:
             math.prod(o.shape) for o in plan.outputs]
         # a point LLVM does not vectorise across points computes LANES points at once, where
         # it is large enough to gain
-        if not self.loop_vectorize and plan.n_ops >= LANE_MIN_OPS:
+        if not self.loop_vectorize and (LANE_MIN_OPS == 0 or plan.n_ops >= LANE_MIN_OPS and (
+                any(ins.op not in CHEAP_OPS for ins in plan.instrs if ins.op in OPS)
+                or plan.n_ops >= LANE_OPS_PER_OUTPUT * sum(len(o.refs) for o in plan.outputs))):
             self.lanes, self.loop_vectorize = LANES, False
         # vector code is cut twice as fine: LLVM's instruction schedulers, quadratic in the
         # size of a block, are most of its time there (measured on an N-body Hessian: 3.7 s

@@ -268,13 +268,13 @@ def _casadi_eval(case: Case, fn, n_points: int):
         # a Hessian block is column-major: transposed (it is symmetric: the same values)
         return out.swapaxes(1, 2).copy() if case.what == "hessian" else out.copy()
 
-    return mapped, run
+    return run
 
 
 def casadi_tool(case: Case, points: np.ndarray):
     t = time.perf_counter()
     fn = _casadi_function(case)
-    mapped, run = _casadi_eval(case, fn, len(points))
+    run = _casadi_eval(case, fn, len(points))
     run(points)
     return time.perf_counter() - t, run
 
@@ -298,7 +298,7 @@ def casadi_c_tool(case: Case, points: np.ndarray):
     subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", lib,
                     os.path.join(tmp, "f.c")], check=True, capture_output=True)
     ext = ca.external("f", lib)
-    mapped, run = _casadi_eval(case, ext, len(points))
+    run = _casadi_eval(case, ext, len(points))
     run(points)
     return time.perf_counter() - t, run
 

@@ -257,8 +257,15 @@ class _Planner:
     # -- buffers and accesses --------------------------------------------------------------
     def buffer(self, kind: str, index: int, node: N.Node, values=(), batched: bool = False
                ) -> int:
-        size = node.size * (self.P if batched else 1)
-        self.buffers.append(Buffer(kind, index, size, node.dtype.kind == "b", tuple(values)))
+        return self.add_buffer(Buffer(kind, index, node.size, node.dtype.kind == "b",
+                                      tuple(values)), batched)
+
+    def add_buffer(self, buf: Buffer, batched: bool = False) -> int:
+        """Appends ``buf`` (its size per point, times the chunk's points when ``batched``);
+        returns its number."""
+        if batched:
+            buf = buf._replace(size=buf.size * self.P)
+        self.buffers.append(buf)
         if batched:
             self.per_point.add(len(self.buffers) - 1)
         return len(self.buffers) - 1
@@ -320,11 +327,9 @@ class _Planner:
         if n > UNROLL_LIMIT:
             raise Unplannable(f"a gather of {n} elements")
         boolean = self.buffers[buf].boolean
-        self.buffers.append(Buffer("temp", -1, n * (self.P if batched else 1), boolean))
-        new = len(self.buffers) - 1
+        new = self.add_buffer(Buffer("temp", -1, n, boolean), batched)
         core = tuple(int(k) for k in per.flat)
         if batched:
-            self.per_point.add(new)
             src = Access(buf, 0, (self.point_stride(offsets),), core)
             dst = Access(new, 0, (n,), tuple(range(n)))
         else:
@@ -562,8 +567,7 @@ class _Planner:
         stride)}`` for :meth:`matmul_tile`."""
         bk, bn = rb.strides
         nn = n - n % c
-        buf = len(self.buffers)
-        self.buffers.append(Buffer("temp", -1, k * n, self.buffers[rb.buffer].boolean))
+        buf = self.add_buffer(Buffer("temp", -1, k * n, self.buffers[rb.buffer].boolean))
         out = {}
         if nn:
             self.block((nn // c, k, c), _copy_body(1, False),
@@ -583,12 +587,14 @@ class _Planner:
         they are."""
         buf, offsets = loc
         b = self.buffers[buf]
-        if b.kind != "const" or offsets.ndim < 2 or offsets.shape[-1] < 2 or _affine(
-                offsets) is None or _affine(offsets)[1][-1] == 1:
+        if b.kind != "const" or offsets.ndim < 2 or offsets.shape[-1] < 2:
+            return loc
+        aff = _affine(offsets)
+        if aff is None or aff[1][-1] == 1:
             return loc
         values = np.asarray(b.values, dtype=object)[offsets.reshape(-1)]
-        self.buffers.append(Buffer("const", -1, offsets.size, b.boolean, tuple(values)))
-        return len(self.buffers) - 1, _flat(offsets.shape)
+        return (self.add_buffer(Buffer("const", -1, offsets.size, b.boolean, tuple(values))),
+                _flat(offsets.shape))
 
     def matmul_tile(self, accs: tuple, batch: tuple, k: int, rows: tuple, cols: tuple,
                     points: int = 0, packed: tuple | None = None) -> None:

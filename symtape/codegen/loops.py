@@ -180,7 +180,7 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     offsets, arena = plan.arena
     lines += _program(plan, offsets)
     if plan.points:
-        lines += _chunk_loop(plan, arena, t)
+        lines += _chunk_loop(plan, arena, t, size)
         decls.update(_MEMORY)
     else:
         lines += _point_loop(plan, arena, t)
@@ -371,17 +371,9 @@ def _extent(block: Block, d: int, split: bool) -> str:
     return str(block.space[d])
 
 
-#: Large arenas are kept between calls (one per function, freed with it).
-KEEP_ARENA = True
-
-
 def _take_arena(size: int, here: str, then: str) -> list:
     """The arena from ``@arena.slot`` (the one the last call left there) or ``malloc``:
     a fresh allocation of megabytes per call costs its page faults every time."""
-    if not KEEP_ARENA:
-        return [f"  %arena = call ptr @malloc(i64 {size})", "  %none = icmp eq ptr %arena, null",
-                f"  br i1 %none, label %fail, label %{then}", "fail:", "  ret i32 1",
-                f"{then}:"]
     return ["  %cached = atomicrmw xchg ptr @arena.slot, ptr null acq_rel",
             "  %have = icmp ne ptr %cached, null",
             "  br i1 %have, label %got, label %alloc",
@@ -396,8 +388,6 @@ def _take_arena(size: int, here: str, then: str) -> list:
 def _give_arena() -> list:
     """Leaves the arena in ``@arena.slot`` for the next call (freeing one another call
     left there meanwhile)."""
-    if not KEEP_ARENA:
-        return ["  call void @free(ptr %arena)"]
     return ["  %old = atomicrmw xchg ptr @arena.slot, ptr %arena acq_rel",
             "  call void @free(ptr %old)"]
 
@@ -478,7 +468,7 @@ _MEMORY = ("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
            "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
 
 
-def _chunk_loop(plan: LoopPlan, arena: int, t: str) -> list:
+def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
     """``body`` of a plan over chunks of ``plan.points`` points: a whole chunk of dense
     arguments runs ``program`` on the arrays themselves; other chunks (the last, short one,
     or strided arguments) are copied into staging areas after the arena, padded up to
@@ -488,7 +478,7 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str) -> list:
     sizes = [math.prod(a.shape) for a in plan.inputs] + [math.prod(o.shape)
                                                           for o in plan.outputs]
     elems = [t] * n_in + ["i8" if o.boolean else t for o in plan.outputs]
-    width = [8 if e == "double" else 4 if e == "float" else 1 for e in elems]
+    width = [size] * n_in + [1 if o.boolean else size for o in plan.outputs]
     stage, top = [], -(-arena // 64) * 64
     for size, w in zip(sizes, width):
         stage.append(top)

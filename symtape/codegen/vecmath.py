@@ -309,23 +309,14 @@ def tanh_coefficients(degree: int = len(TANH_COEFFS) - 1) -> tuple:
     >>> round(tanh_coefficients(4)[-1] * 3, 9)  # the x**3 term of tanh: -x**3/3
     -1.0
     """
-    import mpmath
+    def g(z):
+        if z == 0:
+            return mpmath.mpf(-1) / 3
+        s = mpmath.sqrt(z)
+        return (mpmath.tanh(s) - s) / s ** 3
 
-    with mpmath.workprec(300):
-        top = mpmath.mpf(_TANH_SERIES_LIMIT) ** 2
-        n = degree + 1
-
-        def g(z):
-            if z == 0:
-                return mpmath.mpf(-1) / 3
-            s = mpmath.sqrt(z)
-            return (mpmath.tanh(s) - s) / s ** 3
-
-        nodes = [top / 2 * (1 + mpmath.cos(mpmath.pi * (k + mpmath.mpf(1) / 2) / n))
-                 for k in range(n)]
-        coeffs = mpmath.lu_solve(mpmath.matrix([[z ** j for j in range(n)] for z in nodes]),
-                                 mpmath.matrix([g(z) for z in nodes]))
-        return tuple(float(coeffs[j]) for j in reversed(range(n)))
+    with mpmath.workprec(300):  # the range's end: the series' limit squared, exactly
+        return _chebyshev(g, 0.0, mpmath.mpf(_TANH_SERIES_LIMIT) ** 2, degree, 0.0)
 
 
 def _tanh_f64() -> str:

@@ -12,11 +12,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import ops
+from . import nodes as N
+from . import ops, recording
 from .errors import ShapeError
-from .tensor import Tensor
+from .tensor import Tensor, exact_constant
 
-__all__ = ["relevant_ids", "vjp_sweep", "accumulate", "is_structural_zero"]
+__all__ = ["relevant_ids", "vjp_sweep", "batched_vjp", "accumulate", "is_structural_zero"]
 
 
 def relevant_ids(entries: Sequence, source_ids) -> set:
@@ -49,10 +50,10 @@ def _check(ct, t, prim) -> None:
                          f"{tuple(t.shape)}")
 
 
-def _normalize(ct):
+def _normalize(ct, opaque):
     if isinstance(ct, Tensor) and ct.dtype.kind != "f":
         return None
-    if isinstance(ct, Tensor) and is_structural_zero(ct):
+    if isinstance(ct, Tensor) and ct._id not in opaque and is_structural_zero(ct):
         return ops.Zero(ct.shape, ct.dtype)
     return ct
 
@@ -67,11 +68,12 @@ def _zero_contributions(e, needed):
     return out
 
 
-def vjp_sweep(entries: Sequence, seeds: dict, relevant: set) -> dict:
+def vjp_sweep(entries: Sequence, seeds: dict, relevant: set, opaque=frozenset()) -> dict:
     """Cotangents (Tensor, Zero) of the tensors in ``relevant`` (see :func:`relevant_ids`),
     keyed by tensor id.
 
-    ``seeds`` maps target ids to their cotangents (summed when several).
+    ``seeds`` maps target ids to their cotangents (summed when several); cotangents whose ids
+    are in ``opaque`` are never looked at element by element (for structural zeros).
     """
     cts: dict = {}
     for tid, g in seeds.items():
@@ -95,18 +97,97 @@ def vjp_sweep(entries: Sequence, seeds: dict, relevant: set) -> dict:
             if not need or ct is None:
                 continue
             _check(ct, t, e.prim)
-            ct = _normalize(ct)
+            ct = _normalize(ct, opaque)
             if ct is not None:
                 cts[t._id] = accumulate(cts.get(t._id), ct)
     return cts
 
 
-def one_hot_seeds(shape: tuple) -> list[np.ndarray]:
-    """One integer unit vector per element of a tensor of ``shape``, in C order."""
+class _NoValue:
+    value = None
+
+
+def _stand_in(shape: tuple, dtype) -> Tensor:
+    """A leaf with no value: the cotangent a sweep is traced for."""
+    def unnamed():
+        raise AssertionError("the stand-in of a batched sweep has no element view")
+
+    node = N.leaf(tuple(shape), dtype, _NoValue(), unnamed)
+    node.label = "seed"
+    return Tensor(node, None, dtype)
+
+
+def _traced_sweep(entries, target: Tensor, relevant: set):
+    """The sweep for a stand-in cotangent of ``target``: ``(stand_in, cts, applications)``,
+    the applications being the entries it made from the stand-in, in order. The tapes
+    recording now keep what the sweep computed without the stand-in (what an outer tape
+    differentiates through) and drop the rest. None when a rule needs the cotangent's values
+    (a user's rule computing in Python)."""
+    stand_in = _stand_in(target.shape, target.dtype)
+    capture = recording.Recorder(watch_accessed=False)
+    capture.watch(stand_in)
+    outer = [(rec, len(rec.entries)) for rec in recording.active()]
+    recording.push(capture)
+    try:
+        cts = vjp_sweep(entries, {target._id: stand_in}, relevant, capture.tracked)
+    except Exception:  # noqa: BLE001 - the sweep row by row says what is wrong, if anything
+        cts = None
+    finally:
+        recording.remove(capture)
+        made = {id(e) for e in capture.entries}
+        for rec, mark in outer:
+            rec.entries[mark:] = [e for e in rec.entries[mark:] if id(e) not in made]
+    if cts is None or not all(hasattr(e.prim, "batch") and len(e.outputs) == 1
+                              for e in capture.entries):
+        return None
+    return stand_in, cts, capture.entries
+
+
+def batched_vjp(entries: Sequence, target: Tensor, seeds: np.ndarray, sources: Sequence,
+                relevant: set) -> list | None:
+    """The cotangents of ``sources`` for each of the ``seeds`` of ``target`` (stacked along a
+    leading axis) in one sweep: the sweep is traced once for a stand-in cotangent, and what
+    it computed from it is applied again by each op's batching rule (``Primitive.batch``) to
+    all seeds at once. Per source: a tensor with the seeds' leading axis, a Zero, or None (no
+    path); None as a whole when the sweep needs the seeds' values.
+
+    >>> import symtape as st
+    >>> x = st.Variable([1.0, 2.0])
+    >>> with st.GradientTape() as t:
+    ...     y = x * x
+    >>> entries, rel = t._rec.entries, relevant_ids(t._rec.entries, [x._id])
+    >>> (ct,) = batched_vjp(entries, t._targets(y)[0], np.eye(2, dtype=int), [x], rel)
+    >>> ct.numpy()
+    array([[2., 0.],
+           [0., 4.]])
+    """
+    traced = _traced_sweep(entries, target, relevant)
+    if traced is None:
+        return None
+    stand_in, cts, applications = traced
+    n = seeds.shape[0]
+    batched = {stand_in._id: exact_constant(seeds, target.dtype)}
+    for e in applications:
+        flags = [t._id in batched for t in e.inputs]
+        args = [batched.get(t._id, t) for t in e.inputs]
+        (out,) = e.outputs
+        batched[out._id] = e.prim.batch(args, flags, e.params, tuple(out.shape))
+    results = []
+    for s in sources:
+        ct = cts.get(s._id)
+        if isinstance(ct, Tensor):
+            ct = batched[ct._id] if ct._id in batched else \
+                ops.broadcast_to.bind(ct, shape=(n,) + tuple(ct.shape))
+        results.append(ct)
+    return results
+
+
+def one_hot_seeds(shape: tuple) -> np.ndarray:
+    """One integer unit tensor of ``shape`` per element, in C order, stacked along a leading
+    axis.
+
+    >>> one_hot_seeds((2,)).tolist()
+    [[1, 0], [0, 1]]
+    """
     n = int(np.prod(shape, dtype=np.int64))
-    out = []
-    for k in range(n):
-        e = np.zeros(n, dtype=np.int64)
-        e[k] = 1
-        out.append(e.reshape(shape))
-    return out
+    return np.eye(n, dtype=np.int64).reshape((n,) + tuple(shape))

@@ -221,32 +221,48 @@ class GradientTape:
         self._finish_call()
         return nest.pack_sequence_as(sources, results)
 
-    def _jacobian_rows(self, target: Tensor, srcs, seeds_of, mode):
-        """Cotangents of ``srcs`` for each seed; None where a source is never reached."""
+    def _stacked_cotangents(self, target: Tensor, srcs, seeds: np.ndarray, mode,
+                            rowwise: bool = False):
+        """For each source, its cotangents for every seed of ``target`` (``seeds`` stacked
+        along a leading axis) as one tensor with that axis; None for a source never reached
+        when ``mode`` says so. One batched sweep (see :func:`autodiff.batched_vjp`); one
+        sweep per seed where that cannot run, or ``rowwise``."""
         if not self._persistent:
             recording.remove(self._rec)
         entries = list(self._rec.entries)
         relevant = self._relevant(entries, srcs, {target._id})
-        rows = [[] for _ in srcs]
-        for seed in seeds_of:
-            g = exact_constant(seed, target.dtype)
-            cts = autodiff.vjp_sweep(entries, {target._id: g}, relevant)
-            for k, s in enumerate(srcs):
-                rows[k].append(cts.get(s._id))
-        return rows
+        n = seeds.shape[0]
+        per_source = None
+        if n > 1 and not rowwise:
+            per_source = autodiff.batched_vjp(entries, target, seeds, srcs, relevant)
+        if per_source is None:
+            rows = [[] for _ in srcs]
+            for seed in seeds:
+                g = exact_constant(seed, target.dtype)
+                cts = autodiff.vjp_sweep(entries, {target._id: g}, relevant)
+                for k, s in enumerate(srcs):
+                    rows[k].append(cts.get(s._id))
+            per_source = [self._stack_rows(r, s, n) for r, s in zip(rows, srcs)]
+        out = []
+        for ct, s in zip(per_source, srcs):
+            if ct is None and mode is UnconnectedGradients.NONE:
+                out.append(None)
+            elif not isinstance(ct, Tensor):
+                out.append(_zeros((n,) + tuple(s.shape), s.dtype))
+            else:
+                out.append(ct)
+        return out
 
     @staticmethod
-    def _stack_rows(rows, source, lead_shape, mode, reorder=None):
-        if all(r is None for r in rows) and mode is UnconnectedGradients.NONE:
+    def _stack_rows(rows, source, n: int):
+        """Per-seed cotangents as one tensor with a leading axis (None: never reached)."""
+        if all(r is None for r in rows):
             return None
+        if not any(isinstance(r, Tensor) for r in rows):
+            return ops.Zero((n,) + tuple(source.shape), source.dtype)
         parts = [r if isinstance(r, Tensor) else _zeros(source.shape, source.dtype)
                  for r in rows]
-        if reorder is not None:
-            return reorder(parts)
-        if not parts:
-            return _zeros(tuple(lead_shape) + source.shape, source.dtype)
-        stacked = ops.stack.bind(*parts, axis=0)
-        return ops.reshape.bind(stacked, shape=tuple(lead_shape) + tuple(source.shape))
+        return ops.stack.bind(*parts, axis=0)
 
     def jacobian(self, target, sources, unconnected_gradients=UnconnectedGradients.NONE,
                  parallel_iterations=None, experimental_use_pfor=True):
@@ -259,8 +275,9 @@ class GradientTape:
             raise TypeError("GradientTape.jacobian: target must be a single st.Tensor")
         srcs = self._sources(sources)
         seeds = autodiff.one_hot_seeds(tgt.shape)
-        rows = self._jacobian_rows(tgt, srcs, seeds, mode)
-        results = [self._stack_rows(r, s, tgt.shape, mode) for r, s in zip(rows, srcs)]
+        stacked = self._stacked_cotangents(tgt, srcs, seeds, mode, not experimental_use_pfor)
+        results = [None if ct is None else ops.reshape.bind(
+            ct, shape=tuple(tgt.shape) + tuple(s.shape)) for ct, s in zip(stacked, srcs)]
         self._finish_call()
         return nest.pack_sequence_as(sources, results)
 
@@ -278,21 +295,15 @@ class GradientTape:
                              f"{src.shape} need rank >= 2 and the same first (batch) "
                              "dimension")
         inner = tgt.shape[1:]
-        seeds = []
-        for e in autodiff.one_hot_seeds(inner):
-            seeds.append(np.broadcast_to(e, tgt.shape).copy())
+        seeds = np.broadcast_to(autodiff.one_hot_seeds(inner).reshape(
+            (-1, 1) + tuple(inner)), (int(np.prod(inner, dtype=np.int64)),) + tgt.shape)
         # TF: an unconnected source gives zeros here, whatever unconnected_gradients says
-        zero = UnconnectedGradients.ZERO
-        (rows,) = self._jacobian_rows(tgt, [src], seeds, zero)
-
-        def reorder(parts):
-            # parts[j] has shape (batch,) + source.shape[1:]; put j after the batch axis
-            if not parts:
-                return _zeros((tgt.shape[0],) + inner + src.shape[1:], src.dtype)
-            stacked = ops.stack.bind(*parts, axis=1)
-            return ops.reshape.bind(stacked, shape=(tgt.shape[0],) + inner + src.shape[1:])
-
-        out = self._stack_rows(rows, src, (), zero, reorder)
+        (ct,) = self._stacked_cotangents(tgt, [src], seeds, UnconnectedGradients.ZERO,
+                                         not experimental_use_pfor)
+        # ct[j, b] is row j of example b: put j after the batch axis
+        rank = len(ct.shape)
+        moved = ops.transpose.bind(ct, perm=(1, 0) + tuple(range(2, rank)))
+        out = ops.reshape.bind(moved, shape=(tgt.shape[0],) + inner + src.shape[1:])
         self._finish_call()
         return out
 

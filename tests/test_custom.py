@@ -165,3 +165,23 @@ def test_stop_gradient_zero_mode():
     with st.GradientTape() as t:
         y = st.stop_gradient(x) * 3
     np.testing.assert_array_equal(t.gradient(y, x, unconnected_gradients="zero").numpy(), 0.0)
+
+
+@st.custom_gradient
+def numpy_rule(y):
+    def backward(dy):  # computes in Python on the upstream's values
+        return st.constant(3.0 * np.asarray(dy.numpy()))
+
+    return y, backward
+
+
+def test_jacobian_through_rules_of_every_kind():
+    """A rule written with ops is batched with the Jacobian's other rows: clip_by_norm
+    clips each row (one-hot seeds have norm 1, clipped to 0.5); a rule computing on the
+    upstream's values in Python makes the Jacobian one sweep per row."""
+    x = st.Variable([3.0, 4.0])
+    with st.GradientTape(persistent=True) as t:
+        clipped = clip_gradients(x * x)
+        scaled = numpy_rule(x * x)
+    np.testing.assert_allclose(t.jacobian(clipped, x).numpy(), np.diag([3.0, 4.0]))
+    np.testing.assert_allclose(t.jacobian(scaled, x).numpy(), np.diag([18.0, 24.0]))

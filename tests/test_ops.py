@@ -15,7 +15,7 @@ import pytest
 import sympy as sp
 
 import symtape as st
-from symtape import ops
+from symtape import autodiff, ops, recording
 
 ERF = np.vectorize(math.erf)
 SELU_A, SELU_S = 1.6732632423543772, 1.0507009873554805
@@ -425,3 +425,83 @@ def test_scalar_derivatives_to_order_three_match_sympy(name):
                 a = complex(got.xreplace(env).evalf()).real
                 b = complex(want.xreplace(env).evalf()).real
                 assert a == pytest.approx(b, rel=1e-9, abs=1e-9), (name, multi, pt, got, want)
+
+
+def _jacobians(r: Row, xs, rowwise: bool):
+    """d y / d each float argument, and the Jacobian of the weighted loss's gradient (second
+    derivatives): one batched sweep each, or one sweep per row (``rowwise``)."""
+    diff = _float_args(r)
+    leaves = [st.Variable(x, name=f"a{i}") for i, x in enumerate(xs)]
+    with st.GradientTape(persistent=True) as outer:
+        with st.GradientTape(persistent=True) as inner:
+            y = r.fn(*leaves)
+            loss = st.reduce_sum(y * _weights(y.shape))
+        grads = inner.gradient(loss, [leaves[i] for i in diff], unconnected_gradients="zero")
+    firsts = [inner.jacobian(y, leaves[i], experimental_use_pfor=not rowwise) for i in diff]
+    seconds = [outer.jacobian(g, leaves[j], experimental_use_pfor=not rowwise)
+               for g in grads for j in diff]
+    return [None if t is None else t.numpy() for t in firsts + seconds]
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_batched_jacobians_match_row_by_row(name, monkeypatch):
+    """Jacobians take one sweep with the one-hot seeds stacked (every op's batching rule,
+    and those of the ops its derivative rules use); one sweep per seed is the reference."""
+    r = ROWS[name]
+    xs = _sample(r)
+    if not _float_args(r) or r.fn(*[st.constant(x) for x in xs]).dtype.kind != "f":
+        pytest.skip("no float arguments or no float result")
+    batched = []
+    sweep = autodiff.batched_vjp
+    monkeypatch.setattr(autodiff, "batched_vjp",
+                        lambda *a: batched.append(sweep(*a)) or batched[-1])
+    got = _jacobians(r, xs, rowwise=False)
+    assert batched and all(b is not None for b in batched), "a Jacobian was not batched"
+    want = _jacobians(r, xs, rowwise=True)
+    for a, b in zip(got, want):
+        assert (a is None) == (b is None)
+        if a is not None:
+            np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-13)
+
+
+def _row_values(v: np.ndarray, k: int) -> np.ndarray:
+    """Row ``k`` of a batched argument: the value itself, floats shifted a little per row."""
+    if v.dtype.kind != "f" or k == 0:
+        return v
+    return v + np.asarray(0.01 * k * np.cos(np.arange(v.size) + k), dtype=v.dtype).reshape(
+        v.shape)
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_batching_rules_match_rows(name):
+    """Every primitive the row applies, batched over each argument alone and over all of
+    them (``Primitive.batch``), equals the op applied row by row and stacked."""
+    r = ROWS[name]
+    rec = recording.Recorder(everything=True)
+    recording.push(rec)
+    try:
+        r.fn(*[st.constant(x) for x in _sample(r)])
+    finally:
+        recording.remove(rec)
+    if not rec.entries:
+        pytest.skip("applies no primitive (a creation op)")
+    checked = 0
+    for e in rec.entries:
+        if not hasattr(e.prim, "batch") or len(e.outputs) != 1:
+            continue
+        n_in = len(e.inputs)
+        values = [np.asarray(t.numpy()) for t in e.inputs]
+        for chosen in {(i,) for i in range(n_in)} | {tuple(range(n_in))}:
+            flags = [i in chosen for i in range(n_in)]
+            rows = [[_row_values(v, k) if f else v for v, f in zip(values, flags)]
+                    for k in range(3)]
+            args = [st.constant(np.stack([row[i] for row in rows])) if f else t
+                    for i, (t, f) in enumerate(zip(e.inputs, flags))]
+            got = e.prim.batch(args, flags, e.params, tuple(e.outputs[0].shape)).numpy()
+            want = np.stack([np.asarray(e.prim.bind(*[st.constant(a) for a in row],
+                                                    **e.params).numpy()) for row in rows])
+            assert got.shape == want.shape, (e.prim, chosen)
+            np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13, equal_nan=True,
+                                       err_msg=f"{e.prim} batched over {chosen}")
+            checked += 1
+    assert checked

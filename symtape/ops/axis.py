@@ -11,7 +11,18 @@ import sympy as sp
 from .. import functions as F
 from .. import graph as G
 from ..errors import InvalidArgumentError, ShapeError
-from .core import Aval, Primitive, _as_obj, _fmt, _lanes, _obj, _register, irregular_rows
+from .core import (
+    Aval,
+    Primitive,
+    _as_obj,
+    _fmt,
+    _lanes,
+    _obj,
+    _register,
+    batch_size,
+    irregular_rows,
+    spread,
+)
 from .elementwise import exp, multiply, negative, subtract
 from .linalg import _sum_of_products
 from .reductions import _sequential, reduce_sum
@@ -74,6 +85,11 @@ class AxisOp(Primitive):
     def numeric(self, values, params):
         with np.errstate(all="ignore"):
             return self._numeric(*[np.asarray(v) for v in values], axis=params["axis"])
+
+    def batch(self, args, batched, params, shape):
+        n = batch_size(args, batched)
+        return self.bind(*[spread(a, b, n) for a, b in zip(args, batched)],
+                         axis=params["axis"] + 1)
 
 
 def _stable_exps(xs):
@@ -165,6 +181,9 @@ class StopGradient(Primitive):
 
     def numeric(self, values, params):
         return np.array(values[0], copy=True)
+
+    def batch(self, args, batched, params, shape):
+        return self.bind(args[0])
 
 
 stop_gradient = _register(StopGradient())

@@ -189,6 +189,45 @@ class Primitive:
             out.append(None if rule is None else rule(g, ans, *args, **params))
         return out
 
+    # -- batching --------------------------------------------------------------------------
+    def batch(self, args: Sequence, batched: Sequence[bool], params: dict, shape: tuple):
+        """This op applied to every row of the ``batched`` arguments (a leading axis of the
+        same length; the others are shared), as one tensor with that leading axis: the op's
+        output ``shape`` is its shape for one row. This default applies the op row by row;
+        ops override it with one application over the whole batch."""
+        n = batch_size(args, batched)
+        take, stack = OPS["getitem"], OPS["stack"]
+        rows = [self.bind(*[take.bind(a, key=(i,)) if b else a for a, b in zip(args, batched)],
+                          **params) for i in range(n)]
+        return stack.bind(*rows, axis=0)
+
+
+def batch_size(args: Sequence, batched: Sequence[bool]) -> int:
+    """The length of the leading (batch) axis of the batched arguments."""
+    return next(int(a.shape[0]) for a, b in zip(args, batched) if b)
+
+
+def aligned(t, batched: bool, rank: int):
+    """A batched argument reshaped so that its batch axis leads a result of ``rank`` core
+    axes under broadcasting (``(n,) + (1,) * k + core``); a shared one as it is."""
+    core = tuple(t.shape[1:]) if batched else tuple(t.shape)
+    if not batched or len(core) >= rank:
+        return t
+    return OPS["reshape"].bind(t, shape=(t.shape[0],) + (1,) * (rank - len(core)) + core)
+
+
+def spread(t, batched: bool, n: int):
+    """A batched argument as it is, a shared one repeated along a new leading axis of ``n``."""
+    if batched:
+        return t
+    return OPS["broadcast_to"].bind(t, shape=(n,) + tuple(t.shape))
+
+
+def axis_after_batch(axis: int, rank: int) -> int:
+    """A core axis (possibly negative, of a tensor of ``rank`` core axes) in the batched
+    tensor."""
+    return (axis % rank if rank else 0) + 1
+
 
 _const_atom = np.frompyfunc(G.is_const, 1, 1)
 

@@ -30,6 +30,7 @@ from .core import (
     _register,
     _same_atom,
     _special_atom,
+    aligned,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -333,6 +334,10 @@ class Elementwise(Primitive):
     def vjp(self, g, ans, args, params, needed):
         cts = super().vjp(g, ans, args, params, needed)
         return [unbroadcast(ct, a.shape) for ct, a in zip(cts, args)]
+
+    def batch(self, args, batched, params, shape):
+        rank = len(shape)
+        return self.bind(*[aligned(a, b, rank) for a, b in zip(args, batched)], **params)
 
 
 def _fresh_cotangent(placeholders) -> sp.Symbol:

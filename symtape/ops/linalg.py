@@ -14,7 +14,18 @@ import sympy as sp
 from .. import graph as G
 from ..errors import InvalidArgumentError, ShapeError
 from ..notation import Dot, Transpose
-from .core import Aval, Primitive, _fmt, _irregular_anywhere, _obj, _register, row_flags
+from .core import (
+    Aval,
+    Primitive,
+    _fmt,
+    _irregular_anywhere,
+    _obj,
+    _register,
+    aligned,
+    batch_size,
+    row_flags,
+    spread,
+)
 from .elementwise import multiply, negative, unbroadcast
 from .reductions import ORDERED_TERMS
 from .structural import gather, gather_flat, reshape, transpose
@@ -176,6 +187,10 @@ class MatMul(Primitive):
         b = Transpose(b) if params["transpose_b"] else b
         return Dot(a, b)
 
+    def batch(self, args, batched, params, shape):
+        rank = len(shape)
+        return self.bind(*[aligned(a, b, rank) for a, b in zip(args, batched)], **params)
+
     @staticmethod
     def _rule_a(g, ans, a, b, transpose_a, transpose_b):
         if transpose_a:
@@ -292,6 +307,13 @@ class Einsum(Primitive):
                 _in_space(a, labels, full, sizes) for labels, a in zip(ins, arrays)])
             lead = tuple(sizes[c] for c in out)
             return in_order_sum(terms.reshape(lead + (-1,)), -1)
+
+    def batch(self, args, batched, params, shape):
+        ins, out = params["spec"].split("->")
+        ins = ins.split(",")
+        new = next(c for c in string.ascii_letters if c not in params["spec"])
+        spec = ",".join(new + s if b else s for s, b in zip(ins, batched)) + "->" + new + out
+        return self.bind(*args, spec=spec)
 
     def differentiable(self, i: int) -> bool:
         return True  # every operand (see vjp)
@@ -599,6 +621,10 @@ class _Linalg(Primitive):
         return out
 
     unsettled = _irregular_anywhere
+
+    def batch(self, args, batched, params, shape):
+        n = batch_size(args, batched)  # leading axes are batches of matrices already
+        return self.bind(*[spread(a, b, n) for a, b in zip(args, batched)], **params)
 
     def numeric(self, values, params):
         arrays = [np.asarray(v, dtype=np.float64) for v in values]

@@ -91,6 +91,10 @@ class Reduction(Primitive):
     def build(self, atoms, params):
         return _reduced(atoms[0], params["axis"], params["keepdims"], self.combine)
 
+    def batch(self, args, batched, params, shape):
+        return self.bind(args[0], axis=tuple(a + 1 for a in params["axis"]),
+                         keepdims=params["keepdims"])
+
     def settle_folds(self, value, values, args, params):
         """A sum drops its folded zero terms: they are summed as -0.0, the exact identity of
         IEEE addition, and a sum of nothing but folded zeros is the constant 0."""

@@ -11,7 +11,20 @@ import sympy as sp
 from .. import functions as F
 from .. import graph as G
 from ..errors import ShapeError
-from .core import Aval, Primitive, Zero, _as_obj, _fmt, _kind, _obj, _register
+from .core import (
+    Aval,
+    Primitive,
+    Zero,
+    _as_obj,
+    _fmt,
+    _kind,
+    _obj,
+    _register,
+    aligned,
+    axis_after_batch,
+    batch_size,
+    spread,
+)
 
 # --------------------------------------------------------------------------------------------
 # Cast
@@ -62,6 +75,9 @@ class Cast(Primitive):
         with np.errstate(all="ignore"):
             return np.asarray(values[0]).astype(params["dtype"])
 
+    def batch(self, args, batched, params, shape):
+        return self.bind(args[0], dtype=params["dtype"])
+
 
 cast = _register(Cast())
 
@@ -80,10 +96,12 @@ class Structural(Primitive):
 
     exact_elsewhere = True  # values are copies (or casts) of input values
 
-    def __init__(self, name: str, fn: Callable, variadic: bool = False) -> None:
+    def __init__(self, name: str, fn: Callable, variadic: bool = False,
+                 batch: Callable | None = None) -> None:
         super().__init__(name, ("T",), "fib")
         self.fn = fn
         self.variadic = variadic
+        self._batch = batch  # (args, batched, params, shape) -> tensor, or None: not here
 
     def index_maps(self, shapes: Sequence[tuple], params: dict) -> list[np.ndarray]:
         """For each argument, the flat index into it of every output element (-1: other)."""
@@ -120,6 +138,16 @@ class Structural(Primitive):
 
     def differentiable(self, i: int) -> bool:
         return True  # every argument, through its index map (see vjp)
+
+    def batch(self, args, batched, params, shape):
+        out = self._batch(args, batched, params, shape) if self._batch is not None else None
+        if out is not None:
+            return out
+        if len(args) == 1:  # any rearrangement: a gather through its index map, row by row
+            (x,) = args
+            (idx,) = self.index_maps([tuple(x.shape[1:])], params)
+            return gather_flat.bind(x, idx=batched_index(idx, x.shape[0], x.shape[1:]))
+        return super().batch(args, batched, params, shape)
 
     def vjp(self, g, ans, args, params, needed):
         maps = self.index_maps([a.shape for a in args], params)
@@ -161,6 +189,10 @@ class GatherFlat(Primitive):
     def numeric(self, values, params):
         v = np.asarray(values[0])
         return self._take(v.reshape(-1), params["idx"], v.dtype.type(0))
+
+    def batch(self, args, batched, params, shape):
+        (x,) = args
+        return self.bind(x, idx=batched_index(params["idx"], x.shape[0], x.shape[1:]))
 
 
 class ScatterAdd(Primitive):
@@ -209,13 +241,27 @@ class ScatterAdd(Primitive):
         np.add.at(out, idx[keep], v.reshape(-1)[keep])
         return out.reshape(params["shape"])
 
+    def batch(self, args, batched, params, shape):
+        (x,) = args
+        n = x.shape[0]
+        return self.bind(x, idx=batched_index(params["idx"], n, shape), shape=(n,) + shape)
+
 
 gather_flat = _register(GatherFlat())
 scatter_add = _register(ScatterAdd())
 
 
-def _structural(name: str, fn: Callable, variadic: bool = False) -> Structural:
-    return _register(Structural(name, fn, variadic))
+def batched_index(idx: np.ndarray, n: int, core: tuple) -> np.ndarray:
+    """Flat indices ``idx`` into a tensor of shape ``core``, for each of ``n`` rows of a
+    tensor of shape ``(n,) + core`` (-1 stays -1)."""
+    size = int(np.prod(core, dtype=np.int64))
+    rows = np.arange(n, dtype=np.int64).reshape((n,) + (1,) * idx.ndim) * size
+    return np.where(idx < 0, -1, idx + rows)
+
+
+def _structural(name: str, fn: Callable, variadic: bool = False,
+                batch: Callable | None = None) -> Structural:
+    return _register(Structural(name, fn, variadic, batch))
 
 
 def _getitem(a, key):
@@ -236,16 +282,75 @@ def _broadcast_to(a, shape):
     return np.array(np.broadcast_to(a, shape))
 
 
-reshape = _structural("reshape", lambda a, shape: np.reshape(a, shape))
-transpose = _structural("transpose", lambda a, perm: np.transpose(a, perm))
-squeeze = _structural("squeeze", lambda a, axis: np.squeeze(a, axis=axis))
-expand_dims = _structural("expand_dims", lambda a, axis: np.expand_dims(a, axis))
-tile = _structural("tile", lambda a, multiples: np.tile(a, multiples))
-broadcast_to = _structural("broadcast_to", _broadcast_to)
-getitem = _structural("getitem", _getitem)
+# Batching rules (see Primitive.batch): the op over a leading batch axis in one application,
+# or None where the generic gather through the index map is used.
+
+
+def _batch_reshape(args, batched, params, shape):
+    return reshape.bind(args[0], shape=(args[0].shape[0],) + shape)
+
+
+def _batch_transpose(args, batched, params, shape):
+    rank = len(shape)
+    perm = params.get("perm")
+    perm = range(rank - 1, -1, -1) if perm is None else perm
+    return transpose.bind(args[0], perm=(0,) + tuple(p % rank + 1 for p in perm))
+
+
+def _batch_broadcast_to(args, batched, params, shape):
+    x = aligned(args[0], True, len(shape))
+    return broadcast_to.bind(x, shape=(x.shape[0],) + shape)
+
+
+def _batch_tile(args, batched, params, shape):
+    multiples = tuple(params["multiples"])
+    if len(multiples) != len(args[0].shape) - 1:
+        return None
+    return tile.bind(args[0], multiples=(1,) + multiples)
+
+
+def _batch_reverse(args, batched, params, shape):
+    axis = params["axis"]
+    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    return reverse.bind(args[0], axis=tuple(axis_after_batch(a, len(shape)) for a in axes))
+
+
+def _basic_key(k) -> bool:
+    return k is None or k is Ellipsis or isinstance(k, slice) or (
+        isinstance(k, (int, np.integer)) and not isinstance(k, (bool, np.bool_)))
+
+
+def _batch_getitem(args, batched, params, shape):
+    key = params["key"] if isinstance(params["key"], tuple) else (params["key"],)
+    if not all(_basic_key(k) for k in key):
+        return None  # advanced indexing moves axes: the generic gather
+    return getitem.bind(args[0], key=(slice(None),) + key)
+
+
+def _batch_joined(op):
+    def rule(args, batched, params, shape):
+        n = batch_size(args, batched)
+        return op.bind(*[spread(a, b, n) for a, b in zip(args, batched)],
+                       axis=axis_after_batch(params["axis"], len(shape)))
+
+    return rule
+
+
+reshape = _structural("reshape", lambda a, shape: np.reshape(a, shape), batch=_batch_reshape)
+transpose = _structural("transpose", lambda a, perm: np.transpose(a, perm),
+                        batch=_batch_transpose)
+squeeze = _structural("squeeze", lambda a, axis: np.squeeze(a, axis=axis),
+                      batch=_batch_reshape)
+expand_dims = _structural("expand_dims", lambda a, axis: np.expand_dims(a, axis),
+                          batch=_batch_reshape)
+tile = _structural("tile", lambda a, multiples: np.tile(a, multiples), batch=_batch_tile)
+broadcast_to = _structural("broadcast_to", _broadcast_to, batch=_batch_broadcast_to)
+getitem = _structural("getitem", _getitem, batch=_batch_getitem)
 gather = _structural("gather", lambda p, indices, axis, batch_dims:
                      _gather(p, indices, axis, batch_dims))
 stack = _structural("stack", lambda *xs, axis: np.stack(xs, axis=axis), True)
 concat = _structural("concat", lambda *xs, axis: np.concatenate(xs, axis=axis), True)
-reverse = _structural("reverse", lambda a, axis: np.flip(a, axis))
+reverse = _structural("reverse", lambda a, axis: np.flip(a, axis), batch=_batch_reverse)
+stack._batch = _batch_joined(stack)
+concat._batch = _batch_joined(concat)
 

@@ -171,7 +171,9 @@ def batched_vjp(entries: Sequence, target: Tensor, seeds: np.ndarray, sources: S
         flags = [t._id in batched for t in e.inputs]
         args = [batched.get(t._id, t) for t in e.inputs]
         (out,) = e.outputs
-        batched[out._id] = e.prim.batch(args, flags, e.params, tuple(out.shape))
+        t = batched[out._id] = e.prim.batch(args, flags, e.params, tuple(out.shape))
+        if t._node.kind == "op":
+            t._node.seeds = n
     results = []
     for s in sources:
         ct = cts.get(s._id)

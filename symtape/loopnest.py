@@ -91,9 +91,9 @@ def worth_looping(outputs: Sequence[N.Node], limit: int | None = None,
     """Whether the element view under ``outputs`` would exceed ``limit`` atoms (default
     :data:`LOOP_MIN_ATOMS`; a matrix product counts its terms; a view already built costs
     nothing) without more than :data:`LOOP_MAX_BLOCKS` tensor ops, or would exceed
-    :data:`LOOP_ALWAYS_ATOMS`."""
+    :data:`LOOP_ALWAYS_ATOMS` (the one test for the nodes of a batched sweep)."""
     limit = LOOP_MIN_ATOMS if limit is None else limit
-    total, blocks, terms, seen = 0, 0, 0, set()
+    total, blocks, terms, seeded, seen = 0, 0, 0, False, set()
     stack = list(outputs)
     while stack:
         node = stack.pop()
@@ -102,10 +102,16 @@ def worth_looping(outputs: Sequence[N.Node], limit: int | None = None,
         seen.add(id(node))
         cost = _atoms_cost(node)
         total += cost
+        seeded = seeded or node.seeds > 1
         if node.kind == "op" and not isinstance(node.prim, (Structural, StopGradient)):
             blocks += 1
             terms += cost if isinstance(node.prim, MatMul) else 0
         stack.extend(node.inputs)
+    if seeded:
+        # a batched sweep (a Jacobian, a Hessian): its element view holds only what each
+        # one-hot seed reaches (three terms a row of a banded Hessian, the pairs of one body
+        # in an N-body one), where loops would compute every seed's rows densely
+        return total > LOOP_ALWAYS_ATOMS
     if points and terms >= POINT_LOOP_MATMUL_TERMS and blocks <= POINT_LOOP_MAX_BLOCKS:
         return True  # each point's matrix-vector products become products over the chunk
     if total <= limit:

@@ -69,6 +69,7 @@ class Node:
     _exact = None  # a constant's exact elements
     _fkey = None
     _zero = None  # is_zero, once asked
+    seeds = 1  # > 1: computed for that many one-hot seeds at once (a batched sweep)
 
     def __init__(self, kind: str, prim, params: dict, inputs: tuple, shape: tuple,
                  dtype) -> None:

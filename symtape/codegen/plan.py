@@ -25,7 +25,7 @@ from sympy.logic.boolalg import BooleanAtom
 
 from .. import dataio
 from ..errors import InvalidArgumentError, SerializationError, UnboundLeafError
-from ..graph import Leaf, Node, const_value, is_symbolic, number, reachable
+from ..graph import Leaf, Node, const_value, is_symbolic, number
 from .lower import OPS, head_rule
 
 __all__ = ["Instr", "ArgLayout", "OutLayout", "Plan", "build_plan", "formulas"]
@@ -169,7 +169,7 @@ def build_plan(outputs: Sequence[np.ndarray], inputs: Sequence[np.ndarray]) -> P
                     for i, arr in enumerate(inputs))
     outputs = [np.asarray(arr, dtype=object) for arr in outputs]
     atoms = [a for arr in outputs for a in arr.flat]
-    for node in reachable(atoms, through_forward=True):
+    for node in _schedule(atoms):
         b.env[node] = b.node(node)
     outs = []
     for arr in outputs:
@@ -177,6 +177,31 @@ def build_plan(outputs: Sequence[np.ndarray], inputs: Sequence[np.ndarray]) -> P
         boolean = bool(refs) and all(_kind(b.instrs[r]) == "b" for r in refs)
         outs.append(OutLayout(tuple(arr.shape), refs, boolean))
     return _prune(b.instrs, layouts, tuple(outs))
+
+
+def _schedule(atoms) -> list:
+    """The nodes ``atoms`` need, each after its operands, output by output (depth first):
+    a value is computed close to where it is used, whatever order the nodes were made in
+    (a batched sweep makes each node for every seed before the next), so few values are
+    live at once."""
+    order: list = []
+    done: set = set()
+    for atom in atoms:
+        if not isinstance(atom, Node) or atom in done:
+            continue
+        stack = [(atom, iter(atom.evaluation_operands()))]
+        done.add(atom)
+        while stack:
+            node, pending = stack[-1]
+            for op in pending:
+                if isinstance(op, Node) and op not in done:
+                    done.add(op)
+                    stack.append((op, iter(op.evaluation_operands())))
+                    break
+            else:
+                stack.pop()
+                order.append(node)
+    return order
 
 
 def _bind_inputs(b: _Builder, index: int, arr: np.ndarray) -> ArgLayout:

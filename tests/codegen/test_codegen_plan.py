@@ -29,6 +29,25 @@ def ops(plan):
     return [ins.op for ins in plan.instrs]
 
 
+def test_values_are_computed_output_by_output():
+    """Nodes made breadth first (each step of two chains before the next, as a batched
+    sweep makes them) are planned depth first: one output's chain, then the other's."""
+    x, y = graph.Leaf.new("x"), graph.Leaf.new("y")
+    chains = [[x], [y]]
+    for step in range(3):
+        for chain in chains:
+            chain.append(graph.call(sp.sin, graph.add(chain[-1], S(step + 2))))
+    plan = build_plan([arr(chains[0][-1], chains[1][-1])], [arr(x, y)])
+    for i, ins in enumerate(plan.instrs):
+        assert all(a < i for a in ins.args)
+    order = [ins.op for ins in plan.instrs if ins.op not in ("const", "input")]
+    assert order == ["add", "sin"] * 6
+    y_ref = next(i for i, ins in enumerate(plan.instrs) if ins.op == "input" and
+                 ins.attr == (0, 1))
+    first_out = plan.outputs[0].refs[0]
+    assert all(i > first_out for i, ins in enumerate(plan.instrs) if y_ref in ins.args)
+
+
 def test_ssa_is_topological_and_shares_power_factors():
     x, y = graph.Leaf.new("x"), graph.Leaf.new("y")
     a = graph.power(x, S(2))

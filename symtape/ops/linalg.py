@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import string
 from collections.abc import Sequence
 
@@ -176,8 +177,10 @@ class MatMul(Primitive):
     def numeric(self, values, params):
         a = self._operands(np.asarray(values[0]), params["transpose_a"])
         b = self._operands(np.asarray(values[1]), params["transpose_b"])
+        terms = math.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])) * a.shape[-2] * \
+            a.shape[-1] * b.shape[-1]
         with np.errstate(all="ignore"):
-            if a.size * b.shape[-1] > ORDERED_TERMS:
+            if terms > ORDERED_TERMS:
                 return np.matmul(a, b)
             return in_order_sum(a[..., :, :, None] * b[..., None, :, :], -2)
 

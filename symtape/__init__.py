@@ -31,6 +31,7 @@ from .function import (
                      function,
                      grad,
                      hessian,
+                     hvp,
                      jacobian,
 )
 from .math import *  # noqa: F403 - TensorFlow exposes its math names at the top level
@@ -51,6 +52,7 @@ __all__ = [  # noqa: F405
     "convert_to_tensor", "is_tensor", "custom_gradient", "register_gradient",
     "RegisterGradient", "define_function", "get_function", "stop_gradient", "errors", "math",
     "nn", "linalg", "random", "optimizers", "saved_model", "testing", "compile", "function",
-    "Function", "grad", "jacobian", "hessian", "derivative", "TensorSpec", "SparseResult", "load",
+    "Function", "grad", "jacobian", "hessian", "hvp", "derivative", "TensorSpec", "SparseResult",
+    "load",
     *math.__all__,
 ]

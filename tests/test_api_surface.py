@@ -17,7 +17,7 @@ sigmoid_cross_entropy_with_logits softmax_cross_entropy_with_logits""".split()
 LINALG = "det inv solve trace".split()
 TOP = """constant Variable symbol Tensor GradientTape UnconnectedGradients stop_gradient
 custom_gradient register_gradient define_function TensorSpec function compile grad jacobian
-hessian derivative load""".split()
+hessian hvp derivative load""".split()
 
 
 @pytest.mark.parametrize("name", MATH)

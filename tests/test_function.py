@@ -330,3 +330,46 @@ def test_optimizer_state_carries_across_compiled_steps(make):
     np.testing.assert_allclose(compiled, eager, rtol=1e-13)
     np.testing.assert_allclose(w_compiled, w_eager, rtol=1e-13)
     assert eager[3] < eager[0]
+
+
+def _rosen(x):
+    return st.reduce_sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2) + \
+        st.reduce_sum(st.sin(x) * x[::-1])
+
+
+def _rosen_np(x):
+    return np.sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2) + \
+        np.sum(np.sin(x) * x[::-1])
+
+
+def test_hvp_matches_the_hessian_and_finite_differences():
+    n = 6
+    spec = [st.TensorSpec((n,))]
+    hv = st.hvp(_rosen, input_signature=spec * 2)
+    H = st.hessian(_rosen, input_signature=spec)
+    rng = np.random.default_rng(3)
+    x, v = rng.normal(size=(4, n)), rng.normal(size=(4, n))
+    got = hv(x, v)
+    np.testing.assert_allclose(got, np.einsum("bij,bj->bi", H(x), v), rtol=1e-12)
+    # central differences of the gradient of the numpy function along v
+    grad = st.grad(_rosen, input_signature=spec)
+    h = 1e-6
+    np.testing.assert_allclose(got, (grad(x + h * v) - grad(x - h * v)) / (2 * h),
+                               rtol=1e-5, atol=1e-5)
+    eps = 1e-4  # and the function itself, to second order
+    fd = np.array([[(_rosen_np(p + eps * v[b] + eps * e) - _rosen_np(p + eps * v[b] - eps * e)
+                     - _rosen_np(p - eps * v[b] + eps * e) + _rosen_np(p - eps * v[b] - eps * e))
+                    / (4 * eps * eps) for e in np.eye(n)] for b, p in enumerate(x)])
+    np.testing.assert_allclose(got, fd, rtol=1e-4, atol=1e-4)
+
+
+def test_hvp_of_one_argument_and_its_errors():
+    hv = st.hvp(lambda a, x: st.reduce_sum(a * x ** 3), argnums=1)
+    np.testing.assert_allclose(hv(np.array([1.0, 2.0]), np.array([1.0, -1.0]),
+                                  np.array([2.0, 5.0])), [12.0, -60.0])
+    with pytest.raises(errors.ShapeError, match="v has shape"):
+        hv(np.array([1.0, 2.0]), np.array([1.0, -1.0]), np.array([2.0, 5.0, 1.0]))
+    with pytest.raises(errors.InvalidArgumentError, match="argnums must be one int"):
+        st.hvp(lambda x: x, argnums=(0, 1))
+    with pytest.raises(errors.ShapeError, match="scalar"):
+        st.hvp(lambda x: x * 2)(np.ones(2), np.ones(2))

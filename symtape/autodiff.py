@@ -144,12 +144,14 @@ def _traced_sweep(entries, target: Tensor, relevant: set):
 
 
 def batched_vjp(entries: Sequence, target: Tensor, seeds: np.ndarray, sources: Sequence,
-                relevant: set) -> list | None:
+                relevant: set, one_hot: bool = True) -> list | None:
     """The cotangents of ``sources`` for each of the ``seeds`` of ``target`` (stacked along a
     leading axis) in one sweep: the sweep is traced once for a stand-in cotangent, and what
     it computed from it is applied again by each op's batching rule (``Primitive.batch``) to
     all seeds at once. Per source: a tensor with the seeds' leading axis, a Zero, or None (no
-    path); None as a whole when the sweep needs the seeds' values.
+    path); None as a whole when the sweep needs the seeds' values. The nodes made for
+    ``one_hot`` seeds are marked with their number (``Node.seeds``: their element views are
+    mostly zero).
 
     >>> import symtape as st
     >>> x = st.Variable([1.0, 2.0])
@@ -172,7 +174,7 @@ def batched_vjp(entries: Sequence, target: Tensor, seeds: np.ndarray, sources: S
         args = [batched.get(t._id, t) for t in e.inputs]
         (out,) = e.outputs
         t = batched[out._id] = e.prim.batch(args, flags, e.params, tuple(out.shape))
-        if t._node.kind == "op":
+        if one_hot and t._node.kind == "op":
             t._node.seeds = n
     results = []
     for s in sources:

@@ -18,11 +18,11 @@ from typing import NamedTuple
 import numpy as np
 
 from . import graph as G
-from . import nest, ops, recording
+from . import nest, ops, recording, sparsity
 from . import loopnest
 from .codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
 from .errors import InvalidArgumentError, ShapeError, UnboundLeafError
-from .tape import GradientTape
+from .tape import GradientTape, UnconnectedGradients
 from .tensor import Tensor, constant, symbol
 
 __all__ = ["compile", "function", "Function", "grad", "jacobian", "hessian", "derivative",
@@ -94,7 +94,8 @@ def compile(outputs, inputs, *, dtype: str = "float64", fastmath: bool = False, 
             return looped
     out_atoms = [t._atoms for t in flat]
     if sparse:
-        return SparseFunction(out_atoms, in_atoms, in_names, out_names, structure, opts)
+        return SparseFunction.of_atoms(out_atoms, in_atoms, in_names, out_names, structure,
+                                       opts)
     return compile_atoms(out_atoms, in_atoms, input_names=in_names, output_names=out_names,
                          structure=structure, **opts)
 
@@ -132,26 +133,60 @@ class SparseResult(NamedTuple):
             out[(Ellipsis, *self.indices.T)] = self.values
         return out
 
+    def to_scipy(self, index=()):
+        """The result at batch ``index`` (none for one point) as a ``scipy.sparse``
+        ``csr_array`` of shape ``(target elements, source elements)`` (SciPy is optional).
+        """
+        try:
+            from scipy import sparse
+        except ImportError:
+            raise ImportError("SparseResult.to_scipy needs SciPy: pip install scipy") \
+                from None
+        values = np.asarray(self.values)[index]
+        if values.ndim != 1:
+            raise InvalidArgumentError(
+                f"SparseResult.to_scipy: values have batch shape {values.shape[:-1]}; pick "
+                "one point with index=")
+        shape = tuple(self.dense_shape)
+        split = len(shape) // 2 if len(shape) % 2 == 0 else len(shape) - 1
+        rows_shape, cols_shape = shape[:split] or (1,), shape[split:] or (1,)
+        idx = np.asarray(self.indices, dtype=np.int64).reshape(len(values), len(shape))
+        rows = np.ravel_multi_index(tuple(idx[:, :split].T), shape[:split]) if split else \
+            np.zeros(len(values), dtype=np.int64)
+        cols = np.ravel_multi_index(tuple(idx[:, split:].T), shape[split:])
+        return sparse.csr_array((values, (rows, cols)),
+                                shape=(int(np.prod(rows_shape)), int(np.prod(cols_shape))))
+
 
 class SparseFunction:
     """A compiled function returning :class:`SparseResult` s: only elements that are not
-    structural zeros are computed (the sparsity of Jacobians and Hessians)."""
+    structural zeros are computed (the sparsity of Jacobians and Hessians).
 
-    def __init__(self, out_atoms, in_atoms, in_names, out_names, structure, opts) -> None:
-        self._patterns = []
-        nonzero = []
+    ``patterns``: per output, ``(indices, dense_shape)``; ``takes``: per output, where its
+    values are in the compiled function's output (flat positions), or None when the
+    compiled output is the values."""
+
+    def __init__(self, compiled, patterns: list, takes: list, structure) -> None:
+        self.compiled = compiled
+        self._patterns = patterns
+        self._takes = takes
+        self._structure = structure
+
+    @classmethod
+    def of_atoms(cls, out_atoms, in_atoms, in_names, out_names, structure, opts):
+        """The elements of element views that are not the constant 0."""
+        patterns, nonzero = [], []
         for atoms in out_atoms:
             idx = [i for i in np.ndindex(*atoms.shape) if not _is_zero(atoms[i])]
-            self._patterns.append((np.array(idx, dtype=np.int64).reshape(len(idx),
-                                                                         atoms.ndim),
-                                   atoms.shape))
+            patterns.append((np.array(idx, dtype=np.int64).reshape(len(idx), atoms.ndim),
+                             atoms.shape))
             vals = np.empty(len(idx), dtype=object)
             for k, i in enumerate(idx):
                 vals[k] = atoms[i]
             nonzero.append(vals)
-        self._structure = structure
-        self.compiled = compile_atoms(nonzero, in_atoms, input_names=in_names,
-                                      output_names=out_names, **opts)
+        compiled = compile_atoms(nonzero, in_atoms, input_names=in_names,
+                                 output_names=out_names, **opts)
+        return cls(compiled, patterns, [None] * len(patterns), structure)
 
     @property
     def sparsity(self) -> list:
@@ -162,11 +197,19 @@ class SparseFunction:
     def inputs(self) -> tuple:
         return self.compiled.inputs
 
-    def __call__(self, *args):
+    def __call__(self, *args, out=None):
+        if out is not None:
+            raise InvalidArgumentError("a sparse function returns new SparseResults; out= "
+                                       "is not supported")
         values = self.compiled(*args)
         flat = [values] if len(self._patterns) == 1 else list(values)
-        results = [SparseResult(idx, np.asarray(v).reshape(np.shape(v)), shape)
-                   for (idx, shape), v in zip(self._patterns, flat)]
+        results = []
+        for (idx, shape), take, v in zip(self._patterns, self._takes, flat):
+            v = np.asarray(v)
+            if take is not None:  # (flat positions, core rank of the compiled output)
+                positions, rank = take
+                v = v.reshape(v.shape[:v.ndim - rank] + (-1,))[..., positions]
+            results.append(SparseResult(idx, v, shape))
         return nest.pack_sequence_as(self._structure, results) \
             if nest.is_nested(self._structure) else results[0]
 
@@ -337,16 +380,65 @@ class Transform:
         return getattr(last, name)
 
 
-def _transform(fn, argnums, input_signature, order, scalar_only, what, opts):
+def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dict):
+    """The Jacobian of ``fn`` (or the Hessian of a scalar ``fn``) with respect to
+    ``xs[num]``, compiled as its structurally non-zero elements: the pattern read off the
+    DAG, its rows coloured, one batched sweep with a seed per colour (:mod:`.sparsity`)."""
+    w = xs[num]
+    outer, inner = GradientTape(persistent=True), GradientTape(persistent=True)
+    with _traced(what), outer:
+        with inner:
+            y = fn(*xs)
+        if not isinstance(y, Tensor):
+            raise InvalidArgumentError(f"{what}: the function must return one tensor, got "
+                                       f"{type(y).__name__}")
+        if hessian and y.size != 1:
+            raise ShapeError(f"{what}: the function must return a scalar, got shape "
+                             f"{y.shape} (use st.jacobian for vector-valued functions)")
+        target = inner.gradient(y, w, unconnected_gradients="zero") if hessian else y
+    tape = outer if hessian else inner
+    rows = sparsity.dependency_rows(target._node, w._node)
+    colour = sparsity.colour_rows(rows, w.size)
+    n = int(colour.max()) + 1 if len(colour) else 0
+    seeds = np.zeros((n, target.size), dtype=np.int64)
+    seeds[colour, np.arange(target.size)] = 1
+    with _traced(what):
+        (compressed,) = tape._stacked_cotangents(
+            target, [w], seeds.reshape((n,) + tuple(target.shape)),
+            UnconnectedGradients.ZERO, one_hot=False)
+    counts = np.array([len(r) for r in rows], dtype=np.int64)
+    row_of = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+    cols = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
+    # element (i, j) is entry j of colour i's product; taken in that order (colour by
+    # colour), they are a few runs of the products
+    positions = colour[row_of] * w.size + cols
+    order = np.argsort(positions, kind="stable")
+    row_of, cols, positions = row_of[order], cols[order], positions[order]
+    indices = np.concatenate([np.stack(np.unravel_index(row_of, target.shape), axis=-1),
+                              np.stack(np.unravel_index(cols, w.shape), axis=-1)], axis=1) \
+        if len(cols) else np.zeros((0, target.ndim + w.ndim), dtype=np.int64)
+    values = ops.gather_flat.bind(compressed, idx=positions)
+    compiled = compile(values, xs, **kw)
+    shape = tuple(target.shape) + tuple(w.shape)
+    return SparseFunction(compiled, [(indices.reshape(len(cols), len(shape)), shape)],
+                          [None], 0)
+
+
+def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
+               sparse: bool = False):
     if not callable(fn):
         raise InvalidArgumentError(f"{what}: the first argument must be a function")
 
     def tracer(specs: list[TensorSpec]) -> CompiledFunction:
         nums, single = _argnums(argnums, len(specs))
         xs = _placeholders(fn, specs)
-        out = _derivatives(fn, xs, nums, single, order, scalar_only, what)
         kw = {"dtype": _common_dtype(specs), "name": f"{_fn_name(fn)}_{what.split('.')[-1]}",
               **opts}
+        if sparse:
+            if not single:
+                raise InvalidArgumentError(f"{what}: sparse=True takes one argnums (an int)")
+            return _sparse_derivative(fn, xs, nums[0], order == 2, what, kw)
+        out = _derivatives(fn, xs, nums, single, order, scalar_only, what)
         return compile(out, xs, **kw)
 
     if input_signature is not None:
@@ -371,8 +463,10 @@ def grad(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False
 
 
 def jacobian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-             threads: int | None = None):
-    """The compiled Jacobian ``dy/dx`` (shape ``y.shape + x.shape``).
+             threads: int | None = None, sparse: bool = False):
+    """The compiled Jacobian ``dy/dx`` (shape ``y.shape + x.shape``); ``sparse=True``
+    returns :class:`SparseResult` s of its structurally non-zero elements, computed with one
+    sweep per colour of a colouring of its rows (see :mod:`symtape.sparsity`).
 
     >>> import symtape as st
     >>> J = st.jacobian(lambda x: st.stack([x[0] * x[1], st.sin(x[0])]),
@@ -382,21 +476,30 @@ def jacobian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = F
            [1., 0.]])
     """
     return _transform(f, argnums, input_signature, 1, False, "st.jacobian",
-                      dict(fastmath=fastmath, threads=threads))
+                      dict(fastmath=fastmath, threads=threads), sparse)
 
 
 def hessian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-            threads: int | None = None):
-    """The compiled Hessian of a scalar function (shape ``x.shape * 2``).
+            threads: int | None = None, sparse: bool = False):
+    """The compiled Hessian of a scalar function (shape ``x.shape * 2``): the Jacobian of
+    its gradient, all Hessian-vector products with unit vectors in one batched sweep.
+    ``sparse=True`` returns :class:`SparseResult` s of its structurally non-zero elements,
+    one sweep per colour (a tridiagonal Hessian takes 3).
 
     >>> import symtape as st
     >>> H = st.hessian(lambda x: x[0] ** 2 * x[1], input_signature=[st.TensorSpec((2,))])
     >>> H(np.array([1.0, 3.0]))
     array([[6., 2.],
            [2., 0.]])
+    >>> def rosen(x):
+    ...     return st.reduce_sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+    >>> Hs = st.hessian(rosen, sparse=True, input_signature=[st.TensorSpec((5,))])
+    >>> r = Hs(np.ones(5))
+    >>> len(r.values), r.to_dense()[1, :3]
+    (13, array([-400., 1002., -400.]))
     """
     return _transform(f, argnums, input_signature, 2, True, "st.hessian",
-                      dict(fastmath=fastmath, threads=threads))
+                      dict(fastmath=fastmath, threads=threads), sparse)
 
 
 def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool = False,
@@ -598,6 +701,7 @@ def _loop_compiled(outputs: list, inputs: list, opts: dict, points: int = 0):
     if not loopnest.worth_looping(nodes, limit, points=bool(points)):
         return None
     threads = opts.get("threads")
+    points = loopnest.point_chunk(nodes, points) if points else 0
     try:
         plan = loopnest.plan_loops(nodes, [t._node for t in inputs],
                                    threads=os.cpu_count() or 1 if threads is None else threads,

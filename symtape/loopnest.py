@@ -37,7 +37,7 @@ from .ops.axis import AxisOp, StopGradient
 from .ops.elementwise import Elementwise
 from .ops.linalg import MatMul
 from .ops.reductions import Reduction
-from .ops.structural import Structural
+from .ops.structural import GatherFlat, ScatterAdd, Structural
 
 __all__ = ["LOOP_MIN_ATOMS", "UNROLL_LIMIT", "worth_looping", "plan_loops"]
 
@@ -57,6 +57,11 @@ POINT_LOOP_MATMUL_TERMS = 512
 POINT_LOOP_MAX_BLOCKS = 256
 #: Ops without a loop form are unrolled up to this many elements (arguments and result).
 UNROLL_LIMIT = 4096
+#: ... and a gather is copied run by run (one loop each) when it has at most this many runs
+#: of consecutive elements, this long on average (the non-zeros of a compressed sparse
+#: Jacobian, colour by colour): LLVM takes a second over an unrolled copy of 1,500.
+MAX_RUNS = 64
+RUN_LENGTH = 16
 #: Matrix products update tiles of this many rows and columns per step of their inner loop;
 #: columns ``None``: as many as keep the tile in vector registers on this CPU (32 with
 #: AVX-512's 32 registers of 8 doubles, else 8: 4 rows of 32 spill AVX2's 16 registers and
@@ -119,6 +124,32 @@ def worth_looping(outputs: Sequence[N.Node], limit: int | None = None,
     # LLVM spends some 10-15 ms on each block: thousands of small tensor ops (a Hessian's
     # sweeps over 60 coordinates) compile faster as their element view
     return blocks <= LOOP_MAX_BLOCKS or total > LOOP_ALWAYS_ATOMS
+
+
+#: A plan over points takes chunks of at most this many elements of its largest tensor (a
+#: few hundred KB): beyond, a chunk's buffers leave the caches (a sparse Hessian of n = 5000,
+#: 15,000 values a point: 95 us a point in chunks of 64 points, 25 us in chunks of 4).
+CHUNK_ELEMENTS = 1 << 15
+
+
+def point_chunk(outputs: Sequence[N.Node], most: int) -> int:
+    """The points a chunk of a plan over points takes: ``most``, fewer for large tensors
+    (a multiple of :data:`~symtape.codegen.loops.POINT_ALIGN`)."""
+    largest = max((node.size for node in _reachable(outputs)
+                   if node.kind not in ("const", "leaf")), default=1)
+    fit = CHUNK_ELEMENTS // max(largest, 1) // POINT_ALIGN * POINT_ALIGN
+    return max(POINT_ALIGN, min(most, fit))
+
+
+def _reachable(outputs: Sequence[N.Node]) -> list:
+    seen, stack, out = set(), list(outputs), []
+    while stack:
+        node = stack.pop()
+        if id(node) not in seen:
+            seen.add(id(node))
+            out.append(node)
+            stack.extend(node.inputs)
+    return out
 
 
 def _atoms_cost(node: N.Node) -> int:
@@ -238,6 +269,51 @@ def _copy_body(n: int, boolean: bool) -> Plan:
                 (OutLayout((n,), tuple(range(n)), boolean),))
 
 
+def _zero_body(n: int, boolean: bool) -> Plan:
+    """The plan writing ``n`` zeros."""
+    zero = sp.false if boolean else G.ZERO
+    return build_plan([np.full(n, zero, dtype=object)], [])
+
+
+def _runs(flat: np.ndarray) -> list[int]:
+    """Where the runs of consecutive values of ``flat`` start.
+
+    >>> _runs(np.array([4, 5, 6, 9, 10, 2]))
+    [0, 3, 5]
+    """
+    if flat.size == 0:
+        return []
+    return [0] + (np.flatnonzero(np.diff(flat) != 1) + 1).tolist()
+
+
+def _box(mask: np.ndarray) -> tuple | None:
+    """The slices of the box ``mask`` is true on, when it is exactly a box."""
+    if mask.ndim == 0:
+        return None
+    box = []
+    for d in range(mask.ndim):
+        hit = np.flatnonzero(mask.any(axis=tuple(e for e in range(mask.ndim) if e != d)))
+        box.append(slice(int(hit[0]), int(hit[-1]) + 1))
+    box = tuple(box)
+    return box if mask[box].all() and mask.sum() == mask[box].size else None
+
+
+def _distinct(idx: np.ndarray) -> bool:
+    """Whether the places ``idx`` (-1: none) are all different (a scatter that adds
+    nothing up)."""
+    kept = idx[idx >= 0]
+    return len(np.unique(kept)) == kept.size
+
+
+def _inverse(idx: np.ndarray, shape: tuple) -> np.ndarray:
+    """For each place of a tensor of ``shape``, the element of ``idx`` scattered there."""
+    inv = np.full(math.prod(shape), -1, dtype=np.int64)
+    flat = idx.reshape(-1)
+    keep = flat >= 0
+    inv[flat[keep]] = np.flatnonzero(keep)
+    return inv.reshape(shape)
+
+
 def _stand_ins(shape: tuple, name: str) -> np.ndarray:
     out = np.empty(shape, dtype=object)
     for idx in np.ndindex(*shape):
@@ -326,14 +402,27 @@ class _Planner:
                                  points or int(batched), contract))
 
     def materialise(self, loc: tuple) -> tuple:
+        """``loc`` copied to a contiguous temporary: by runs of consecutive elements (a
+        gather of a few pieces), else element by element (up to :data:`UNROLL_LIMIT`)."""
         buf, offsets = loc
         batched = self.batched(loc)
         per = offsets[0] if batched else offsets
         n = per.size
-        if n > UNROLL_LIMIT:
-            raise Unplannable(f"a gather of {n} elements")
+        starts = _runs(per.reshape(-1))
+        by_runs = len(starts) <= MAX_RUNS and n >= RUN_LENGTH * len(starts)
+        if n > UNROLL_LIMIT and not by_runs:
+            raise Unplannable(f"a gather of {n} elements in {len(starts)} pieces")
         boolean = self.buffers[buf].boolean
         new = self.add_buffer(Buffer("temp", -1, n, boolean), batched)
+        if by_runs:
+            step = (self.point_stride(offsets),) if batched else ()
+            out_step = (n,) if batched else ()
+            for lo, hi in zip(starts, starts[1:] + [n]):
+                src = Access(buf, int(per.flat[lo]), step + (1,))
+                dst = Access(new, lo, out_step + (1,))
+                self.block((hi - lo,), _copy_body(1, boolean), (src,), (dst,),
+                           batched=batched)
+            return new, _flat(offsets.shape)
         core = tuple(int(k) for k in per.flat)
         if batched:
             src = Access(buf, 0, (self.point_stride(offsets),), core)
@@ -365,6 +454,10 @@ class _Planner:
             return self.loc[id(node.inputs[0])]
         if isinstance(prim, Structural):
             return self.structural(node)
+        if isinstance(prim, GatherFlat) and node.dtype.kind != "b":
+            return self.structural(node, [node.params["idx"]])
+        if isinstance(prim, ScatterAdd) and _distinct(node.params["idx"]):
+            return self.structural(node, [_inverse(node.params["idx"], node.shape)])
         if isinstance(prim, Elementwise) and all(_numeric(a) for a in node.inputs):
             return self.elementwise(node)
         if isinstance(prim, Reduction) and prim.name in _REDUCE and _numeric(node):
@@ -380,13 +473,19 @@ class _Planner:
         flat = np.asarray(values, dtype=dtype).reshape(-1)
         return self.buffer("const", -1, node, flat.tolist()), _flat(node.shape)
 
-    def structural(self, node: N.Node) -> tuple:
+    def structural(self, node: N.Node, maps: list | None = None) -> tuple:
+        """A node whose element ``j`` is element ``maps[a][j]`` of argument ``a`` (or zero
+        where no map has it): the places of the argument's elements, or a copy."""
         args = node.inputs
-        maps = node.prim.index_maps([a.shape for a in args], node.params)
+        if maps is None:
+            maps = node.prim.index_maps([a.shape for a in args], node.params)
         locs = [self.loc[id(a)] for a in args]
         bufs = {loc[0] for loc, m in zip(locs, maps) if (m >= 0).any()}
-        if len(bufs) > 1:  # parts of several buffers (a concat, a stack): copied
-            return self.assembled(node, locs, maps)
+        covered = np.zeros(node.shape, dtype=bool)
+        for m in maps:
+            covered |= m >= 0
+        if len(bufs) > 1 or not covered.all():  # parts of several buffers, zeros: copied
+            return self.assembled(node, locs, maps, ~covered)
         buf = next(iter(bufs)) if bufs else locs[0][0]
         batched = buf in self.per_point
         offsets = np.zeros(self.shape(node.shape, batched), dtype=np.int64)
@@ -400,35 +499,55 @@ class _Planner:
                 offsets[inside] = offs.reshape(-1)[m[inside]]
         return buf, offsets
 
-    def assembled(self, node: N.Node, locs: list, maps: list) -> tuple:
-        """A fresh buffer for a node made of parts of several: each argument's part copied
-        by one loop where its places (in the argument and in the node) are arithmetic
-        progressions, else element by element (up to :data:`UNROLL_LIMIT`)."""
+    def assembled(self, node: N.Node, locs: list, maps: list, zeros=None) -> tuple:
+        """A fresh buffer for a node made of parts of several (and of zeros, where
+        ``zeros``): each argument's part copied by one loop where its places (in the
+        argument and in the node) are arithmetic progressions, else element by element (up
+        to :data:`UNROLL_LIMIT`)."""
         batched = any(self.batched(loc) for loc, m in zip(locs, maps) if (m >= 0).any())
         loc = self.fresh(node, batched)
         boolean = node.dtype.kind == "b"
         out_flat = np.arange(node.size, dtype=np.int64).reshape(node.shape)
+        if zeros is not None and zeros.any():
+            self.zeroed(loc, out_flat[zeros], node.size, batched, boolean)
         for (buf, offs), m in zip(locs, maps):
             inside = m >= 0
             if not inside.any():
                 continue
             here = self.batched((buf, offs))
             per = (offs[0] if here else offs).reshape(-1)
-            src, dst = per[m[inside]], out_flat[inside]
+            box = _box(inside)  # a part that is a box of the node: its places in its shape
+            where = box if box is not None else inside
+            src, dst = per[m[where]], out_flat[where]
             step = (self.point_stride(offs) if here else 0,) if batched else ()
             out_step = (node.size,) if batched else ()
             a_src, a_dst = _affine(src), _affine(dst)
             if a_src is not None and a_dst is not None:
                 ins = (Access(buf, a_src[0], step + a_src[1]),)
                 outs = (Access(loc[0], a_dst[0], out_step + a_dst[1]),)
-                self.block((src.size,), _copy_body(1, boolean), ins, outs, batched=batched)
+                self.block(src.shape, _copy_body(1, boolean), ins, outs, batched=batched)
                 continue
+            src, dst = src.reshape(-1), dst.reshape(-1)
             if src.size > UNROLL_LIMIT:
                 raise Unplannable(f"{node.prim.name}: a part of {src.size} scattered elements")
             ins = (Access(buf, 0, step, tuple(int(k) for k in src)),)
             outs = (Access(loc[0], 0, out_step, tuple(int(k) for k in dst)),)
             self.block((), _copy_body(src.size, boolean), ins, outs, batched=batched)
         return loc
+
+    def zeroed(self, loc: tuple, places: np.ndarray, size: int, batched: bool,
+               boolean: bool) -> None:
+        """Zeros written at the flat ``places`` of ``loc``'s buffer (of ``size`` per point)."""
+        out_step = (size,) if batched else ()
+        aff = _affine(places)
+        if aff is not None:
+            outs = (Access(loc[0], aff[0], out_step + aff[1]),)
+            self.block((places.size,), _zero_body(1, boolean), (), outs, batched=batched)
+            return
+        if places.size > UNROLL_LIMIT:
+            raise Unplannable(f"zeros at {places.size} scattered places")
+        outs = (Access(loc[0], 0, out_step, tuple(int(k) for k in places)),)
+        self.block((), _zero_body(places.size, boolean), (), outs, batched=batched)
 
     def body_block(self, node: N.Node, space: tuple, atoms, stand_ins: list, ins: list,
                    out: Access | None = None, loc: tuple | None = None,

@@ -222,7 +222,7 @@ class GradientTape:
         return nest.pack_sequence_as(sources, results)
 
     def _stacked_cotangents(self, target: Tensor, srcs, seeds: np.ndarray, mode,
-                            rowwise: bool = False):
+                            rowwise: bool = False, one_hot: bool = True):
         """For each source, its cotangents for every seed of ``target`` (``seeds`` stacked
         along a leading axis) as one tensor with that axis; None for a source never reached
         when ``mode`` says so. One batched sweep (see :func:`autodiff.batched_vjp`); one
@@ -234,7 +234,8 @@ class GradientTape:
         n = seeds.shape[0]
         per_source = None
         if n > 1 and not rowwise:
-            per_source = autodiff.batched_vjp(entries, target, seeds, srcs, relevant)
+            per_source = autodiff.batched_vjp(entries, target, seeds, srcs, relevant,
+                                              one_hot)
         if per_source is None:
             rows = [[] for _ in srcs]
             for seed in seeds:

@@ -299,10 +299,10 @@ class _Body:
             return point + _lane_loop(elems, sizes, n_in, self.lanes, scratch)
         return point + _loop(elems, self.loop_vectorize)
 
-    def function(self, name: str, noalias: bool = True) -> list[str]:
+    def function(self, name: str, noalias: bool = True, inline: bool = True) -> list[str]:
         """One point as ``define internal void @<name>(ptr %in..., ptr %out...)``, always
-        inlined (the body of a loop nest, :mod:`~symtape.codegen.loops`); ``noalias=False``
-        when an output is also read (an accumulation)."""
+        inlined (the body of a loop nest, :mod:`~symtape.codegen.loops`) unless not
+        ``inline``; ``noalias=False`` when an output is also read (an accumulation)."""
         plan = self.plan
         ops = [OPS[ins.op] for ins in plan.instrs if ins.op in OPS]
         self.loop_vectorize = not any(op.call for op in ops) and sum(
@@ -310,7 +310,7 @@ class _Body:
         na = "noalias " if noalias else ""
         ptrs = [f"ptr {na}%in{i}" for i in range(len(plan.inputs))]
         ptrs += [f"ptr {na}%out{i}" for i in range(len(plan.outputs))]
-        return self._straight(name, ptrs, "alwaysinline")
+        return self._straight(name, ptrs, "alwaysinline" if inline else "noinline")
 
     def _straight(self, name: str, ptrs: list, inline: str) -> list[str]:
         """``@<name>(ptrs)``: the whole plan as one straight-line function."""

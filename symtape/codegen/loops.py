@@ -28,8 +28,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .kernel import (_ATTRIBUTES, LANE_STACK_BYTES, _Body, _body_head, _entries, float_literal,
-                     formats)
+from .kernel import (_ATTRIBUTES, LANE_STACK_BYTES, LOOP_VECTORIZE_MAX_ACCESSES, _Body,
+                     _body_head, _entries, float_literal, formats)
 from .plan import ArgLayout, OutLayout, Plan
 
 __all__ = ["Buffer", "Access", "Block", "LoopPlan", "render", "POINT_ALIGN"]
@@ -312,7 +312,10 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
     if block.contract and not fmt["fm"]:
         fmt = dict(fmt, fm="contract ")
     emitter = _Body(block.body, fmt, size, offsets=tuple(a.core for a in accs), in_bool=in_bool)
-    point = emitter.function(f"b{k}.point", noalias=not block.accumulate)
+    # a body of many loads and stores (an unrolled node) stays a call: the loop passes
+    # analyse every access of a loop body against every other (seconds at a thousand)
+    inline = sum(len(a.core) for a in accs) <= LOOP_VECTORIZE_MAX_ACCESSES
+    point = emitter.function(f"b{k}.point", noalias=not block.accumulate, inline=inline)
     decls.update(d.format(**fmt) for d in emitter.decls)
     # distinct buffers never overlap (live temporaries have disjoint places in the arena);
     # only the point body of an accumulation reads and writes through one pointer

@@ -22,6 +22,7 @@ from .core import (
     batch_size,
     irregular_rows,
     spread,
+    union,
 )
 from .elementwise import exp, multiply, negative, subtract
 from .linalg import _sum_of_products
@@ -90,6 +91,13 @@ class AxisOp(Primitive):
         n = batch_size(args, batched)
         return self.bind(*[spread(a, b, n) for a, b in zip(args, batched)],
                          axis=params["axis"] + 1)
+
+    def dependencies(self, deps, params, shape):
+        along = [union([d], axis=params["axis"], keepdims=not self.reduces) for d in deps]
+        out = np.zeros(shape, dtype=object)
+        for d in along:
+            out = np.bitwise_or(out, d)
+        return out
 
 
 def _stable_exps(xs):
@@ -184,6 +192,9 @@ class StopGradient(Primitive):
 
     def batch(self, args, batched, params, shape):
         return self.bind(args[0])
+
+    def dependencies(self, deps, params, shape):
+        return deps[0]
 
 
 stop_gradient = _register(StopGradient())

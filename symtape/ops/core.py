@@ -202,6 +202,28 @@ class Primitive:
         return stack.bind(*rows, axis=0)
 
 
+    # -- sparsity --------------------------------------------------------------------------
+    def dependencies(self, deps: Sequence[np.ndarray], params: dict, shape: tuple) -> np.ndarray:
+        """Which source elements each output element may depend on, from the arguments'
+        (object arrays of ints, one bit per source element; ``shape``: the output's). This
+        default says: every output element on everything any argument depends on."""
+        return np.full(shape, union(deps), dtype=object)
+
+
+def union(deps: Sequence[np.ndarray], axis=None, keepdims: bool = False):
+    """The bitwise union of dependency arrays: over all their elements (``axis=None``, one
+    int) or, for one array, over ``axis``."""
+    if axis is None:
+        out = 0
+        for d in deps:
+            if d.size:
+                out |= int(np.bitwise_or.reduce(d.reshape(-1), initial=0))
+        return out
+    (d,) = deps
+    return np.asarray(np.bitwise_or.reduce(d, axis=axis, keepdims=keepdims, initial=0),
+                      dtype=object)
+
+
 def batch_size(args: Sequence, batched: Sequence[bool]) -> int:
     """The length of the leading (batch) axis of the batched arguments."""
     return next(int(a.shape[0]) for a, b in zip(args, batched) if b)

@@ -339,6 +339,12 @@ class Elementwise(Primitive):
         rank = len(shape)
         return self.bind(*[aligned(a, b, rank) for a, b in zip(args, batched)], **params)
 
+    def dependencies(self, deps, params, shape):
+        out = np.zeros(shape, dtype=object)
+        for d in deps:
+            out = np.bitwise_or(out, d)
+        return out
+
 
 def _fresh_cotangent(placeholders) -> sp.Symbol:
     """A cotangent placeholder distinct from ``placeholders`` (rule ops already have one)."""

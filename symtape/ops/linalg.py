@@ -26,6 +26,7 @@ from .core import (
     batch_size,
     row_flags,
     spread,
+    union,
 )
 from .elementwise import multiply, negative, unbroadcast
 from .reductions import ORDERED_TERMS
@@ -194,6 +195,14 @@ class MatMul(Primitive):
         rank = len(shape)
         return self.bind(*[aligned(a, b, rank) for a, b in zip(args, batched)], **params)
 
+    def dependencies(self, deps, params, shape):
+        # out[i, j] takes every term a[i, k] b[k, j]: the union of a's row and b's column
+        a = self._operands(deps[0], params["transpose_a"])
+        b = self._operands(deps[1], params["transpose_b"])
+        rows, cols = union([a], axis=-1), union([b], axis=-2)
+        return np.broadcast_to(np.bitwise_or(rows[..., :, None], cols[..., None, :]),
+                               shape).astype(object)
+
     @staticmethod
     def _rule_a(g, ans, a, b, transpose_a, transpose_b):
         if transpose_a:
@@ -317,6 +326,21 @@ class Einsum(Primitive):
         new = next(c for c in string.ascii_letters if c not in params["spec"])
         spec = ",".join(new + s if b else s for s, b in zip(ins, batched)) + "->" + new + out
         return self.bind(*args, spec=spec)
+
+    def dependencies(self, deps, params, shape):
+        ins, out = params["spec"].split("->")
+        result = np.zeros(shape, dtype=object)
+        for labels, d in zip(ins.split(","), deps):
+            if len(set(labels)) < len(labels):  # a diagonal: everything, conservatively
+                return super().dependencies(deps, params, shape)
+            summed = tuple(i for i, c in enumerate(labels) if c not in out)
+            kept = [c for c in labels if c in out]
+            d = union([d], axis=summed) if summed else d
+            d = np.transpose(np.asarray(d, dtype=object), [kept.index(c) for c in out
+                                                           if c in kept])
+            placed = d.reshape(tuple(shape[i] if c in kept else 1 for i, c in enumerate(out)))
+            result = np.bitwise_or(result, placed)
+        return result
 
     def differentiable(self, i: int) -> bool:
         return True  # every operand (see vjp)
@@ -628,6 +652,14 @@ class _Linalg(Primitive):
     def batch(self, args, batched, params, shape):
         n = batch_size(args, batched)  # leading axes are batches of matrices already
         return self.bind(*[spread(a, b, n) for a, b in zip(args, batched)], **params)
+
+    def dependencies(self, deps, params, shape):
+        # each matrix of the batch: every element on every element of its matrices
+        whole = [union([d], axis=(-2, -1), keepdims=True) for d in deps]
+        out = whole[0] if len(whole) == 1 else np.bitwise_or(*whole)
+        if len(shape) < len(out.shape):
+            return out.reshape(shape)
+        return np.broadcast_to(out, shape).astype(object)
 
     def numeric(self, values, params):
         arrays = [np.asarray(v, dtype=np.float64) for v in values]

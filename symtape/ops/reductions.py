@@ -9,7 +9,7 @@ import sympy as sp
 
 from .. import graph as G
 from ..errors import InvalidArgumentError
-from .core import Aval, Primitive, _lanes, _obj, _register, irregular_rows
+from .core import Aval, Primitive, _lanes, _obj, _register, irregular_rows, union
 from .elementwise import divide, equal, exp, multiply, subtract
 from .structural import broadcast_to, cast, gather, reshape, transpose
 
@@ -94,6 +94,10 @@ class Reduction(Primitive):
     def batch(self, args, batched, params, shape):
         return self.bind(args[0], axis=tuple(a + 1 for a in params["axis"]),
                          keepdims=params["keepdims"])
+
+    def dependencies(self, deps, params, shape):
+        out = union(deps, axis=params["axis"], keepdims=params["keepdims"])
+        return np.asarray(out, dtype=object).reshape(shape)
 
     def settle_folds(self, value, values, args, params):
         """A sum drops its folded zero terms: they are summed as -0.0, the exact identity of

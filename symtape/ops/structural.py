@@ -78,6 +78,9 @@ class Cast(Primitive):
     def batch(self, args, batched, params, shape):
         return self.bind(args[0], dtype=params["dtype"])
 
+    def dependencies(self, deps, params, shape):
+        return deps[0]
+
 
 cast = _register(Cast())
 
@@ -149,6 +152,12 @@ class Structural(Primitive):
             return gather_flat.bind(x, idx=batched_index(idx, x.shape[0], x.shape[1:]))
         return super().batch(args, batched, params, shape)
 
+    def dependencies(self, deps, params, shape):
+        out = np.zeros(shape, dtype=object)
+        for d, idx in zip(deps, self.index_maps([d.shape for d in deps], params)):
+            out = out | _picked(d, idx)
+        return out
+
     def vjp(self, g, ans, args, params, needed):
         maps = self.index_maps([a.shape for a in args], params)
         out = []
@@ -193,6 +202,9 @@ class GatherFlat(Primitive):
     def batch(self, args, batched, params, shape):
         (x,) = args
         return self.bind(x, idx=batched_index(params["idx"], x.shape[0], x.shape[1:]))
+
+    def dependencies(self, deps, params, shape):
+        return _picked(deps[0], params["idx"])
 
 
 class ScatterAdd(Primitive):
@@ -246,9 +258,24 @@ class ScatterAdd(Primitive):
         n = x.shape[0]
         return self.bind(x, idx=batched_index(params["idx"], n, shape), shape=(n,) + shape)
 
+    def dependencies(self, deps, params, shape):
+        out = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=object)
+        idx = params["idx"].reshape(-1)
+        keep = idx >= 0
+        np.bitwise_or.at(out, idx[keep], deps[0].reshape(-1)[keep])
+        return out.reshape(shape)
+
 
 gather_flat = _register(GatherFlat())
 scatter_add = _register(ScatterAdd())
+
+
+def _picked(deps: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """``deps.flat[idx]``, no dependency where ``idx`` is -1."""
+    out = np.zeros(idx.shape, dtype=object)
+    inside = idx >= 0
+    out[inside] = deps.reshape(-1)[idx[inside]]
+    return out
 
 
 def batched_index(idx: np.ndarray, n: int, core: tuple) -> np.ndarray:

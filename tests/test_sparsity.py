@@ -1,0 +1,124 @@
+"""Sparsity patterns read off the tensor-level DAG, row colouring, and sparse Jacobians and
+Hessians computed from compressed sweeps, against dense ones and element views."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import symtape as st
+from symtape import graph as G
+from symtape import sparsity
+from test_ops import ROWS, _sample
+
+
+def rosen(x):
+    return st.reduce_sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
+
+
+def nbody(x):
+    q = st.reshape(x, (-1, 3))
+    k = q.shape[0]
+    diff = q[:, None, :] - q[None, :, :]
+    pair = np.triu(np.ones((k, k)), 1)
+    return -st.reduce_sum(st.constant(pair) / st.sqrt(st.reduce_sum(diff * diff, axis=-1)
+                                                      + 0.01))
+
+
+def chain(x):
+    """A banded vector function: a discretised reaction-diffusion residual."""
+    lap = x[:-2] - 2 * x[1:-1] + x[2:]
+    return st.concat([x[:1] - 1.0, lap + st.exp(x[1:-1]) * 0.1, x[-1:] ** 2], axis=0)
+
+
+def _element_rows(y, x) -> list[set]:
+    """The leaves of ``x`` each element of ``y``'s element view depends on."""
+    position = {leaf: k for k, leaf in enumerate(x._atoms.reshape(-1))}
+    return [{position[a] for a in G.leaves([atom]) if a in position}
+            for atom in y._atoms.reshape(-1)]
+
+
+@pytest.mark.parametrize("name", sorted(ROWS))
+def test_patterns_hold_every_dependence_of_the_element_view(name):
+    """For every op of the table and each float argument: an output element that depends on
+    an input element (in its element view) has it in its pattern."""
+    r = ROWS[name]
+    xs = _sample(r)
+    floats = [i for i, a in enumerate(r.args) if a.dtype.startswith("float")]
+    if not floats:
+        pytest.skip("no float arguments")
+    syms = [st.symbol(f"a{i}", value=x) if i in floats else st.constant(x)
+            for i, x in enumerate(xs)]
+    y = r.fn(*syms)
+    for i in floats:
+        rows = sparsity.dependency_rows(y._node, syms[i]._node)
+        for k, (want, got) in enumerate(zip(_element_rows(y, syms[i]), rows)):
+            assert want <= set(got.tolist()), (name, i, k, want, got)
+
+
+def test_patterns_are_exact_for_indexing_and_elementwise_chains():
+    x = st.symbol("x", shape=(6,))
+    with st.GradientTape() as t:
+        y = rosen(x)
+    g = t.gradient(y, x)
+    rows = sparsity.dependency_rows(g._node, x._node)
+    assert [r.tolist() for r in rows] == [[max(i - 1, 0), i, i + 1][(i == 0):] if i < 5
+                                          else [4, 5] for i in range(6)]
+    assert [set(r.tolist()) for r in rows] == _element_rows(g, x)
+    assert sparsity.colour_rows(rows, 6).max() + 1 == 3
+
+
+def test_colouring_separates_rows_sharing_a_column():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        n = int(rng.integers(1, 30))
+        rows = [np.unique(rng.integers(0, n, size=int(rng.integers(0, 4)))) for _ in range(n)]
+        colour = sparsity.colour_rows(rows, n)
+        for a in range(n):
+            for b in range(a):
+                if set(rows[a].tolist()) & set(rows[b].tolist()):
+                    assert colour[a] != colour[b]
+
+
+@pytest.mark.parametrize("fn,n", [(rosen, 7), (nbody, 12), (rosen, 300)])
+def test_sparse_hessians_equal_dense_ones(fn, n):
+    spec = [st.TensorSpec((n,))]
+    sparse = st.hessian(fn, sparse=True, input_signature=spec)
+    dense = st.hessian(fn, input_signature=spec)
+    x = np.random.default_rng(1).normal(size=(5, n)) + 1.0
+    result = sparse(x)
+    want = dense(x)
+    np.testing.assert_allclose(result.to_dense(), want, rtol=1e-12, atol=1e-9)
+    # the pattern holds every non-zero, and nothing twice
+    nonzero = {tuple(i) for i in np.argwhere(np.any(want != 0, axis=0))}
+    pattern = [tuple(i) for i in result.indices.tolist()]
+    assert nonzero <= set(pattern) and len(set(pattern)) == len(pattern)
+
+
+def test_sparse_jacobian_of_a_banded_function():
+    n = 40
+    spec = [st.TensorSpec((n,))]
+    sparse = st.jacobian(chain, sparse=True, input_signature=spec)
+    dense = st.jacobian(chain, input_signature=spec)
+    x = np.random.default_rng(2).normal(size=(3, n))
+    np.testing.assert_allclose(sparse(x).to_dense(), dense(x), rtol=1e-13, atol=1e-13)
+    assert sparse(x[0]).values.shape == (3 * (n - 2) + 2,)
+
+
+def test_sparse_result_to_scipy():
+    pytest.importorskip("scipy")
+    spec = [st.TensorSpec((8,))]
+    r = st.hessian(rosen, sparse=True, input_signature=spec)(np.linspace(-1, 1, 8))
+    np.testing.assert_array_equal(r.to_scipy().toarray(), r.to_dense())
+    batch = st.hessian(rosen, sparse=True, input_signature=spec)(np.ones((2, 8)))
+    np.testing.assert_array_equal(batch.to_scipy(index=1).toarray(), batch.to_dense()[1])
+    with pytest.raises(st.errors.InvalidArgumentError, match="pick one point"):
+        batch.to_scipy()
+
+
+def test_sparse_transform_errors():
+    with pytest.raises(st.errors.ShapeError, match="scalar"):
+        st.hessian(chain, sparse=True, input_signature=[st.TensorSpec((5,))])
+    with pytest.raises(st.errors.InvalidArgumentError, match="one argnums"):
+        st.jacobian(lambda a, b: a * b, argnums=(0, 1), sparse=True,
+                    input_signature=[st.TensorSpec((2,))] * 2)

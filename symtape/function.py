@@ -8,6 +8,7 @@ any extra leading (batch) dimensions natively. The batch is never unrolled symbo
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import functools
 import inspect
@@ -18,7 +19,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import graph as G
-from . import nest, ops, recording, sparsity
+from . import nest, ops, recording, sparsity, taylor
 from . import loopnest
 from .codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
 from .errors import InvalidArgumentError, ShapeError, UnboundLeafError
@@ -424,6 +425,35 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
                           [None], 0)
 
 
+#: ``st.derivative`` of a scalar argument takes Taylor mode from this order on.
+TAYLOR_MIN_ORDER = 2
+
+
+def _taylor_derivative(fn, xs: list, num: int, order: int, what: str, kw: dict):
+    """``d^order f / dx^order`` of a scalar argument ``x = xs[num]`` by Taylor mode on the
+    element view (:mod:`.taylor`): ``order!`` times the last Taylor coefficient of each
+    output element along ``x + t``. None when some head has no Taylor rule or a user's
+    derivative rule is in the way (nested sweeps then)."""
+    with _traced(what):
+        y = fn(*xs)
+    if not isinstance(y, Tensor):
+        raise InvalidArgumentError(f"{what}: the function must return one tensor, got "
+                                   f"{type(y).__name__}")
+    x = xs[num]
+    try:
+        coefs = taylor.coefficients(list(y._atoms.flat), [x._atoms.flat[0]], [G.ONE], order)
+    except taylor.Unsupported:
+        return None
+    scale = G.number(math.factorial(order))
+    out = np.empty(len(coefs), dtype=object)
+    for i, c in enumerate(coefs):
+        out[i] = G.monomial(scale, [(c[-1], G.ONE)])
+    in_atoms, in_names = _input_atoms(xs)
+    shape = tuple(y.shape) + tuple(x.shape) * order
+    return compile_atoms([out.reshape(shape)], in_atoms, input_names=in_names,
+                         output_names=[y._name], structure=0, **kw)
+
+
 def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
                sparse: bool = False):
     if not callable(fn):
@@ -438,6 +468,11 @@ def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
             if not single:
                 raise InvalidArgumentError(f"{what}: sparse=True takes one argnums (an int)")
             return _sparse_derivative(fn, xs, nums[0], order == 2, what, kw)
+        if what == "st.derivative" and single and order >= TAYLOR_MIN_ORDER and \
+                xs[nums[0]].size == 1:
+            compiled = _taylor_derivative(fn, xs, nums[0], order, what, kw)
+            if compiled is not None:
+                return compiled
         out = _derivatives(fn, xs, nums, single, order, scalar_only, what)
         return compile(out, xs, **kw)
 

@@ -9,7 +9,7 @@ PKG = Path(__file__).resolve().parent.parent / "symtape"
 
 # Level of each module; inside L0 the order below is the import order (earlier is lower).
 L0 = ["errors", "nest", "recording", "functions", "heads", "dataio", "numeric", "graph",
-      "evaluate"]
+      "evaluate", "taylor"]
 LEVELS = {
     **{m: (0, i) for i, m in enumerate(L0)},
     "nodes": (1, 0), "notation": (1, 1), "ops": (1, 2), "codegen": (1, 0),

@@ -1,0 +1,255 @@
+"""Taylor mode: univariate Taylor coefficients propagated through the element DAG.
+
+With ``x(t) = x + t`` (or ``x + t v`` along a direction), every atom ``a`` of the DAG gets
+the coefficients ``a_0 ... a_K`` of its Taylor series in ``t``; the ``K``-th derivative
+along the line is ``K! a_K``. Each SymPy head has a recurrence (Griewank & Walther,
+*Evaluating Derivatives*, ch. 13): sums add coefficients, products are Cauchy products,
+``u**e`` and ``exp``, ``tanh``, ``sin``/``cos``, ... satisfy a first-order ODE in ``t``
+(``y' = g(u, y) u'``) whose coefficients follow in ``O(K^2)`` operations, and functions whose
+derivative is an algebraic function of their argument (``log``, ``atan``, ``erf``, ...)
+integrate that derivative's series. The coefficients are atoms of the same DAG (built by the
+graph's folding builders), so the ``K``-th derivative is a DAG of ``O(K^2)`` nodes per
+definition: printable, exact, and compiled like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import sympy as sp
+
+from . import functions as F
+from . import graph as G
+
+__all__ = ["Unsupported", "coefficients"]
+
+ZERO, ONE = G.ZERO, G.ONE
+
+
+class Unsupported(Exception):
+    """A head without a Taylor rule (or a user's derivative rule) in the DAG."""
+
+
+# --------------------------------------------------------------------------------------------
+# Series arithmetic (lists of K + 1 atoms)
+# --------------------------------------------------------------------------------------------
+
+
+def _zero(a) -> bool:
+    return a is ZERO or (G.is_const(a) and G._is_zero(a))
+
+
+def _dot(pairs) -> object:
+    """``sum(c * a * b)`` over ``(c, a, b)`` (``c`` a number), dropping zero terms."""
+    terms = [(sp.Integer(c) if isinstance(c, int) else c, G.mul(a, b)) for c, a, b in pairs
+             if not (_zero(a) or _zero(b))]
+    return G.lincomb(terms)
+
+
+def _product(u: list, v: list) -> list:
+    k = len(u)
+    return [_dot((1, u[j], v[n - j]) for j in range(n + 1)) for n in range(k)]
+
+
+def _scaled(c, u: list) -> list:
+    return [G.lincomb([(c, a)]) for a in u]
+
+
+def _shifted(u: list, c) -> list:
+    """``u + c`` (a constant or an atom added to the value)."""
+    return [G.add(u[0], c)] + list(u[1:])
+
+
+def _integrated(u: list, g: Callable[[int], object], y0) -> list:
+    """The series of ``y`` with ``y' = g u'`` and ``y(0) = y0``; ``g(m)`` is the ``m``-th
+    coefficient of ``g``, asked for in order (it may read ``y``'s first ``m + 1``)."""
+    y = [y0]
+    gs: list = []
+    for n in range(1, len(u)):
+        gs.append(g(n - 1, y))
+        y.append(G.monomial(sp.Rational(1, n), [(_dot((j, u[j], gs[n - j]) for j in
+                                                      range(1, n + 1)), ONE)]))
+    return y
+
+
+def _power(u: list, e) -> list:
+    """``u ** e`` for a constant ``e``: repeated products for a small natural ``e`` (exact at
+    ``u_0 = 0``), else ``n u_0 v_n = sum_j ((e + 1) j - n) u_j v_{n-j}``."""
+    if e.is_Integer and 0 <= int(e) <= 8:
+        out = [ONE] + [ZERO] * (len(u) - 1)
+        for _ in range(int(e)):
+            out = _product(out, u)
+        return out
+    v = [G.power(u[0], e)]
+    inv = G.power(u[0], sp.Integer(-1))
+    for n in range(1, len(u)):
+        s = _dot(((e + 1) * j - n, u[j], v[n - j]) for j in range(1, n + 1))
+        v.append(G.monomial(sp.Rational(1, n), [(s, ONE), (inv, ONE)]))
+    return v
+
+
+def _exp(u: list) -> list:
+    return _integrated(u, lambda m, y: y[m], G.call(sp.exp, u[0]))
+
+
+def _sin_cos(u: list, hyperbolic: bool) -> tuple[list, list]:
+    """``(sin u, cos u)`` (``(sinh u, cosh u)``): ``s' = c u'``, ``c' = -/+ s u'``."""
+    s = [G.call(sp.sinh if hyperbolic else sp.sin, u[0])]
+    c = [G.call(sp.cosh if hyperbolic else sp.cos, u[0])]
+    sign = 1 if hyperbolic else -1
+    for n in range(1, len(u)):
+        s.append(G.monomial(sp.Rational(1, n), [(_dot((j, u[j], c[n - j])
+                                                      for j in range(1, n + 1)), ONE)]))
+        c.append(G.monomial(sp.Rational(sign, n), [(_dot((j, u[j], s[n - j])
+                                                         for j in range(1, n + 1)), ONE)]))
+    return s, c
+
+
+def _square_based(u: list, y0, sign: int) -> list:
+    """``y' = (1 + sign y^2) u'`` (``tanh``: -1, ``tan``: +1)."""
+    def g(m, y):
+        sq = _dot((1, y[i], y[m - i]) for i in range(m + 1))
+        return G.lincomb([(sp.Integer(sign), sq)], ONE if m == 0 else ZERO)
+
+    return _integrated(u, g, y0)
+
+
+def _by_derivative(u: list, y0, derivative: list) -> list:
+    """``y`` from the series of ``dy/du`` (a function of ``u`` alone)."""
+    return _integrated(u, lambda m, y: derivative[m], y0)
+
+
+def _one_minus_square(u: list, sign: int = -1) -> list:
+    """``1 + sign u^2``."""
+    return _shifted(_scaled(sp.Integer(sign), _product(u, u)), ONE)
+
+
+# --------------------------------------------------------------------------------------------
+# Rules per head: (definition args' series, the definition) -> series
+# --------------------------------------------------------------------------------------------
+
+
+def _function(head, u: list) -> list:  # noqa: C901 - a table of elementary functions
+    u0 = u[0]
+    value = G.call(head, u0)
+    if head is sp.exp:
+        return _exp(u)
+    if head is F.expm1:
+        return [value] + _exp(u)[1:]
+    if head in (sp.sin, sp.cos):
+        s, c = _sin_cos(u, False)
+        return s if head is sp.sin else c
+    if head in (sp.sinh, sp.cosh):
+        s, c = _sin_cos(u, True)
+        return s if head is sp.sinh else c
+    if head is sp.tanh:
+        return _square_based(u, value, -1)
+    if head is sp.tan:
+        return _square_based(u, value, 1)
+    if head is sp.log:
+        return _by_derivative(u, value, _power(u, sp.Integer(-1)))
+    if head is F.log1p:
+        return _by_derivative(u, value, _power(_shifted(u, ONE), sp.Integer(-1)))
+    if head is sp.atan:
+        return _by_derivative(u, value, _power(_one_minus_square(u, 1), sp.Integer(-1)))
+    if head is sp.atanh:
+        return _by_derivative(u, value, _power(_one_minus_square(u), sp.Integer(-1)))
+    if head is sp.asin:
+        return _by_derivative(u, value, _power(_one_minus_square(u), sp.Rational(-1, 2)))
+    if head is sp.acos:
+        return _by_derivative(u, value, _scaled(sp.Integer(-1), _power(
+            _one_minus_square(u), sp.Rational(-1, 2))))
+    if head is sp.asinh:
+        return _by_derivative(u, value, _power(_one_minus_square(u, 1), sp.Rational(-1, 2)))
+    if head is sp.acosh:
+        return _by_derivative(u, value, _power(_shifted(_product(u, u), sp.Integer(-1)),
+                                               sp.Rational(-1, 2)))
+    if head is sp.erf:
+        gauss = _exp(_scaled(sp.Integer(-1), _product(u, u)))
+        return _by_derivative(u, value, _scaled(2 / sp.sqrt(sp.pi), gauss))
+    if head in (sp.sign, sp.floor, sp.ceiling, F.RoundHalfEven, F.Trunc, sp.Heaviside):
+        return [value] + [ZERO] * (len(u) - 1)
+    if head is F.RoundFloat32:
+        return [value] + list(u[1:])
+    raise Unsupported(f"no Taylor rule for {head.__name__}")
+
+
+#: Heads whose series would not be what the ops' own derivative rules give at a kink: a
+#: template may use them for stability where the function is smooth (softplus is
+#: ``max(x, 0) + log1p(exp(-|x|))``, whose derivative at 0 is 1/2, not 0), and a power with
+#: a variable exponent follows TensorFlow's convention where the base is not positive.
+KINKED = (sp.Abs, sp.Max, sp.Min)
+
+
+def _definition(node: G.Node, series: Callable) -> list:
+    d = node.definition
+    head = d.func
+    if head is sp.Add:
+        out = None
+        for arg in d.args:
+            coef, atom = (arg.args[0], arg.args[1]) if arg.is_Mul else (ONE, arg)
+            term = _scaled(coef, series(atom)) if not _is_one(coef) else series(atom)
+            out = term if out is None else [G.add(a, b) for a, b in zip(out, term)]
+        return out
+    if head is sp.Mul:
+        coef, out = ONE, None
+        for arg in d.args:
+            if arg.is_Pow:  # a factor atom ** constant
+                factor = _power(series(arg.base), arg.exp)
+            elif G.is_symbolic(arg):
+                factor = series(arg)
+            else:
+                coef = G.c_mul(coef, arg)
+                continue
+            out = factor if out is None else _product(out, factor)
+        return _scaled(coef, out)
+    if head is sp.Pow:
+        base, exp = d.args
+        if G.is_const(exp):
+            return _power(series(base), exp)
+        raise Unsupported("a power with a variable exponent")
+    if head in KINKED:
+        raise Unsupported(f"{head.__name__}: a kink, differentiated by the ops' rules")
+    if head is sp.Piecewise:
+        values = [(series(v), c) for v, c in d.args]
+        return [G.piecewise(*[(s[n], c) for s, c in values]) for n in range(len(values[0][0]))]
+    if len(d.args) == 1:
+        return _function(head, series(d.args[0]))
+    raise Unsupported(f"no Taylor rule for {head.__name__} of {len(d.args)} arguments")
+
+
+def _is_one(c) -> bool:
+    return G.is_const(c) and G._is_one(c)
+
+
+def coefficients(outputs: Sequence, leaves: Sequence, tangents: Sequence, order: int) -> list:
+    """For each atom of ``outputs``, its Taylor coefficients ``[a_0, ..., a_order]`` along
+    ``leaves[i](t) = leaves[i] + t * tangents[i]`` (tangents: constants or atoms).
+
+    >>> x = G.Leaf.new("x")
+    >>> (c,) = coefficients([G.call(sp.exp, G.mul(x, x))], [x], [ONE], 2)
+    >>> [G.expand(a) for a in c]
+    [exp(x**2), 2*x*exp(x**2), 2*x**2*exp(x**2) + exp(x**2)]
+    """
+    k = order + 1
+    memo: dict = {leaf: [leaf, tangent] + [ZERO] * (k - 2) if k > 1 else [leaf]
+                  for leaf, tangent in zip(leaves, tangents)}
+    moving: set = set(leaves)
+
+    def series(atom) -> list:
+        found = memo.get(atom)
+        return found if found is not None else [atom] + [ZERO] * (k - 1)
+
+    for node in G.reachable(outputs):
+        if not any(op in moving for op in node.operands):
+            continue
+        moving.add(node)
+        if node.forward is not None:
+            if node.definition.func is not F.StopGradient:
+                raise Unsupported(f"{node.definition.func.__name__} has a user's derivative "
+                                  "rule")
+            continue  # no derivative flows through stop_gradient: a constant series
+        if node.is_boolean:
+            continue  # a condition: held at its value at t = 0
+        memo[node] = _definition(node, series)
+    return [series(a) for a in outputs]

@@ -1,0 +1,156 @@
+"""Taylor mode: ``st.derivative`` of a scalar argument against ``sympy.diff`` (every scalar op
+of the table to order 5, the 10th derivative of a composite function at 100 points), the
+quadratic growth of its DAG, and the fall back to nested sweeps for user rules."""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import math
+
+import mpmath
+import numpy as np
+import pytest
+import sympy as sp
+
+import symtape as st
+from symtape import graph as G
+from symtape import taylor
+from test_ops import ROWS, _sample
+
+X = sp.Symbol("x", real=True)
+function_module = importlib.import_module("symtape.function")  # st.function is the decorator
+
+
+def _scalar_unary_rows():
+    out = []
+    for name, r in sorted(ROWS.items()):
+        if r.scalar and r.args and r.args[0].dtype == "float64":
+            out.append(name)
+    return out
+
+
+@pytest.mark.parametrize("name", _scalar_unary_rows())
+def test_every_scalar_op_to_order_five_matches_sympy(name, monkeypatch):
+    """The op of the row applied to ``x`` (its other arguments fixed at sample values):
+    derivatives of orders 2 to 5 by Taylor mode equal ``sympy.diff`` of its formula."""
+    r = ROWS[name]
+    others = [float(np.asarray(v).reshape(-1)[0]) for v in _sample(r)[1:]]
+
+    def f(x):
+        return r.fn(x, *[st.constant(v) for v in others])
+
+    sym = st.symbol("x")
+    formula = f(sym).formula().xreplace({sym.symbols[()]: X})
+    used = []
+    run = function_module._taylor_derivative
+    monkeypatch.setattr(function_module, "_taylor_derivative",
+                        lambda *a: used.append(run(*a)) or used[-1])
+    rng = np.random.default_rng(4)
+    points = [float(np.asarray(r.args[0].sample(rng)).reshape(-1)[0]) for _ in range(4)]
+    for k in range(2, 6):
+        d = st.derivative(f, order=k, input_signature=[st.TensorSpec(())])
+        want = sp.diff(formula, X, k)
+        for p in points:
+            expected = complex(want.subs(X, sp.Float(p, 30)).evalf(30)).real
+            assert d(np.array(p)) == pytest.approx(expected, rel=1e-9, abs=1e-9), (name, k, p)
+    kinked = formula.has(*taylor.KINKED) or formula.has(sp.atan2)
+    assert kinked or all(u is not None for u in used), f"{name}: Taylor mode fell back"
+
+
+def composite(x):
+    return st.exp(st.sin(x)) * st.tanh(x) / (1 + x ** 2)
+
+
+def test_tenth_derivative_matches_sympy_at_100_points():
+    d10 = st.derivative(composite, order=10, input_signature=[st.TensorSpec(())])
+    points = np.linspace(-3.0, 3.0, 100)
+    got = d10(points)
+    f = sp.exp(sp.sin(X)) * sp.tanh(X) / (1 + X ** 2)
+    ref = sp.lambdify(X, sp.diff(f, X, 10), "mpmath")
+    with mpmath.workdps(40):
+        want = np.array([float(ref(mpmath.mpf(float(p)))) for p in points])
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12 * np.max(np.abs(want)))
+
+
+def _nodes(order: int) -> int:
+    x = st.symbol("x")
+    y = composite(x)
+    (c,) = taylor.coefficients([y._atoms.flat[0]], [x._atoms.flat[0]], [G.ONE], order)
+    return len(G.reachable([c[-1]]))
+
+
+def test_derivative_dag_grows_quadratically_in_the_order():
+    sizes = {k: _nodes(k) for k in (4, 8, 16)}
+    assert sizes[8] <= 4.5 * sizes[4] and sizes[16] <= 4.5 * sizes[8], sizes
+    assert sizes[16] > 2 * sizes[8]  # and it does grow (not a constant)
+
+
+def test_formulas_of_taylor_mode_are_sympys():
+    d4 = st.derivative(lambda x: x ** 3 * st.exp(2 * x), order=4,
+                       input_signature=[st.TensorSpec(())])
+    x = sp.Symbol("x", real=True)
+    want = sp.diff(x ** 3 * sp.exp(2 * x), x, 4)
+    got = d4.formula()
+    assert sp.simplify(got.xreplace({s: x for s in got.free_symbols}) - want) == 0
+
+
+def test_directional_coefficients_of_several_leaves():
+    """x(t) = x + t u, y(t) = y + t v: the second coefficient of x*y is u*v."""
+    x, y, u, v = (G.Leaf.new(n) for n in "xyuv")
+    (c,) = taylor.coefficients([G.mul(x, G.call(sp.sin, y))], [x, y], [u, v], 3)
+    t = sp.Symbol("t")
+    xs, ys, us, vs = sp.symbols("x y u v")
+    series = sp.series((xs + t * us) * sp.sin(ys + t * vs), t, 0, 4).removeO()
+    env = {x: xs, y: ys, u: us, v: vs}
+    for n in range(4):
+        got = G.expand(c[n]).xreplace(env)
+        assert sp.simplify(got - series.coeff(t, n)) == 0
+
+
+def test_user_rules_fall_back_to_nested_sweeps():
+    @st.custom_gradient
+    def doubled_rule(x):
+        return st.sin(x), lambda g: 2 * g * st.cos(x)
+
+    d2 = st.derivative(doubled_rule, order=2, input_signature=[st.TensorSpec(())])
+    # d/dx of the rule 2 cos x is -2 sin x: the rule, not sin's own derivative
+    assert d2(np.array(0.5)) == pytest.approx(-2 * math.sin(0.5))
+    with pytest.raises(taylor.Unsupported):
+        x = st.symbol("x")
+        taylor.coefficients([doubled_rule(x)._atoms.flat[0]], [x._atoms.flat[0]], [G.ONE], 2)
+
+
+def test_kinks_follow_tensorflow_conventions():
+    """relu and abs at 0: the branch of the value at 0, as nested sweeps give."""
+    for fn in (lambda x: st.nn.relu(x) ** 3, lambda x: st.abs(x) ** 3 + st.abs(x)):
+        taylor_d = st.derivative(fn, order=2, input_signature=[st.TensorSpec(())])
+        nested = st.hessian(lambda x: fn(x[0]), input_signature=[st.TensorSpec((1,))])
+        for p in (-1.0, 0.0, 2.0):
+            assert taylor_d(np.array(p)) == nested(np.array([p]))[0, 0]
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_low_orders_unchanged(k):
+    d = st.derivative(composite, order=k, input_signature=[st.TensorSpec(())])
+    x = 0.3
+    f = sp.exp(sp.sin(X)) * sp.tanh(X) / (1 + X ** 2)
+    assert d(np.array(x)) == pytest.approx(float(sp.diff(f, X, k).subs(X, x)), rel=1e-13)
+
+
+def test_vector_outputs_of_a_scalar_argument():
+    d3 = st.derivative(lambda x: st.stack([x ** 4, st.sin(x)]), order=3,
+                       input_signature=[st.TensorSpec(())])
+    x = np.array([0.5, 2.0])
+    np.testing.assert_allclose(d3(x), np.stack([24 * x, -np.cos(x)], axis=-1), rtol=1e-14)
+
+
+def test_orders_are_consistent_with_each_other():
+    """The k-th derivative is the derivative of the (k-1)-th: central differences."""
+    h = 1e-5
+    for k in (2, 3, 6):
+        dk = st.derivative(composite, order=k, input_signature=[st.TensorSpec(())])
+        dk1 = st.derivative(composite, order=k - 1, input_signature=[st.TensorSpec(())])
+        for p in itertools.islice(np.linspace(-2, 2, 7), 7):
+            fd = (dk1(np.array(p + h)) - dk1(np.array(p - h))) / (2 * h)
+            assert dk(np.array(p)) == pytest.approx(fd, rel=1e-5, abs=1e-5)

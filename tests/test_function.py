@@ -373,3 +373,19 @@ def test_hvp_of_one_argument_and_its_errors():
         st.hvp(lambda x: x, argnums=(0, 1))
     with pytest.raises(errors.ShapeError, match="scalar"):
         st.hvp(lambda x: x * 2)(np.ones(2), np.ones(2))
+
+
+def test_hessians_are_exactly_symmetric():
+    """The upper triangle of a Hessian is read from the lower one."""
+    def f(x):
+        q = st.reshape(x, (-1, 3))
+        d = q[:, None, :] - q[None, :, :]
+        return st.reduce_sum(st.sqrt(st.reduce_sum(d * d, axis=-1) + 0.1) * st.sin(x[0]))
+
+    H = st.hessian(f, input_signature=[st.TensorSpec((9,))])
+    h = H(np.random.default_rng(5).normal(size=(3, 9)))
+    np.testing.assert_array_equal(h, np.swapaxes(h, 1, 2))
+    eager = st.Variable(np.linspace(-1, 1, 9))
+    with st.GradientTape(persistent=True) as t:
+        y = f(eager)
+    np.testing.assert_allclose(H(eager.numpy()), t.hessian(y, eager).numpy(), rtol=1e-12)

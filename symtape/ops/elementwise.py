@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -92,9 +93,15 @@ class Elementwise(Primitive):
         # keeps a Jacobian's one-hot sweeps cheap
         self._zero_arg = next((i for i, p in enumerate(self.placeholders)
                                if p.is_real and template.xreplace({p: 0}) == 0), None)
+        # (i, j): at a zero argument i the template (a sum) is argument j
+        self._passes = tuple((i, j) for i, p in enumerate(self.placeholders)
+                             for j, q in enumerate(self.placeholders)
+                             if template.is_Add and i != j and p.is_real and
+                             template.xreplace({p: 0}) == q)
         self._hand_numeric = numeric is not None
         self._numeric = numeric
         self._vjp_ops: dict[int, Elementwise | None] = {}
+        self._factors: dict[int, Elementwise | None] = {}
         self._fold_plans: dict = {}
 
     def shape_rule(self, shapes, params):
@@ -116,7 +123,23 @@ class Elementwise(Primitive):
                         out[keep] = self._ufunc(*[np.broadcast_to(a, shape)[keep]
                                                   for a in atoms])
                     return out
+            if self._passes and math.prod(shape) > 1:
+                return self._build_passing(atoms, shape)
             return _as_obj(self._ufunc(*atoms), shape)
+
+    def _build_passing(self, atoms, shape):
+        """Elements where an argument the template drops at zero is zero are the other
+        argument's (``x + 0`` is ``x``; a sum of one-hot seeds' rows is mostly zeros)."""
+        out, done = _obj(shape), np.zeros(shape, dtype=bool)
+        for i, j in self._passes:
+            zero = np.broadcast_to(np.asarray(_is_zero(atoms[i]), dtype=bool), shape) & ~done
+            if zero.any():
+                out[zero] = np.broadcast_to(atoms[j], shape)[zero]
+                done |= zero
+        keep = ~done
+        if keep.any():
+            out[keep] = self._ufunc(*[np.broadcast_to(a, shape)[keep] for a in atoms])
+        return out
 
     def numeric(self, values, params):
         with np.errstate(all="ignore"):
@@ -337,7 +360,29 @@ class Elementwise(Primitive):
 
     def batch(self, args, batched, params, shape):
         rank = len(shape)
+        if sum(batched) == 1 and not params:
+            i = list(batched).index(True)
+            factor = self.linear_factor(i)
+            if factor is not None:  # p * C(others): C once, not once per seed
+                others = [a for a, b in zip(args, batched) if not b]
+                c = others[factor] if isinstance(factor, int) else factor.bind(*others)
+                return multiply.bind(aligned(args[i], True, rank), c)
         return self.bind(*[aligned(a, b, rank) for a, b in zip(args, batched)], **params)
+
+    def linear_factor(self, i: int) -> Elementwise | int | None:
+        """When the template is ``p * C`` for its placeholder ``p`` number ``i`` (a
+        derivative rule's cotangent): ``C`` as a template op of the other arguments, or the
+        index among them of the one ``C`` is; else None."""
+        if i not in self._factors:
+            self._factors[i] = None
+            p = self.placeholders[i]
+            others = tuple(q for q in self.placeholders if q is not p)
+            if p.is_real and len(self.placeholders) > 1 and self.out == "T":
+                coeff, rest = sp.factor_terms(self.template).as_independent(p, as_Add=False)
+                if rest == p and coeff.free_symbols <= set(others) and coeff != 1:
+                    self._factors[i] = others.index(coeff) if coeff in others else \
+                        template_op(f"{self.name}_over{i}", coeff, others)
+        return self._factors[i]
 
     def dependencies(self, deps, params, shape):
         out = np.zeros(shape, dtype=object)

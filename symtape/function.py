@@ -125,6 +125,7 @@ class SparseResult(NamedTuple):
     indices: np.ndarray
     values: np.ndarray
     dense_shape: tuple
+    rows: int | None = None  # leading axes of dense_shape that are the rows (the target's)
 
     def to_dense(self) -> np.ndarray:
         """The full array, zeros where the structure is zero."""
@@ -136,8 +137,9 @@ class SparseResult(NamedTuple):
 
     def to_scipy(self, index=()):
         """The result at batch ``index`` (none for one point) as a ``scipy.sparse``
-        ``csr_array`` of shape ``(target elements, source elements)`` (SciPy is optional).
-        """
+        ``csr_array`` of shape ``(target elements, source elements)`` (``rows``: how many
+        leading axes of ``dense_shape`` are the target's; half of them when not given).
+        SciPy is optional."""
         try:
             from scipy import sparse
         except ImportError:
@@ -149,7 +151,7 @@ class SparseResult(NamedTuple):
                 f"SparseResult.to_scipy: values have batch shape {values.shape[:-1]}; pick "
                 "one point with index=")
         shape = tuple(self.dense_shape)
-        split = len(shape) // 2 if len(shape) % 2 == 0 else len(shape) - 1
+        split = self.rows if self.rows is not None else len(shape) // 2
         rows_shape, cols_shape = shape[:split] or (1,), shape[split:] or (1,)
         idx = np.asarray(self.indices, dtype=np.int64).reshape(len(values), len(shape))
         rows = np.ravel_multi_index(tuple(idx[:, :split].T), shape[:split]) if split else \
@@ -167,11 +169,13 @@ class SparseFunction:
     values are in the compiled function's output (flat positions), or None when the
     compiled output is the values."""
 
-    def __init__(self, compiled, patterns: list, takes: list, structure) -> None:
+    def __init__(self, compiled, patterns: list, takes: list, structure,
+                 rows: list | None = None) -> None:
         self.compiled = compiled
         self._patterns = patterns
         self._takes = takes
         self._structure = structure
+        self._rows = rows if rows is not None else [None] * len(patterns)
 
     @classmethod
     def of_atoms(cls, out_atoms, in_atoms, in_names, out_names, structure, opts):
@@ -205,12 +209,12 @@ class SparseFunction:
         values = self.compiled(*args)
         flat = [values] if len(self._patterns) == 1 else list(values)
         results = []
-        for (idx, shape), take, v in zip(self._patterns, self._takes, flat):
+        for (idx, shape), take, v, rows in zip(self._patterns, self._takes, flat, self._rows):
             v = np.asarray(v)
             if take is not None:  # (flat positions, core rank of the compiled output)
                 positions, rank = take
                 v = v.reshape(v.shape[:v.ndim - rank] + (-1,))[..., positions]
-            results.append(SparseResult(idx, v, shape))
+            results.append(SparseResult(idx, v, shape, rows))
         return nest.pack_sequence_as(self._structure, results) \
             if nest.is_nested(self._structure) else results[0]
 
@@ -440,7 +444,7 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
     compiled = compile(values, xs, **kw)
     shape = tuple(target.shape) + tuple(w.shape)
     return SparseFunction(compiled, [(indices.reshape(len(cols), len(shape)), shape)],
-                          [None], 0)
+                          [None], 0, [target.ndim])
 
 
 #: ``st.derivative`` of a scalar argument takes Taylor mode from this order on.
@@ -605,9 +609,12 @@ def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool =
 
 
 def derivative(f: Callable, order: int = 1, argnums=0, *, input_signature=None,
-               fastmath: bool = False, threads: int | None = None):
+               fastmath: bool = False, threads: int | None = None, direction: bool = False):
     """The compiled ``order``-th derivative tensor of ``f`` (shape ``y.shape + x.shape *
-    order``); for scalar ``x`` and ``y``, ``d^n f / dx^n``.
+    order``); for scalar ``x`` and ``y``, ``d^n f / dx^n``. A scalar argument from order 2
+    takes Taylor mode (:mod:`symtape.taylor`): the 10th derivative is a DAG of a few hundred
+    nodes. ``direction=True``: the directional derivative ``d^n/dt^n f(x + t v)`` at
+    ``t = 0`` (shape ``y.shape``), called as ``f(*args, v)``.
 
     >>> import symtape as st
     >>> d3 = st.derivative(lambda x: x ** 5, order=3, input_signature=[st.TensorSpec(())])
@@ -615,10 +622,73 @@ def derivative(f: Callable, order: int = 1, argnums=0, *, input_signature=None,
     array([ 60., 240.])
     >>> d3.formula()
     60*x**2
+    >>> dv = st.derivative(lambda x: x[0] ** 2 * x[1], order=3, direction=True,
+    ...                    input_signature=[st.TensorSpec((2,)), st.TensorSpec((2,))])
+    >>> float(dv(np.array([1.0, 2.0]), np.array([1.0, 1.0])))  # d^3/dt^3 (1+t)^2 (2+t)
+    6.0
     """
     order = _order(order)
-    return _transform(f, argnums, input_signature, order, False, "st.derivative",
-                      dict(fastmath=fastmath, threads=threads))
+    opts = dict(fastmath=fastmath, threads=threads)
+    if direction:
+        return _directional(f, argnums, input_signature, order, opts)
+    return _transform(f, argnums, input_signature, order, False, "st.derivative", opts)
+
+
+def _directional(fn, argnums, input_signature, order: int, opts: dict):
+    """``d^order/dt^order fn(x + t v)`` at 0 (``x`` argument ``argnums``, ``v`` the last
+    argument): Taylor mode on the element view; else ``order`` batched sweeps, each a
+    Jacobian contracted with ``v``."""
+    what = "st.derivative"
+    if not callable(fn):
+        raise InvalidArgumentError(f"{what}: the first argument must be a function")
+
+    def tracer(specs: list[TensorSpec]) -> CompiledFunction:
+        if len(specs) < 2:
+            raise InvalidArgumentError(f"{what}: direction=True takes the function's "
+                                       "arguments and the direction v")
+        (num,), single = _argnums(argnums, len(specs) - 1)
+        xs = _placeholders(fn, specs[:-1])
+        x = xs[num]
+        if tuple(specs[-1].shape) != tuple(x.shape):
+            raise ShapeError(f"{what}: v has shape {tuple(specs[-1].shape)}, argument "
+                             f"{num} has shape {tuple(x.shape)}")
+        v = symbol(specs[-1].name or "v", shape=tuple(x.shape), dtype=x.dtype)
+        kw = {"dtype": _common_dtype(specs), "name": f"{_fn_name(fn)}_directional", **opts}
+        with _traced(what):
+            y = fn(*xs)
+        if not isinstance(y, Tensor):
+            raise InvalidArgumentError(f"{what}: the function must return one tensor, got "
+                                       f"{type(y).__name__}")
+        out = None
+        if order:
+            try:
+                coefs = taylor.coefficients(list(y._atoms.flat), list(x._atoms.flat),
+                                            list(v._atoms.flat), order)
+                out = np.empty(len(coefs), dtype=object)
+                scale = G.number(math.factorial(order))
+                for i, c in enumerate(coefs):
+                    out[i] = G.monomial(scale, [(c[-1], G.ONE)])
+            except taylor.Unsupported:
+                out = None
+        if out is not None or not order:
+            in_atoms, in_names = _input_atoms([*xs, v])
+            out = y._atoms if out is None else out.reshape(y.shape)
+            return compile_atoms([out], in_atoms, input_names=in_names,
+                                 output_names=[y._name], structure=0, **kw)
+        tapes = [GradientTape(persistent=True) for _ in range(order)]
+        axes = tuple(range(y.ndim, y.ndim + x.ndim))
+        with _traced(what), contextlib.ExitStack() as stack:
+            for t in tapes:
+                stack.enter_context(t)
+            d = fn(*xs)  # traced again, on the tapes
+            for k in reversed(range(order)):  # each sweep is recorded by the tapes outside
+                jac = tapes[k].jacobian(d, x, unconnected_gradients="zero")
+                d = ops.reduce_sum.bind(jac * v, axis=axes) if axes else jac * v
+        return compile(d, [*xs, v], **kw)
+
+    if input_signature is not None:
+        return tracer(_specs(input_signature, what))
+    return Transform(tracer, what)
 
 
 # --------------------------------------------------------------------------------------------

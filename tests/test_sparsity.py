@@ -122,3 +122,18 @@ def test_sparse_transform_errors():
     with pytest.raises(st.errors.InvalidArgumentError, match="one argnums"):
         st.jacobian(lambda a, b: a * b, argnums=(0, 1), sparse=True,
                     input_signature=[st.TensorSpec((2,))] * 2)
+
+
+def test_to_scipy_of_a_jacobian_of_a_matrix_argument():
+    pytest.importorskip("scipy")
+
+    def f(m):
+        return st.reduce_sum(m * m[:, ::-1], axis=1)
+
+    J = st.jacobian(f, sparse=True, input_signature=[st.TensorSpec((3, 4))])
+    m = np.arange(12.0).reshape(3, 4)
+    r = J(m)
+    assert r.dense_shape == (3, 3, 4) and r.rows == 1
+    np.testing.assert_array_equal(r.to_scipy().toarray(), r.to_dense().reshape(3, 12))
+    dense = st.jacobian(f, input_signature=[st.TensorSpec((3, 4))])(m)
+    np.testing.assert_array_equal(r.to_dense(), dense)

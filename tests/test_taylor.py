@@ -154,3 +154,42 @@ def test_orders_are_consistent_with_each_other():
         for p in itertools.islice(np.linspace(-2, 2, 7), 7):
             fd = (dk1(np.array(p + h)) - dk1(np.array(p - h))) / (2 * h)
             assert dk(np.array(p)) == pytest.approx(fd, rel=1e-5, abs=1e-5)
+
+
+def _sympy_directional(expr, xs, x0, v, k):
+    t = sp.Symbol("t", real=True)
+    line = expr.xreplace({s: a + t * b for s, a, b in zip(xs, x0, v)})
+    return float(sp.diff(line, t, k).subs(t, 0))
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 5])
+def test_directional_derivatives_match_sympy(k):
+    """d^k/dt^k f(x + t v): Taylor mode, and nested sweeps for a function with a kink."""
+    a, b, c = sp.symbols("a b c", real=True)
+    smooth = sp.exp(a * b) * sp.sin(c) / (1 + a ** 2)
+    kinked = sp.Abs(a) ** 3 * b + c ** 2 * a
+
+    def f_smooth(x):
+        return st.exp(x[0] * x[1]) * st.sin(x[2]) / (1 + x[0] ** 2)
+
+    def f_kinked(x):
+        return st.abs(x[0]) ** 3 * x[1] + x[2] ** 2 * x[0]
+
+    rng = np.random.default_rng(k)
+    spec = [st.TensorSpec((3,)), st.TensorSpec((3,))]
+    for fn, expr in ((f_smooth, smooth), (f_kinked, kinked)):
+        d = st.derivative(fn, order=k, direction=True, input_signature=spec)
+        for _ in range(3):
+            x0, v = rng.normal(size=3), rng.normal(size=3)
+            want = _sympy_directional(expr, (a, b, c), x0, v, k)
+            assert float(d(x0, v)) == pytest.approx(want, rel=1e-10, abs=1e-10)
+
+
+def test_directional_derivative_of_a_vector_function_and_errors():
+    d2 = st.derivative(lambda x: st.stack([x[0] * x[1], st.sin(x[0])]), order=2,
+                       direction=True)
+    x0, v = np.array([0.3, 2.0]), np.array([1.0, -1.0])
+    np.testing.assert_allclose(d2(x0, v), [2 * v[0] * v[1], -np.sin(x0[0]) * v[0] ** 2],
+                               rtol=1e-14)
+    with pytest.raises(st.errors.ShapeError, match="v has shape"):
+        d2(x0, np.ones(3))

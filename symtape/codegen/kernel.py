@@ -68,7 +68,10 @@ LOOP_VECTORIZE_MAX_ACCESSES = 32
 # Plans with more operations than this are cut into functions of this many, optimised one
 # at a time: LLVM's time per operation grows with the size of a function (measured: about
 # 50 us per op at 10^3 ops, 150 us at 3 x 10^4), and stays near its small-size cost this way.
-SPLIT_OPS = 2000
+# With the schedulers off, register allocation is what grows: cut at 500 (250 in lanes), the
+# N-body k=20 Hessian sets up in 1.9 s against 2.2 s at 2,000, Rosenbrock n=100's and the
+# MLP's Hessians run 6-10% faster and N-body's 5% slower (benchmarks/peers.py).
+SPLIT_OPS = 500
 # IR lines of inlined elementary functions (vecmath) a vectorised kernel may hold: each use
 # of tanh inlines about 140 lines and adds about 30 ms of optimisation, exp about 45 and 8 ms
 # (measured); past this, the kernel calls the C library instead and is not loop-vectorised.

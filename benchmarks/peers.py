@@ -280,27 +280,32 @@ def casadi_tool(case: Case, points: np.ndarray):
 
 
 def casadi_c_tool(case: Case, points: np.ndarray):
+    t = time.perf_counter()
+    ext = casadi_c(_casadi_function(case))
+    run = _casadi_eval(case, ext, len(points))
+    run(points)
+    return time.perf_counter() - t, run
+
+
+def casadi_c(fn):
+    """A CasADi function's generated C, compiled with ``cc -O3 -march=native`` and loaded
+    back as a CasADi ``external``."""
     import casadi as ca
 
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
     if cc is None:
         raise RuntimeError("no C compiler")
-    t = time.perf_counter()
-    fn = _casadi_function(case)
     tmp = tempfile.mkdtemp(prefix="casadi-c-")
     cwd = os.getcwd()
     try:
         os.chdir(tmp)
-        fn.generate("f.c")
+        fn.generate(f"{fn.name()}.c")
     finally:
         os.chdir(cwd)
-    lib = os.path.join(tmp, "f.so")
+    lib = os.path.join(tmp, f"{fn.name()}.so")
     subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", lib,
-                    os.path.join(tmp, "f.c")], check=True, capture_output=True)
-    ext = ca.external("f", lib)
-    run = _casadi_eval(case, ext, len(points))
-    run(points)
-    return time.perf_counter() - t, run
+                    os.path.join(tmp, f"{fn.name()}.c")], check=True, capture_output=True)
+    return ca.external(fn.name(), lib)
 
 
 def jax_tool(case: Case, points: np.ndarray):

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import subprocess
 import tempfile
 import time
 
@@ -27,6 +25,7 @@ os.environ.setdefault("SYMTAPE_CACHE_DIR", tempfile.mkdtemp(prefix="symtape-benc
 
 import symtape as st  # noqa: E402 - the cache directory must be chosen first
 from _timing import best  # noqa: E402 - benchmarks/ is the script's directory
+from peers import casadi_c  # noqa: E402
 
 
 def rosen(x):
@@ -50,20 +49,7 @@ def _casadi(n: int, generate_c: bool):
     hess, _ = ca.hessian(f, x)
     fn = ca.Function("h", [x], [hess])
     if generate_c:
-        cc = shutil.which("cc") or shutil.which("gcc")
-        if cc is None:
-            raise RuntimeError("no C compiler")
-        tmp = tempfile.mkdtemp(prefix="casadi-c-")
-        cwd = os.getcwd()
-        try:
-            os.chdir(tmp)
-            fn.generate("h.c")
-        finally:
-            os.chdir(cwd)
-        lib = os.path.join(tmp, "h.so")
-        subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", "-o", lib,
-                        os.path.join(tmp, "h.c")], check=True, capture_output=True)
-        fn = ca.external("h", lib)
+        fn = casadi_c(fn)
     sp = hess.sparsity()
     return fn, (np.array(sp.get_triplet()[0]), np.array(sp.get_triplet()[1])), hess.nnz()
 

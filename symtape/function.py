@@ -297,6 +297,18 @@ def _argnums(argnums, n: int) -> tuple[tuple, bool]:
     return tuple(a % n for a in nums), single
 
 
+def _result(y, what: str, scalar: bool = False) -> Tensor:
+    """``y``, checked to be what a derivative transform differentiates: one tensor (a
+    scalar for gradients and Hessians)."""
+    if not isinstance(y, Tensor):
+        raise InvalidArgumentError(f"{what}: the function must return one tensor, got "
+                                   f"{type(y).__name__}")
+    if scalar and y.size != 1:
+        raise ShapeError(f"{what}: the function must return a scalar, got shape {y.shape} "
+                         "(use st.jacobian for vector-valued functions)")
+    return y
+
+
 def _derivatives(fn, xs, nums, single, order: int, scalar_only: bool, what: str):
     """Trace ``fn(*xs)`` and take ``order`` nested Jacobians with respect to ``xs[nums]``."""
     wrt = [xs[i] for i in nums]
@@ -304,13 +316,7 @@ def _derivatives(fn, xs, nums, single, order: int, scalar_only: bool, what: str)
     with contextlib.ExitStack() as stack, _traced(what):
         for t in tapes:
             stack.enter_context(t)
-        y = fn(*xs)
-        if not isinstance(y, Tensor):
-            raise InvalidArgumentError(f"{what}: the function must return one tensor, got "
-                                       f"{type(y).__name__}")
-        if scalar_only and y.size != 1:
-            raise ShapeError(f"{what}: the function must return a scalar, got shape {y.shape} "
-                             "(use st.jacobian for vector-valued functions)")
+        y = _result(fn(*xs), what, scalar_only)
         ds = [y]
         for k in reversed(range(order)):
             nxt = []
@@ -411,13 +417,7 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
     outer, inner = GradientTape(persistent=True), GradientTape(persistent=True)
     with _traced(what), outer:
         with inner:
-            y = fn(*xs)
-        if not isinstance(y, Tensor):
-            raise InvalidArgumentError(f"{what}: the function must return one tensor, got "
-                                       f"{type(y).__name__}")
-        if hessian and y.size != 1:
-            raise ShapeError(f"{what}: the function must return a scalar, got shape "
-                             f"{y.shape} (use st.jacobian for vector-valued functions)")
+            y = _result(fn(*xs), what, hessian)
         target = inner.gradient(y, w, unconnected_gradients="zero") if hessian else y
     tape = outer if hessian else inner
     rows = sparsity.dependency_rows(target._node, w._node)
@@ -457,10 +457,7 @@ def _taylor_derivative(fn, xs: list, num: int, order: int, what: str, kw: dict):
     output element along ``x + t``. None when some head has no Taylor rule or a user's
     derivative rule is in the way (nested sweeps then)."""
     with _traced(what):
-        y = fn(*xs)
-    if not isinstance(y, Tensor):
-        raise InvalidArgumentError(f"{what}: the function must return one tensor, got "
-                                   f"{type(y).__name__}")
+        y = _result(fn(*xs), what)
     x = xs[num]
     try:
         coefs = taylor.coefficients(list(y._atoms.flat), [x._atoms.flat[0]], [G.ONE], order)
@@ -593,9 +590,7 @@ def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool =
         v = symbol(specs[-1].name or "v", shape=tuple(xs[num].shape), dtype=xs[num].dtype)
         outer, inner = GradientTape(), GradientTape()
         with _traced(what), outer, inner:
-            y = f(*xs)
-            if not isinstance(y, Tensor) or y.size != 1:
-                raise ShapeError(f"{what}: the function must return a scalar tensor")
+            y = _result(f(*xs), what, scalar=True)
             g = inner.gradient(y, xs[num], unconnected_gradients="zero")
             product = ops.reduce_sum.bind(g * v)
         out = outer.gradient(product, xs[num], unconnected_gradients="zero")
@@ -655,10 +650,7 @@ def _directional(fn, argnums, input_signature, order: int, opts: dict):
         v = symbol(specs[-1].name or "v", shape=tuple(x.shape), dtype=x.dtype)
         kw = {"dtype": _common_dtype(specs), "name": f"{_fn_name(fn)}_directional", **opts}
         with _traced(what):
-            y = fn(*xs)
-        if not isinstance(y, Tensor):
-            raise InvalidArgumentError(f"{what}: the function must return one tensor, got "
-                                       f"{type(y).__name__}")
+            y = _result(fn(*xs), what)
         out = None
         if order:
             try:

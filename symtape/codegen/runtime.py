@@ -46,8 +46,10 @@ _FILE_FORMAT = 2  # 1 was a pickle: such files are refused, never unpickled
 _FILE_KIND = "symtape compiled function"
 _STATE_FORMAT = 2  # 2: entry points return a status
 _FLOAT_DTYPES = ("float64", "float32")
-# Points x ops per thread below which splitting a batch costs more than it saves.
-_GRAIN = 1 << 17
+# Points x ops per thread below which splitting a batch costs more than it saves (measured
+# on 10^4 points: Rosenbrock n=10's gradient, 126 ops a point, 10 ns a point on one thread
+# against 16 on two; the pendulum's Hessian, 271 ops, 48 against 30).
+_GRAIN = 1 << 20
 _CPUS = os.cpu_count() or 1
 
 

@@ -208,7 +208,7 @@ def test_threads_split_large_batches(same):
     e = graph.add(*[graph.call(sp.tanh, v) for v in x])
     one = compile_atoms([obj(e)], [x], threads=1)
     many = compile_atoms([obj(e)], [x], threads=4)
-    a = np.random.default_rng(4).standard_normal((200_001, 3))
+    a = np.random.default_rng(4).standard_normal((1_000_001, 3))
     assert many._n_pieces(len(a)) > 1
     same(many(a), one(a), rtol=0)
 
@@ -227,8 +227,8 @@ def test_threads_with_outer_broadcast_dimensions(same):
     f1 = compile_atoms([obj(graph.call(sp.sin, graph.mul(x[()], w[()])))], [x, w], threads=1)
     f4 = compile_atoms([obj(graph.call(sp.sin, graph.mul(x[()], w[()])))], [x, w], threads=4)
     rng = np.random.default_rng(7)
-    X, W = rng.standard_normal((3, 1)), rng.standard_normal((1, 150_001))
-    assert f4._n_pieces(3 * 150_001) > 1
+    X, W = rng.standard_normal((3, 1)), rng.standard_normal((1, 700_001))
+    assert f4._n_pieces(3 * 700_001) > 1
     same(f4(X, W), f1(X, W), rtol=0)
     same(f1(X, W), np.sin(X * W))
 

@@ -122,7 +122,10 @@ def _traced_sweep(entries, target: Tensor, relevant: set):
     the applications being the entries it made from the stand-in, in order. The tapes
     recording now keep what the sweep computed without the stand-in (what an outer tape
     differentiates through) and drop the rest. None when a rule needs the cotangent's values
-    (a user's rule computing in Python)."""
+    (a user's rule computing in Python), or when nothing records (a custom function's
+    forward pass), so the applications could not be seen."""
+    if recording.is_paused():
+        return None
     stand_in = _stand_in(target.shape, target.dtype)
     capture = recording.Recorder(watch_accessed=False)
     capture.watch(stand_in)

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 __all__ = ["Entry", "Recorder", "Trace", "push", "remove", "active", "record", "accessed",
-           "paused", "watch_accesses", "tracing", "current_trace"]
+           "paused", "is_paused", "watch_accesses", "tracing", "current_trace"]
 
 
 class Entry:
@@ -126,6 +126,11 @@ def accessed(tensor) -> None:
                 rec.watch(tensor)
         else:
             rec.watch(tensor)
+
+
+def is_paused() -> bool:
+    """Whether recording is paused in this thread (inside a custom function's forward)."""
+    return bool(_state.paused)
 
 
 @contextlib.contextmanager

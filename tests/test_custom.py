@@ -185,3 +185,18 @@ def test_jacobian_through_rules_of_every_kind():
         scaled = numpy_rule(x * x)
     np.testing.assert_allclose(t.jacobian(clipped, x).numpy(), np.diag([3.0, 4.0]))
     np.testing.assert_allclose(t.jacobian(scaled, x).numpy(), np.diag([18.0, 24.0]))
+
+
+def test_jacobian_inside_a_custom_functions_forward_pass():
+    """Nothing records there, so a Jacobian of what a tape recorded before is taken one row
+    at a time."""
+    x = st.Variable([1.0, 3.0])
+    with st.GradientTape(persistent=True) as t:
+        y = x * x * x
+
+    @st.custom_gradient
+    def uses_the_tape(z):
+        j = t.jacobian(y, x)
+        return z * st.reduce_sum(j, axis=0), lambda g: g
+
+    np.testing.assert_allclose(uses_the_tape(st.constant([1.0, 1.0])).numpy(), [3.0, 27.0])

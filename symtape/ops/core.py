@@ -201,7 +201,6 @@ class Primitive:
                           **params) for i in range(n)]
         return stack.bind(*rows, axis=0)
 
-
     # -- sparsity --------------------------------------------------------------------------
     def dependencies(self, deps: Sequence[np.ndarray], params: dict, shape: tuple) -> np.ndarray:
         """Which source elements each output element may depend on, from the arguments'

@@ -459,18 +459,41 @@ def _taylor_derivative(fn, xs: list, num: int, order: int, what: str, kw: dict):
     with _traced(what):
         y = _result(fn(*xs), what)
     x = xs[num]
+    out = _taylor_atoms(y, [x._atoms.flat[0]], [G.ONE], order)
+    if out is None:
+        return None
+    in_atoms, in_names = _input_atoms(xs)
+    shape = tuple(y.shape) + tuple(x.shape) * order
+    return compile_atoms([out.reshape(shape)], in_atoms, input_names=in_names,
+                         output_names=[y._name], structure=0, **kw)
+
+
+def _taylor_atoms(y: Tensor, leaves: list, tangents: list, order: int):
+    """``order!`` times the last Taylor coefficient of each element of ``y`` along
+    ``leaves + t * tangents`` (flat), or None when Taylor mode does not apply."""
     try:
-        coefs = taylor.coefficients(list(y._atoms.flat), [x._atoms.flat[0]], [G.ONE], order)
+        coefs = taylor.coefficients(list(y._atoms.flat), leaves, tangents, order)
     except taylor.Unsupported:
         return None
     scale = G.number(math.factorial(order))
     out = np.empty(len(coefs), dtype=object)
     for i, c in enumerate(coefs):
         out[i] = G.monomial(scale, [(c[-1], G.ONE)])
-    in_atoms, in_names = _input_atoms(xs)
-    shape = tuple(y.shape) + tuple(x.shape) * order
-    return compile_atoms([out.reshape(shape)], in_atoms, input_names=in_names,
-                         output_names=[y._name], structure=0, **kw)
+    return out
+
+
+def _with_vector(fn, specs: list, argnums, what: str, usage: str) -> tuple:
+    """Placeholders of a transform called as ``(*args, v)``: ``(xs, num, v)``, ``v`` shaped
+    like argument ``num`` (``usage`` says what to pass when ``v`` is missing)."""
+    if len(specs) < 2:
+        raise InvalidArgumentError(f"{what}: {usage}")
+    (num,), _ = _argnums(argnums, len(specs) - 1)
+    xs = _placeholders(fn, specs[:-1])
+    x = xs[num]
+    if tuple(specs[-1].shape) != tuple(x.shape):
+        raise ShapeError(f"{what}: v has shape {tuple(specs[-1].shape)}, argument "
+                         f"{num} has shape {tuple(x.shape)}")
+    return xs, num, symbol(specs[-1].name or "v", shape=tuple(x.shape), dtype=x.dtype)
 
 
 def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
@@ -579,15 +602,8 @@ def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool =
                                    f"vector multiplies), got {argnums!r}")
 
     def tracer(specs: list[TensorSpec]) -> CompiledFunction:
-        if len(specs) < 2:
-            raise InvalidArgumentError(f"{what}: call it with the function's arguments and "
-                                       "the vector v")
-        (num,), _ = _argnums(argnums, len(specs) - 1)
-        xs = _placeholders(f, specs[:-1])
-        if tuple(specs[-1].shape) != tuple(xs[num].shape):
-            raise ShapeError(f"{what}: v has shape {tuple(specs[-1].shape)}, argument "
-                             f"{num} has shape {tuple(xs[num].shape)}")
-        v = symbol(specs[-1].name or "v", shape=tuple(xs[num].shape), dtype=xs[num].dtype)
+        xs, num, v = _with_vector(f, specs, argnums, what,
+                                  "call it with the function's arguments and the vector v")
         outer, inner = GradientTape(), GradientTape()
         with _traced(what), outer, inner:
             y = _result(f(*xs), what, scalar=True)
@@ -638,30 +654,14 @@ def _directional(fn, argnums, input_signature, order: int, opts: dict):
         raise InvalidArgumentError(f"{what}: the first argument must be a function")
 
     def tracer(specs: list[TensorSpec]) -> CompiledFunction:
-        if len(specs) < 2:
-            raise InvalidArgumentError(f"{what}: direction=True takes the function's "
-                                       "arguments and the direction v")
-        (num,), single = _argnums(argnums, len(specs) - 1)
-        xs = _placeholders(fn, specs[:-1])
+        xs, num, v = _with_vector(fn, specs, argnums, what, "direction=True takes the "
+                                  "function's arguments and the direction v")
         x = xs[num]
-        if tuple(specs[-1].shape) != tuple(x.shape):
-            raise ShapeError(f"{what}: v has shape {tuple(specs[-1].shape)}, argument "
-                             f"{num} has shape {tuple(x.shape)}")
-        v = symbol(specs[-1].name or "v", shape=tuple(x.shape), dtype=x.dtype)
         kw = {"dtype": _common_dtype(specs), "name": f"{_fn_name(fn)}_directional", **opts}
         with _traced(what):
             y = _result(fn(*xs), what)
-        out = None
-        if order:
-            try:
-                coefs = taylor.coefficients(list(y._atoms.flat), list(x._atoms.flat),
-                                            list(v._atoms.flat), order)
-                out = np.empty(len(coefs), dtype=object)
-                scale = G.number(math.factorial(order))
-                for i, c in enumerate(coefs):
-                    out[i] = G.monomial(scale, [(c[-1], G.ONE)])
-            except taylor.Unsupported:
-                out = None
+        out = _taylor_atoms(y, list(x._atoms.flat), list(v._atoms.flat), order) \
+            if order else None
         if out is not None or not order:
             in_atoms, in_names = _input_atoms([*xs, v])
             out = y._atoms if out is None else out.reshape(y.shape)

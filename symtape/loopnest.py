@@ -135,21 +135,10 @@ CHUNK_ELEMENTS = 1 << 15
 def point_chunk(outputs: Sequence[N.Node], most: int) -> int:
     """The points a chunk of a plan over points takes: ``most``, fewer for large tensors
     (a multiple of :data:`~symtape.codegen.loops.POINT_ALIGN`)."""
-    largest = max((node.size for node in _reachable(outputs)
+    largest = max((node.size for out in outputs for node in N.ancestry(out)
                    if node.kind not in ("const", "leaf")), default=1)
     fit = CHUNK_ELEMENTS // max(largest, 1) // POINT_ALIGN * POINT_ALIGN
     return max(POINT_ALIGN, min(most, fit))
-
-
-def _reachable(outputs: Sequence[N.Node]) -> list:
-    seen, stack, out = set(), list(outputs), []
-    while stack:
-        node = stack.pop()
-        if id(node) not in seen:
-            seen.add(id(node))
-            out.append(node)
-            stack.extend(node.inputs)
-    return out
 
 
 def _atoms_cost(node: N.Node) -> int:

@@ -15,29 +15,13 @@ from __future__ import annotations
 import numpy as np
 
 from . import nodes as N
+from .ops.core import union
 
 __all__ = ["dependency_rows", "colour_rows"]
 
 #: Colouring visits, for each row, the rows that share its columns; beyond this many visits
 #: (dense patterns, where colouring gains nothing) each row keeps its own colour.
 COLOUR_WORK = 2_000_000
-
-
-def _order(target: N.Node) -> list:
-    """The nodes ``target`` reads, each after its inputs."""
-    order, done = [], {id(target)}
-    stack = [(target, iter(target.inputs))]
-    while stack:
-        node, pending = stack[-1]
-        for x in pending:
-            if id(x) not in done:
-                done.add(id(x))
-                stack.append((x, iter(x.inputs)))
-                break
-        else:
-            stack.pop()
-            order.append(node)
-    return order
 
 
 def _source_bits(source: N.Node) -> np.ndarray:
@@ -58,7 +42,7 @@ def dependencies(target: N.Node, source: N.Node) -> np.ndarray:
     ['0b11', '0b110', '0b1100']
     """
     deps: dict = {id(source): _source_bits(source)}
-    for node in _order(target):
+    for node in N.ancestry(target):
         if id(node) in deps or node.kind in ("leaf", "const"):
             continue
         ins = [deps.get(id(x)) for x in node.inputs]
@@ -69,18 +53,10 @@ def dependencies(target: N.Node, source: N.Node) -> np.ndarray:
         if node.kind == "op":
             out = node.prim.dependencies(ins, node.params, node.shape)
         else:  # a view (a function with a user rule): every element on all its inputs
-            out = _dense(ins, node.shape)
+            out = np.full(node.shape, union(ins), dtype=object)
         deps[id(node)] = np.asarray(out, dtype=object).reshape(node.shape)
     found = deps.get(id(target))
     return np.zeros(target.shape, dtype=object) if found is None else found
-
-
-def _dense(deps, shape) -> np.ndarray:
-    total = 0
-    for d in deps:
-        if d.size:
-            total |= int(np.bitwise_or.reduce(d.reshape(-1), initial=0))
-    return np.full(shape, total, dtype=object)
 
 
 def dependency_rows(target: N.Node, source: N.Node) -> list[np.ndarray]:

@@ -203,20 +203,68 @@ class SparseFunction:
         return self.compiled.inputs
 
     def __call__(self, *args, out=None):
-        if out is not None:
-            raise InvalidArgumentError("a sparse function returns new SparseResults; out= "
-                                       "is not supported")
-        values = self.compiled(*args)
+        """The :class:`SparseResult` s at ``args`` (leading batch dimensions as the compiled
+        function's). ``out``: where to write the values -- for each output (in the results'
+        structure) an array of shape ``batch + (nnz,)``, or the SparseResult of an earlier
+        call -- so a loop over many calls allocates nothing.
+
+        >>> import symtape as st
+        >>> def f(x):
+        ...     return st.reduce_sum(x ** 3)
+        >>> h = st.hessian(f, sparse=True, input_signature=[st.TensorSpec((3,))])
+        >>> r = h(np.array([1.0, 2.0, 3.0]))
+        >>> r.values
+        array([ 6., 12., 18.])
+        >>> _ = h(np.array([0.0, 1.0, 1.0]), out=r)
+        >>> r.values
+        array([0., 6., 6.])
+        """
+        targets = None if out is None else self._targets(out)
+        if targets is None or any(t is not None for t in self._takes):
+            values = self.compiled(*args)
+        else:
+            values = self.compiled(*args, out=targets[0] if len(targets) == 1 else targets)
         flat = [values] if len(self._patterns) == 1 else list(values)
         results = []
-        for (idx, shape), take, v, rows in zip(self._patterns, self._takes, flat, self._rows):
+        for k, ((idx, shape), take, v, rows) in enumerate(
+                zip(self._patterns, self._takes, flat, self._rows)):
             v = np.asarray(v)
             if take is not None:  # (flat positions, core rank of the compiled output)
                 positions, rank = take
                 v = v.reshape(v.shape[:v.ndim - rank] + (-1,))[..., positions]
+                if targets is not None:
+                    if targets[k].shape != v.shape:
+                        raise ShapeError(f"{self._name}: out[{k}] has shape "
+                                         f"{targets[k].shape}, the values {v.shape}")
+                    targets[k][...] = v
+                    v = targets[k]
             results.append(SparseResult(idx, v, shape, rows))
         return nest.pack_sequence_as(self._structure, results) \
             if nest.is_nested(self._structure) else results[0]
+
+
+    @property
+    def _name(self) -> str:
+        return self.compiled.name
+
+    def _targets(self, out) -> list:
+        """The value arrays ``out`` gives, one per output."""
+        def leaves(o) -> list:
+            if isinstance(o, (SparseResult, np.ndarray)) or not nest.is_nested(o):
+                return [o]
+            items = [o[k] for k in sorted(o)] if isinstance(o, dict) else list(o)
+            return [leaf for item in items for leaf in leaves(item)]
+
+        flat = leaves(out)
+        if len(flat) != len(self._patterns):
+            raise InvalidArgumentError(f"{self._name}: out= needs {len(self._patterns)} "
+                                       f"value arrays, got {len(flat)}")
+        targets = [t.values if isinstance(t, SparseResult) else t for t in flat]
+        for k, t in enumerate(targets):
+            if not isinstance(t, np.ndarray):
+                raise InvalidArgumentError(f"{self._name}: out[{k}] must be a numpy array or "
+                                           f"a SparseResult, got {type(t).__name__}")
+        return targets
 
 
 def _is_zero(atom) -> bool:

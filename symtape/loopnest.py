@@ -390,9 +390,10 @@ class _Planner:
                                  else space, body, tuple(ins), tuple(outs), accumulate,
                                  points or int(batched), contract))
 
-    def materialise(self, loc: tuple) -> tuple:
-        """``loc`` copied to a contiguous temporary: by runs of consecutive elements (a
-        gather of a few pieces), else element by element (up to :data:`UNROLL_LIMIT`)."""
+    def materialise(self, loc: tuple, into: int | None = None) -> tuple:
+        """``loc`` copied to a contiguous temporary (or to buffer ``into``, of its size): by
+        runs of consecutive elements (a gather of a few pieces), else element by element (up
+        to :data:`UNROLL_LIMIT`)."""
         buf, offsets = loc
         batched = self.batched(loc)
         per = offsets[0] if batched else offsets
@@ -402,7 +403,8 @@ class _Planner:
         if n > UNROLL_LIMIT and not by_runs:
             raise Unplannable(f"a gather of {n} elements in {len(starts)} pieces")
         boolean = self.buffers[buf].boolean
-        new = self.add_buffer(Buffer("temp", -1, n, boolean), batched)
+        new = self.add_buffer(Buffer("temp", -1, n, boolean), batched) if into is None \
+            else into
         if by_runs:
             step = (self.point_stride(offsets),) if batched else ()
             out_step = (n,) if batched else ()
@@ -830,6 +832,10 @@ class _Planner:
             self.buffers[buf] = b._replace(kind="output", index=o)
             return
         new = self.buffer("output", o, node, batched=batched)
+        if self.batched((buf, offsets)) == batched and \
+                _affine(self.spread((buf, offsets), node.shape, batched)) is None:
+            self.materialise((buf, offsets), into=new)  # a gather: copied in place
+            return
         self.block(node.shape, _copy_body(1, node.dtype.kind == "b"),
                    (self.access((buf, offsets), node.shape, batched),),
                    (self.access((new, _flat(want)), node.shape, batched),), batched=batched)

@@ -459,6 +459,12 @@ def test_gathers_and_scatters_are_index_arithmetic(points):
                                      shape=(2, half))
     plan = loopnest.plan_loops([gathered._node, scattered._node], [x._node], points=points)
     assert max(len(b.body.instrs) for b in plan.blocks) < 100
+    # the gathered output is copied run by run straight into the output buffer
+    out_buffer = next(i for i, b in enumerate(plan.buffers) if b.kind == "output"
+                      and b.index == 0)
+    writes = [b for b in plan.blocks if any(a.buffer == out_buffer for a in b.outs)]
+    assert len(writes) == 3 and sum(math.prod(b.space) for b in writes) == \
+        len(runs) * max(points, 1)
     f = compile_plan(plan)
     xs = np.random.default_rng(7).standard_normal((3, n))
     got_g, got_s = f(xs)

@@ -137,3 +137,33 @@ def test_to_scipy_of_a_jacobian_of_a_matrix_argument():
     np.testing.assert_array_equal(r.to_scipy().toarray(), r.to_dense().reshape(3, 12))
     dense = st.jacobian(f, input_signature=[st.TensorSpec((3, 4))])(m)
     np.testing.assert_array_equal(r.to_dense(), dense)
+
+
+def test_sparse_values_written_into_out():
+    """``out=`` takes the values' array (or an earlier SparseResult) and writes it in place,
+    for compressed sweeps and for element views (``st.compile(..., sparse=True)``)."""
+    n = 30
+    sparse = st.hessian(rosen, sparse=True, input_signature=[st.TensorSpec((n,))])
+    x = np.random.default_rng(3).normal(size=(4, n))
+    want = sparse(x)
+    buf = np.full_like(want.values, np.nan)
+    got = sparse(x, out=buf)
+    assert got.values is buf
+    np.testing.assert_array_equal(buf, want.values)
+    again = sparse(x[::-1], out=got)
+    assert again.values is buf
+    np.testing.assert_array_equal(buf, want.values[::-1])
+    with pytest.raises(st.errors.ShapeError, match="out"):
+        sparse(x, out=buf[:, 1:])
+    with pytest.raises(st.errors.InvalidArgumentError, match="numpy array"):
+        sparse(x, out="values")
+    with pytest.raises(st.errors.InvalidArgumentError, match="1 value arrays"):
+        sparse(x, out=[buf, buf])
+
+    v = st.symbol("v", shape=(3,))
+    with st.GradientTape() as t:
+        y = st.reduce_sum(v ** 3)
+    h = st.compile(t.hessian(y, v), [v], sparse=True)
+    target = np.zeros(3)
+    assert h(np.array([1.0, 2.0, 3.0]), out=target).values is target
+    np.testing.assert_array_equal(target, [6.0, 12.0, 18.0])

@@ -470,6 +470,16 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
     tape = outer if hessian else inner
     rows = sparsity.dependency_rows(target._node, w._node)
     colour = sparsity.colour_rows(rows, w.size)
+    # element (i, j) is entry j of colour i's product (or, of a star-coloured Hessian,
+    # perhaps entry i of colour j's); taken in that order (colour by colour), they are a
+    # few runs of the products
+    positions = sparsity.positions(rows, colour, w.size)
+    if hessian and len(colour):
+        star = sparsity.star_colour(rows, w.size)
+        mirrored = sparsity.positions(rows, star, w.size, symmetric=True) \
+            if star.max() < colour.max() else None
+        if mirrored is not None:
+            colour, positions = star, mirrored
     n = int(colour.max()) + 1 if len(colour) else 0
     seeds = np.zeros((n, target.size), dtype=np.int64)
     seeds[colour, np.arange(target.size)] = 1
@@ -480,9 +490,6 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
     counts = np.array([len(r) for r in rows], dtype=np.int64)
     row_of = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
     cols = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-    # element (i, j) is entry j of colour i's product; taken in that order (colour by
-    # colour), they are a few runs of the products
-    positions = colour[row_of] * w.size + cols
     order = np.argsort(positions, kind="stable")
     row_of, cols, positions = row_of[order], cols[order], positions[order]
     indices = np.concatenate([np.stack(np.unravel_index(row_of, target.shape), axis=-1),

@@ -8,6 +8,12 @@ source``: exact for elementwise, structural and indexing ops, a superset where a
 column are given one colour (greedy distance-2 colouring, as CPR); one sweep per colour,
 its seed the sum of that colour's unit seeds, yields every element: ``J[i, j]`` is entry
 ``j`` of the product of colour ``colour[i]``. A tridiagonal Hessian takes 3 sweeps, not n.
+
+A Hessian is symmetric, so an element can also be read from its mirror image: a *star
+colouring* (a proper colouring in which every path of four vertices has three colours;
+Gebremedhin, Manne and Pothen, SIAM Review 47, 2005) needs only that one of ``H[i, j]``,
+``H[j, i]`` be alone of its colour in its column (:func:`positions`). An arrowhead Hessian
+(every variable coupled to one) takes 2 sweeps instead of n.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import numpy as np
 from . import nodes as N
 from .ops.core import union
 
-__all__ = ["dependency_rows", "colour_rows"]
+__all__ = ["dependency_rows", "colour_rows", "star_colour", "positions"]
 
 #: Colouring visits, for each row, the rows that share its columns; beyond this many visits
 #: (dense patterns, where colouring gains nothing) each row keeps its own colour.
@@ -98,3 +104,93 @@ def colour_rows(rows: list[np.ndarray], n_cols: int) -> np.ndarray:
             c += 1
         colour[i] = c
     return colour
+
+
+def _symmetric(rows: list[np.ndarray], n: int) -> list[np.ndarray]:
+    """The pattern with every element's mirror image added (a square one)."""
+    pairs = [(i, int(j)) for i, cols in enumerate(rows) for j in cols.tolist()]
+    adj: list = [set() for _ in range(n)]
+    for i, j in pairs:
+        adj[i].add(j)
+        adj[j].add(i)
+    return [np.array(sorted(a), dtype=np.int64) for a in adj]
+
+
+def star_colour(rows: list[np.ndarray], n: int) -> np.ndarray:
+    """A star colouring of the symmetric pattern ``rows`` (``n`` x ``n``, mirrored where it
+    is not): neighbours differ, and no path of four vertices has only two colours (greedy,
+    smallest colour first, vertices in order); each vertex its own colour when the pattern
+    is too dense to gain.
+
+    >>> arrow = [np.arange(5)] + [np.array([0, i]) for i in range(1, 5)]
+    >>> star_colour(arrow, 5).tolist()
+    [0, 1, 1, 1, 1]
+    >>> colour_rows(arrow, 5).tolist()
+    [0, 1, 2, 3, 4]
+    """
+    adj = [[int(j) for j in r.tolist() if j != i] for i, r in enumerate(_symmetric(rows, n))]
+    if sum(len(a) ** 2 for a in adj) > COLOUR_WORK:
+        return np.arange(n, dtype=np.int64)
+    colour = [-1] * n
+    # around[x][d]: how many of x's neighbours have colour d
+    around: list = [{} for _ in range(n)]
+    for v in range(n):
+        near = [w for w in adj[v] if colour[w] >= 0]
+        forbidden = {colour[w] for w in near}
+        mine: dict = {}
+        for w in near:
+            mine[colour[w]] = mine.get(colour[w], 0) + 1
+        for w in near:
+            d = colour[w]
+            for x in adj[w]:
+                c = colour[x]
+                if x == v or c < 0 or c in forbidden:
+                    continue
+                # v taking c makes v-w-x two-coloured: it must not extend to four vertices,
+                # through another d neighbour of v or of x
+                if mine[d] > 1 or around[x].get(d, 0) > 1:
+                    forbidden.add(c)
+        c = 0
+        while c in forbidden:
+            c += 1
+        colour[v] = c
+        for u in adj[v]:
+            around[u][c] = around[u].get(c, 0) + 1
+    return np.array(colour, dtype=np.int64)
+
+
+def positions(rows: list[np.ndarray], colour: np.ndarray, n_cols: int,
+              symmetric: bool = False) -> np.ndarray | None:
+    """Where each element of the pattern is in the colour-major products (entry ``j`` of
+    colour ``c``'s product at ``c * n_cols + j``), elements in row-major order: ``J[i, j]``
+    from ``colour[i]``'s product, or when ``symmetric`` and ``i`` shares colour and column
+    with another row, its mirror ``J[j, i]`` from ``colour[j]``'s. None when some element
+    is in neither place alone (a colouring that does not separate them).
+
+    >>> tri = [np.array([0, 1]), np.array([0, 1, 2]), np.array([1, 2])]
+    >>> positions(tri, np.array([0, 1, 2]), 3).tolist()
+    [0, 1, 3, 4, 5, 7, 8]
+    """
+    counts = np.array([len(r) for r in rows], dtype=np.int64)
+    row_of = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+    cols = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, dtype=np.int64)
+    if not len(cols):
+        return cols
+    n_colours = int(colour.max()) + 1
+    # how many rows of each colour each column has (of the pattern, mirrored when symmetric)
+    pattern = _symmetric(rows, n_cols) if symmetric else rows
+    p_counts = np.array([len(r) for r in pattern], dtype=np.int64)
+    p_rows = np.repeat(np.arange(len(pattern), dtype=np.int64), p_counts)
+    p_cols = np.concatenate(pattern).astype(np.int64)
+    shared = np.bincount(p_cols * n_colours + colour[p_rows],
+                         minlength=n_cols * n_colours)
+    direct = shared[cols * n_colours + colour[row_of]] == 1
+    out = colour[row_of] * n_cols + cols
+    if direct.all():
+        return out
+    if not symmetric:
+        return None
+    mirror = shared[row_of * n_colours + colour[cols]] == 1
+    if not (direct | mirror).all():
+        return None
+    return np.where(direct, out, colour[cols] * n_cols + row_of)

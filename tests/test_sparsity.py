@@ -80,6 +80,89 @@ def test_colouring_separates_rows_sharing_a_column():
                     assert colour[a] != colour[b]
 
 
+def _paths_of_four(adj: list[set]):
+    for b in range(len(adj)):
+        for c in adj[b]:
+            for a in adj[b] - {c}:
+                for d in adj[c] - {a, b}:
+                    yield a, b, c, d
+
+
+def test_star_colouring_leaves_no_two_coloured_path_of_four():
+    """Random symmetric patterns (and one-sided ones, mirrored): neighbours differ, every
+    path of four vertices has three colours (checked path by path), every element can be
+    read from the compressed products, and no more colours than the distance-2 colouring."""
+    rng = np.random.default_rng(4)
+    for trial in range(60):
+        n = int(rng.integers(1, 25))
+        rows = [np.unique(np.append(rng.integers(0, n, size=int(rng.integers(0, 4))), i))
+                for i in range(n)]
+        colour = sparsity.star_colour(rows, n)
+        adj = [set() for _ in range(n)]
+        for i, r in enumerate(rows):
+            for j in r.tolist():
+                if j != i:
+                    adj[i].add(j)
+                    adj[j].add(i)
+        for i in range(n):
+            assert all(colour[i] != colour[j] for j in adj[i])
+        for path in _paths_of_four(adj):
+            assert len({int(colour[v]) for v in path}) >= 3, (trial, path)
+        sym = [np.array(sorted(a | {i})) for i, a in enumerate(adj)]
+        assert colour.max() <= sparsity.colour_rows(sym, n).max()
+        where = sparsity.positions(rows, colour, n, symmetric=True)
+        # read back a symmetric matrix through the compressed products
+        h = rng.normal(size=(n, n))
+        h = (h + h.T) * np.array([[j in adj[i] or i == j for j in range(n)]
+                                  for i in range(n)])
+        seeds = np.zeros((colour.max() + 1, n))
+        seeds[colour, np.arange(n)] = 1.0
+        products = (seeds @ h).reshape(-1)
+        want = np.concatenate([h[i, r] for i, r in enumerate(rows)])
+        np.testing.assert_allclose(products[where], want, rtol=1e-12, atol=1e-12)
+
+
+def test_positions_refuse_a_colouring_that_does_not_separate():
+    path = [np.array([0, 1]), np.array([0, 1, 2]), np.array([1, 2, 3]), np.array([2, 3])]
+    assert sparsity.positions(path, np.array([0, 1, 0, 1]), 4, symmetric=True) is None
+    assert sparsity.positions(path, np.array([0, 1, 0, 2]), 4) is None
+    assert sparsity.positions(path, np.array([0, 1, 2, 0]), 4) is not None
+
+
+def arrowhead(x):
+    """Every variable coupled to the first: distance-2 colouring needs n colours, a star
+    colouring two."""
+    return st.reduce_sum(st.exp(x[0] * x[1:]) + x[1:] ** 4) + x[0] ** 3
+
+
+def test_arrowhead_hessian_takes_two_sweeps(monkeypatch):
+    n = 40
+    taken = []
+    original = st.GradientTape._stacked_cotangents
+
+    def spy(self, target, sources, seeds, *args, **kw):
+        taken.append(np.shape(seeds)[0])
+        return original(self, target, sources, seeds, *args, **kw)
+
+    monkeypatch.setattr(st.GradientTape, "_stacked_cotangents", spy)
+    spec = [st.TensorSpec((n,))]
+    sparse = st.hessian(arrowhead, sparse=True, input_signature=spec)
+    assert taken == [2]
+    x = np.random.default_rng(5).normal(size=(3, n)) * 0.5
+    dense = st.hessian(arrowhead, input_signature=spec)(x)
+    got = sparse(x)
+    np.testing.assert_allclose(got.to_dense(), dense, rtol=1e-13, atol=1e-13)
+    assert len(got.indices) == 3 * n - 2
+    # against hand-derived second derivatives at one point
+    p = x[0]
+    e = np.exp(p[0] * p[1:])
+    want = np.zeros((n, n))
+    want[0, 0] = np.sum(p[1:] ** 2 * e) + 6 * p[0]
+    want[0, 1:] = want[1:, 0] = e + p[0] * p[1:] * e
+    want[np.arange(1, n), np.arange(1, n)] = p[0] ** 2 * e + 12 * p[1:] ** 2
+    np.testing.assert_allclose(got.to_dense()[0], want, rtol=1e-13, atol=1e-13)
+
+
 @pytest.mark.parametrize("fn,n", [(rosen, 7), (nbody, 12), (rosen, 300)])
 def test_sparse_hessians_equal_dense_ones(fn, n):
     spec = [st.TensorSpec((n,))]

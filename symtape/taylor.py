@@ -14,14 +14,18 @@ definition: printable, exact, and compiled like any other.
 
 from __future__ import annotations
 
+import functools
+import itertools
+import math
 from collections.abc import Callable, Sequence
+from fractions import Fraction
 
 import sympy as sp
 
 from . import functions as F
 from . import graph as G
 
-__all__ = ["Unsupported", "coefficients"]
+__all__ = ["Unsupported", "coefficients", "multi_indices", "interpolation", "partials"]
 
 ZERO, ONE = G.ZERO, G.ONE
 
@@ -253,3 +257,84 @@ def coefficients(outputs: Sequence, leaves: Sequence, tangents: Sequence, order:
             continue  # a condition: held at its value at t = 0
         memo[node] = _definition(node, series)
     return [series(a) for a in outputs]
+
+
+# --------------------------------------------------------------------------------------------
+# Mixed partials from univariate series (Griewank, Utke and Walther, Math. Comp. 69, 2000)
+# --------------------------------------------------------------------------------------------
+
+
+def multi_indices(n: int, d: int) -> list[tuple]:
+    """The multi-indices of ``n`` variables summing to ``d`` (lexicographically descending).
+
+    >>> multi_indices(2, 2)
+    [(2, 0), (1, 1), (0, 2)]
+    """
+    if n == 1:
+        return [(d,)]
+    return [(a,) + rest for a in range(d, -1, -1) for rest in multi_indices(n - 1, d - a)]
+
+
+def _binomial(a: Fraction, b: int) -> Fraction:
+    out = Fraction(1)
+    for t in range(b):
+        out *= a - t
+    return out / math.factorial(b)
+
+
+@functools.cache
+def interpolation(n: int, d: int) -> tuple:
+    """``(indices, weights)``: every partial of order ``d`` in ``n`` variables is exactly
+    ``d^i f = sum_j weights[i][j] c_j``, ``c_j`` the ``d``-th Taylor coefficient of
+    ``f(x + t j)`` and ``j`` running over the same ``indices`` as directions:
+    ``weights[i][j] = sum over 0 < k <= i of (-1)^|i-k| C(i, k) C(d k/|k|, j) (|k|/d)^d``.
+
+    >>> indices, w = interpolation(2, 2)  # f_xy = c_(1,1) - (c_(2,0) + c_(0,2)) / 4
+    >>> indices[1], [str(v) for v in w[1]]
+    ((1, 1), ['-1/4', '1', '-1/4'])
+    """
+    indices = multi_indices(n, d)
+    weights = []
+    for i in indices:
+        row = []
+        for j in indices:
+            total = Fraction(0)
+            for k in itertools.product(*[range(m + 1) for m in i]):
+                size = sum(k)
+                if size == 0:
+                    continue
+                term = Fraction((-1) ** (d - size) * math.prod(map(math.comb, i, k)))
+                for km, jm in zip(k, j):
+                    term *= _binomial(Fraction(d * km, size), jm)
+                total += term * Fraction(size, d) ** d
+            row.append(total)
+        weights.append(tuple(row))
+    return indices, tuple(weights)
+
+
+def partials(outputs: Sequence, leaves: Sequence, order: int) -> tuple:
+    """``(indices, atoms)``: for each multi-index ``i`` of ``order`` over ``leaves``, the
+    partial ``d^i`` of every atom of ``outputs``, interpolated exactly from the Taylor
+    series of the outputs along each direction ``i`` (:func:`interpolation`); one series
+    per direction, ``C(n + order - 1, order)`` of them.
+
+    >>> x, y = G.Leaf.new("x"), G.Leaf.new("y")
+    >>> indices, ((fxx, fxy, fyy),) = partials([G.mul(G.mul(x, x), y)], [x, y], 2)
+    >>> [G.expand(a) for a in (fxx, fxy, fyy)]
+    [2*y, 2*x, 0]
+    """
+    indices, weights = interpolation(len(leaves), order)
+    series = []
+    for j in indices:
+        moving = [(leaf, G.number(m)) for leaf, m in zip(leaves, j) if m]
+        coefs = coefficients(outputs, [a for a, _ in moving], [t for _, t in moving], order)
+        series.append([c[-1] for c in coefs])
+    out = []
+    for k in range(len(outputs)):
+        row = []
+        for w in weights:
+            terms = [(sp.Rational(c.numerator, c.denominator), s[k])
+                     for c, s in zip(w, series) if c]
+            row.append(G.lincomb(terms))
+        out.append(tuple(row))
+    return indices, out

@@ -193,3 +193,80 @@ def test_directional_derivative_of_a_vector_function_and_errors():
                                rtol=1e-14)
     with pytest.raises(st.errors.ShapeError, match="v has shape"):
         d2(x0, np.ones(3))
+
+
+@pytest.mark.parametrize("n,d", [(1, 3), (2, 4), (3, 3), (3, 5), (4, 2)])
+def test_interpolation_weights_recover_every_monomial(n, d):
+    """``sum_j w[i][j] j^m = i! [i == m]`` for all multi-indices of order ``d``: the d-th
+    directional derivative of ``x^m`` along ``j`` is ``d! j^m``, so the weights turn the
+    directions' coefficients into exactly the partials (checked in exact arithmetic)."""
+    from fractions import Fraction
+
+    indices, weights = taylor.interpolation(n, d)
+    assert len(indices) == math.comb(n + d - 1, d) == len(set(indices))
+    assert all(sum(i) == d and len(i) == n for i in indices)
+    for i, row in zip(indices, weights):
+        for m in indices:
+            got = sum(w * math.prod(Fraction(jv) ** mv for jv, mv in zip(j, m))
+                      for w, j in zip(row, indices))
+            assert got == (math.prod(map(math.factorial, i)) if i == m else 0)
+
+
+def _mixed(x):
+    return st.exp(st.sin(x[0])) * st.tanh(st.reduce_sum(x * x)) / (1 + x[-1] ** 2)
+
+
+@pytest.mark.parametrize("n,k", [(2, 4), (2, 6), (3, 5)])
+def test_mixed_partials_by_interpolation_match_sympy(n, k, monkeypatch):
+    """Every partial of order k of a vector argument (interpolated from Taylor series along
+    C(n+k-1, k) directions) equals ``sympy.diff`` of the expression at two points."""
+    calls = []
+    original = taylor.partials
+    monkeypatch.setattr(taylor, "partials", lambda *a: calls.append(a) or original(*a))
+    syms = sp.symbols(f"a0:{n}", real=True)
+    expr = sp.exp(sp.sin(syms[0])) * sp.tanh(sum(s ** 2 for s in syms)) / (1 + syms[-1] ** 2)
+    d = st.derivative(_mixed, order=k, input_signature=[st.TensorSpec((n,))])
+    assert len(calls) == 1
+    rng = np.random.default_rng(n * 10 + k)
+    points = 0.4 * rng.normal(size=(2, n))
+    got = d(points)
+    assert got.shape == (2,) + (n,) * k
+    for p, values in zip(points, got):
+        env = dict(zip(syms, p))
+        for idx in itertools.combinations_with_replacement(range(n), k):
+            want = float(sp.diff(expr, *[syms[m] for m in idx]).evalf(30, subs=env))
+            scale = max(1.0, np.max(np.abs(values)))
+            assert abs(values[idx] - want) <= 1e-12 * scale, idx
+            # symmetric: every ordering of the same multi-index holds the same value
+            assert all(values[perm] == values[idx] for perm in itertools.permutations(idx))
+
+
+def test_mixed_partials_of_vector_outputs_and_fallbacks():
+    """A vector output keeps its axes in front; order 3 and user rules take nested sweeps,
+    which agree with interpolation where both apply."""
+    def f(x):
+        return st.stack([x[0] ** 3 * x[1] ** 2, st.exp(x[0] - x[1])])
+
+    d4 = st.derivative(f, order=4, input_signature=[st.TensorSpec((2,))])
+    x0 = np.array([0.3, -0.7])
+    got = d4(x0)
+    assert got.shape == (2, 2, 2, 2, 2)
+    # d^4 of x^3 y^2: only xxxy-type (3 x, 1 y) = 6 * 2y, and xxyy = 6x * 2
+    assert got[0, 0, 0, 0, 1] == pytest.approx(12 * x0[1], rel=1e-13)
+    assert got[0, 0, 0, 1, 1] == pytest.approx(12 * x0[0], rel=1e-13)
+    assert got[0, 0, 0, 0, 0] == 0.0 and got[0, 1, 1, 1, 1] == 0.0
+    e = math.exp(x0[0] - x0[1])
+    for idx in itertools.product(range(2), repeat=4):
+        assert got[(1,) + idx] == pytest.approx(e * (-1) ** sum(idx), rel=1e-13)
+
+    @st.custom_gradient
+    def rule(x):
+        return st.sin(x[0]) * x[1], lambda g: g * st.stack([st.cos(x[0]) * x[1], st.sin(x[0])])
+
+    d = st.derivative(rule, order=4, input_signature=[st.TensorSpec((2,))])
+    got = d(x0)
+    assert got[0, 0, 0, 0] == pytest.approx(math.sin(x0[0]) * x0[1], rel=1e-13)
+    assert got[0, 0, 0, 1] == pytest.approx(-math.cos(x0[0]), rel=1e-13)
+    assert got[1, 1, 0, 0] == 0.0
+    assert not function_module._mixed_worth(2, 3) and function_module._mixed_worth(2, 4)
+    assert not function_module._mixed_worth(6, 4) and function_module._mixed_worth(4, 5)

@@ -68,10 +68,15 @@ LOOP_VECTORIZE_MAX_ACCESSES = 32
 # Plans with more operations than this are cut into functions of this many, optimised one
 # at a time: LLVM's time per operation grows with the size of a function (measured: about
 # 50 us per op at 10^3 ops, 150 us at 3 x 10^4), and stays near its small-size cost this way.
-# With the schedulers off, register allocation is what grows: cut at 500 (250 in lanes), the
-# N-body k=20 Hessian sets up in 1.9 s against 2.2 s at 2,000, Rosenbrock n=100's and the
-# MLP's Hessians run 6-10% faster and N-body's 5% slower (benchmarks/peers.py).
+# With the schedulers off, register allocation is what grows: cut at 500 (and lane kernels
+# at LANE_SPLIT_OPS), the N-body k=20 Hessian sets up in 1.6 s against 2.2 s at 2,000,
+# Rosenbrock n=100's and the MLP's Hessians run 6-10% faster and N-body's 5% slower
+# (benchmarks/peers.py).
 SPLIT_OPS = 500
+# ... and kernels in lane mode (vectors of LANES points, twice the registers a value) into
+# functions of this many: the N-body k=20 Hessian (21,000 operations) sets up in 1.6 s
+# against 1.9 s at 250, evaluating as fast (benchmarks/peers.py).
+LANE_SPLIT_OPS = 125
 # IR lines of inlined elementary functions (vecmath) a vectorised kernel may hold: each use
 # of tanh inlines about 140 lines and adds about 30 ms of optimisation, exp about 45 and 8 ms
 # (measured); past this, the kernel calls the C library instead and is not loop-vectorised.
@@ -282,7 +287,7 @@ class _Body:
         # vector code is cut twice as fine: LLVM's instruction schedulers, quadratic in the
         # size of a block, are most of its time there (measured on an N-body Hessian: 3.7 s
         # of code generation at 1,000 operations a function against 5.8 s at 2,000)
-        chunks = _chunks(plan, max(1, SPLIT_OPS // 2) if self.lanes > 1 else SPLIT_OPS)
+        chunks = _chunks(plan, LANE_SPLIT_OPS if self.lanes > 1 else SPLIT_OPS)
         crossing = _crossing(plan, chunks)
         ptrs = [f"ptr noalias readonly %in{i}" for i in range(n_in)]
         ptrs += [f"ptr noalias writeonly %out{i}" for i in range(n_out)]

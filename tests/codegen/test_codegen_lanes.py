@@ -24,6 +24,7 @@ def _mode(monkeypatch, lane: bool, split: int = 10 ** 9) -> None:
     monkeypatch.setattr(kernel, "LOOP_VECTORIZE_MAX_ACCESSES", -1)
     monkeypatch.setattr(kernel, "LANE_MIN_OPS", 0 if lane else 10 ** 9)
     monkeypatch.setattr(kernel, "SPLIT_OPS", split)
+    monkeypatch.setattr(kernel, "LANE_SPLIT_OPS", max(1, split // 2))
 
 
 def _program(dtype: str):
@@ -133,7 +134,7 @@ def test_lane_buffers_past_the_stack_limit_come_from_the_heap(monkeypatch):
     monkeypatch.setattr(kernel, "LANE_STACK_BYTES", 64)
     outputs, inputs = _program("float64")
     for split in (10 ** 9, 7):  # with and without the scratch arrays of a cut point
-        monkeypatch.setattr(kernel, "SPLIT_OPS", split)
+        monkeypatch.setattr(kernel, "LANE_SPLIT_OPS", split)
         heap = st.compile(outputs, inputs, name=f"lanes_heap{split}")
         assert "@malloc(" in heap.llvm_ir and "@free(" in heap.llvm_ir
         for n in (0, 1, 9, 1001):

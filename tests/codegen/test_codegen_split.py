@@ -24,6 +24,7 @@ def _program():
 
 def _compile(split: int, monkeypatch, dtype="float64"):
     monkeypatch.setattr(kernel, "SPLIT_OPS", split)
+    monkeypatch.setattr(kernel, "LANE_SPLIT_OPS", split)
     outputs, inputs = _program()
     return st.compile(outputs, inputs, dtype=dtype, name=f"split{split}")
 

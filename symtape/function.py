@@ -24,7 +24,8 @@ from . import loopnest
 from .codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
 from .errors import InvalidArgumentError, ShapeError, UnboundLeafError
 from .tape import GradientTape, UnconnectedGradients
-from .tensor import Tensor, constant, symbol
+from .ops.binder import adopt
+from .tensor import Tensor, symbol
 
 __all__ = ["compile", "function", "Function", "grad", "jacobian", "hessian", "derivative",
            "TensorSpec", "SparseResult", "SparseFunction"]
@@ -890,7 +891,7 @@ class Function:
                 var.assign(value)
         if traced.structure is None:
             return None
-        tensors = [constant(r) for r in results[: traced.n_results]]
+        tensors = [adopt(r) for r in results[: traced.n_results]]  # fresh: no copies
         return nest.pack_sequence_as(traced.structure, tensors) \
             if nest.is_nested(traced.structure) else tensors[0]
 

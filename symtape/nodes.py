@@ -289,7 +289,11 @@ def _uniform(exact) -> tuple:
     arr = np.asarray(exact)
     if arr.size == 0:
         return None, None
-    first = arr.reshape(-1)[0]
+    flat = arr.reshape(-1)
+    first = flat[0]
+    if arr.dtype.kind in "iub" and flat[-1] != first or arr.dtype.kind == "f" and not (
+            flat[-1] == first or np.isnan(flat[-1]) and np.isnan(first)):
+        return None, None  # most arrays differ at once: no pass over all of them
     if arr.dtype == object:
         same = all(b == first for b in arr.reshape(-1))
     elif arr.dtype.kind == "f":

@@ -389,3 +389,27 @@ def test_hessians_are_exactly_symmetric():
     with st.GradientTape(persistent=True) as t:
         y = f(eager)
     np.testing.assert_allclose(H(eager.numpy()), t.hessian(y, eager).numpy(), rtol=1e-12)
+
+
+def test_large_results_are_returned_without_copies_and_stay_independent():
+    """A result past the one-point path's copy limit is written in place by the native code
+    and wrapped as it is: each call's tensor is its own, read-only array; arguments of that
+    size take the general path too, with the same values."""
+    from symtape.codegen import runtime
+
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(70, 60)), rng.normal(size=(70, 80))
+    assert a.size + b.size + 60 * 80 > runtime.POINT_COPY_LIMIT
+
+    @st.function
+    def gram(x, y):
+        return st.matmul(x, y, transpose_a=True) * 2.0
+
+    first = gram(a, b)
+    second = gram(a, -b)
+    np.testing.assert_allclose(first.numpy(), 2.0 * a.T @ b, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(second.numpy(), -2.0 * a.T @ b, rtol=1e-12, atol=1e-12)
+    assert not np.shares_memory(first._value, second._value)
+    assert not first._value.flags.writeable
+    small = st.function(lambda x: x * 2.0)
+    np.testing.assert_array_equal(small(np.arange(3.0)).numpy(), [0.0, 2.0, 4.0])

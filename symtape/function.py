@@ -21,6 +21,7 @@ import numpy as np
 from . import graph as G
 from . import nest, ops, recording, sparsity, taylor
 from . import loopnest
+from . import nodes as N
 from .codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
 from .errors import InvalidArgumentError, ShapeError, UnboundLeafError
 from .tape import GradientTape, UnconnectedGradients
@@ -288,7 +289,7 @@ def _specs(signature, what: str, unknown: bool = False) -> list[TensorSpec]:
         else:
             raise InvalidArgumentError(f"{what}: input_signature[{i}] must be an "
                                        "st.TensorSpec or a shape tuple")
-        if out[-1].shape is None and not unknown:
+        if (out[-1].shape is None or None in out[-1].shape) and not unknown:
             raise InvalidArgumentError(f"{what}: input_signature[{i}] needs a fully known "
                                        "core shape (leading batch dimensions are free at call "
                                        "time)")
@@ -815,6 +816,8 @@ class Function:
         self._opts = dict(fastmath=fastmath, threads=threads)
         self._dtype = dtype
         self._traces: dict[tuple, _Traced] = {}
+        self._batch = _batch_arguments(self.input_signature)
+        self._poly: _Traced | bool | None = None  # the batch-polymorphic trace; False: none
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.__name__ = _fn_name(fn)
         self.__doc__ = fn.__doc__
@@ -833,10 +836,14 @@ class Function:
 
     @property
     def traced_signatures(self) -> list[tuple]:
-        """The core shapes of the arguments of each trace so far."""
-        return list(self._traces)
+        """The core shapes of the arguments of each trace so far (``None`` for a batch
+        dimension one trace serves at every size)."""
+        poly = [tuple(tuple(sp.shape) for sp in self.input_signature)] if self._poly else []
+        return poly + list(self._traces)
 
-    def _trace(self, specs: list[TensorSpec]) -> _Traced:
+    def _record(self, specs: list[TensorSpec]) -> tuple:
+        """Traces the function on placeholders of ``specs``: ``(placeholders, results
+        (flat), assignments [(variable, tensor)], variables read, result structure)``."""
         xs = _placeholders(self.python_function, specs)
         with recording.tracing() as trace, _traced("st.function"):
             result = self.python_function(*xs)
@@ -845,16 +852,60 @@ class Function:
             if not isinstance(r, Tensor):
                 raise InvalidArgumentError(f"st.function {self.__name__}: result {i} is a "
                                            f"{type(r).__name__}; return tensors")
-        assigned = list(trace.assigned.values())
-        read = [v for v in trace.variables.values()]
-        outputs = flat + [t for _, t in assigned]
         structure = None if result is None else _output_structure(result, flat)
+        return (xs, flat, list(trace.assigned.values()), list(trace.variables.values()),
+                structure)
+
+    def _trace(self, specs: list[TensorSpec]) -> _Traced:
+        return self._compiled(self._record(specs), specs)
+
+    def _compiled(self, recorded: tuple, specs: list[TensorSpec]) -> _Traced:
+        xs, flat, assigned, read, structure = recorded
+        outputs = flat + [t for _, t in assigned]
         dtype = self._dtype or _common_dtype(specs)
         inputs = xs + read
         compiled = _compile_tensors(outputs, inputs, dict(
             input_names=[t._name for t in inputs], structure=tuple(range(len(outputs))),
             dtype=dtype, name=self.__name__, **self._opts))
         return _Traced(compiled, read, [v for v, _ in assigned], structure, len(flat))
+
+    def _polymorphic(self) -> _Traced | None:
+        """The one trace serving every batch size (see :func:`_separable`), or None when the
+        function is not computed example by example (each size is then traced)."""
+        if self._poly is None:
+            sig, flags = self.input_signature, self._batch
+
+            def at(b: int) -> list:
+                return [TensorSpec((b,) + tuple(sp.shape[1:]) if f else tuple(sp.shape),
+                                   sp.dtype, sp.name) for sp, f in zip(sig, flags)]
+
+            try:
+                one, probe = self._record(at(1)), self._record(at(PROBE_BATCH))
+            except Exception:  # noqa: BLE001 - a size-specific failure: traced per size
+                self._poly = False  # (where a genuine error is raised for the real call)
+                return None
+            self._poly = self._compiled(one, at(1)) if _separable(one, probe, flags) \
+                else False
+        return self._poly or None
+
+    def _run_batched(self, traced: _Traced, arrays: list):
+        """A call of the batch-polymorphic trace: each example runs the batch-1 program (the
+        batch is a loop of the native code)."""
+        sizes = sorted({a.shape[0] for a, f in zip(arrays, self._batch) if f})
+        if len(sizes) > 1:
+            raise ShapeError(f"st.function {self.__name__}: the arguments' batch dimensions "
+                             f"differ ({', '.join(map(str, sizes))})")
+        n = sizes[0]
+        args = [a.reshape((n, 1) + a.shape[1:]) if f else a
+                for a, f in zip(arrays, self._batch)]
+        values = [v._store.value for v in traced.variables]
+        results = traced.compiled(*args, *values)
+        tensors = []
+        for r in results[: traced.n_results]:
+            r.flags.writeable = False  # fresh: the reshaped view is the result
+            tensors.append(adopt(r.reshape((n,) + r.shape[2:])))
+        return nest.pack_sequence_as(traced.structure, tensors) \
+            if nest.is_nested(traced.structure) else tensors[0]
 
     def _key(self, arrays) -> tuple:
         return tuple(a.shape for a in arrays)
@@ -873,10 +924,14 @@ class Function:
         key = self._key(arrays)
         sig = self.input_signature
         if sig is not None and (len(sig) != len(key) or any(
-                s.shape is not None and tuple(s.shape) != k for s, k in zip(sig, key))):
+                s.shape is not None and not _fits(s.shape, k) for s, k in zip(sig, key))):
             raise ShapeError(f"st.function {self.__name__}: argument shapes {list(key)} do not "
                              "match input_signature "
                              f"{[None if s.shape is None else tuple(s.shape) for s in sig]}")
+        if self._batch is not None:
+            poly = self._polymorphic()
+            if poly is not None:
+                return self._run_batched(poly, arrays)
         traced = self._traces.get(key)
         if traced is None:
             specs = [TensorSpec(k, s.dtype, s.name) for k, s in zip(key, sig)] if sig else \
@@ -894,6 +949,138 @@ class Function:
         tensors = [adopt(r) for r in results[: traced.n_results]]  # fresh: no copies
         return nest.pack_sequence_as(traced.structure, tensors) \
             if nest.is_nested(traced.structure) else tensors[0]
+
+
+#: A signature's ``None`` batch dimension is traced at 1 (the program every example runs)
+#: and at this size, to check that each example's results depend on its own inputs only.
+PROBE_BATCH = 3
+
+
+def _fits(spec_shape: tuple, shape: tuple) -> bool:
+    """Whether ``shape`` is one of the shapes ``spec_shape`` allows (``None``: any size)."""
+    return len(spec_shape) == len(shape) and all(
+        d is None or d == k for d, k in zip(spec_shape, shape))
+
+
+def _batch_arguments(sig) -> list[bool] | None:
+    """For a signature whose only unknown dimensions lead some arguments' shapes (a batch),
+    which arguments have one; None for any other signature.
+
+    >>> _batch_arguments([TensorSpec((None, 3)), TensorSpec(()), TensorSpec((None,))])
+    [True, False, True]
+    >>> _batch_arguments([TensorSpec((2, None))]) is None
+    True
+    """
+    if sig is None:
+        return None
+    flags = []
+    for spec in sig:
+        if spec.shape is None or any(d is None for d in tuple(spec.shape)[1:]):
+            return None
+        flags.append(len(spec.shape) > 0 and spec.shape[0] is None)
+    return flags if any(flags) else None
+
+
+def _in_order(tensors: list) -> list:
+    seen: dict = {}
+    for t in tensors:
+        for node in N.ancestry(t._node):
+            seen.setdefault(id(node), node)
+    return list(seen.values())
+
+
+def _same_params(a: dict, b: dict, leading: bool) -> bool:
+    """Whether two traces' parameters agree, a batch-leading node's shape-like parameters
+    allowed to differ in their first entry (the batch size)."""
+    if a.keys() != b.keys():
+        return False
+    for k, va in a.items():
+        vb = b[k]
+        if isinstance(va, np.ndarray) or isinstance(vb, np.ndarray):
+            if not (isinstance(va, np.ndarray) and isinstance(vb, np.ndarray) and
+                    va.shape == vb.shape and np.array_equal(va, vb)):
+                return False
+        elif va != vb and not (
+                leading and k == "shape" and isinstance(va, tuple) and isinstance(vb, tuple)
+                and len(va) == len(vb) and va[1:] == vb[1:] and (va[0], vb[0]) in (
+                    (1, PROBE_BATCH), (-1, -1))):
+            return False
+    return True
+
+
+def _separable(one: tuple, probe: tuple, flags: list) -> bool:
+    """Whether the traces at batch 1 and at :data:`PROBE_BATCH` (``Function._record``) are
+    one program applied example by example: the same ops, parameters and constants node by
+    node, each node's shape either the same or the batch in front, every element of a
+    batch-leading node depending on its own example's inputs only (``Primitive.dependencies``
+    over one bit per example), other nodes on none, every result batch-leading, and no
+    variable assigned."""
+    xs1, flat1, assigned1, read1, s1 = one
+    xs3, flat3, assigned3, read3, s3 = probe
+    if assigned1 or assigned3 or s1 != s3 or len(flat1) != len(flat3) or \
+            [id(v) for v in read1] != [id(v) for v in read3]:
+        return False
+    nodes1, nodes3 = _in_order(flat1), _in_order(flat3)
+    if len(nodes1) != len(nodes3):
+        return False
+    at1 = {id(n): k for k, n in enumerate(nodes1)}
+    at3 = {id(n): k for k, n in enumerate(nodes3)}
+    arg1 = {id(x._node): i for i, x in enumerate(xs1)}
+    arg3 = {id(x._node): i for i, x in enumerate(xs3)}
+    leading: dict = {}
+    for a, c in zip(nodes1, nodes3):
+        if a is c:
+            leading[id(c)] = False
+            continue
+        if a.shape == c.shape:
+            lead = False
+        elif a.shape[:1] == (1,) and c.shape[:1] == (PROBE_BATCH,) and a.shape[1:] == c.shape[1:]:
+            lead = True
+        else:
+            return False
+        if a.kind != c.kind or a.dtype != c.dtype or \
+                [at1[id(i)] for i in a.inputs] != [at3[id(i)] for i in c.inputs]:
+            return False
+        if a.kind == "leaf":
+            i = arg1.get(id(a))
+            if i is None or arg3.get(id(c)) != i or lead != flags[i]:
+                return False
+        elif a.kind == "const":
+            try:
+                if lead or not np.array_equal(np.asarray(a._exact), np.asarray(c._exact)):
+                    return False
+            except (TypeError, ValueError):
+                return False
+        elif a.kind != "op" or a.prim is not c.prim or \
+                not _same_params(a.params, c.params, lead):
+            return False
+        leading[id(c)] = lead
+    if not all(leading[id(t._node)] for t in flat3):
+        return False
+    deps: dict = {}
+    for x, f in zip(xs3, flags):
+        if f:
+            rows = np.empty(x.shape, dtype=object)
+            for b in range(PROBE_BATCH):
+                rows[b] = 1 << b
+            deps[id(x._node)] = rows
+    for c in nodes3:
+        if id(c) in deps or c.kind in ("leaf", "const"):
+            continue
+        ins = [deps.get(id(i)) for i in c.inputs]
+        if all(d is None for d in ins):
+            continue
+        ins = [np.zeros(i.shape, dtype=object) if d is None else d
+               for d, i in zip(ins, c.inputs)]
+        out = np.asarray(c.prim.dependencies(ins, c.params, c.shape), dtype=object) \
+            .reshape(c.shape)
+        deps[id(c)] = out
+        for b in range(PROBE_BATCH if leading[id(c)] else 1):
+            own = (1 << b) if leading[id(c)] else 0
+            part = out[b] if leading[id(c)] else out
+            if any(int(v) & ~own for v in np.asarray(part, dtype=object).reshape(-1)):
+                return False
+    return True
 
 
 def _compile_tensors(outputs: list, inputs: list, opts: dict) -> CompiledFunction:

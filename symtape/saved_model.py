@@ -228,6 +228,11 @@ def _functions_of(obj) -> dict[str, Function]:
 
 def _signatures(name: str, fn: Function) -> list[list[TensorSpec]]:
     sigs = []
+    if fn.input_signature is not None and any(
+            s.shape is not None and None in s.shape for s in fn.input_signature):
+        raise InvalidArgumentError(
+            f"st.saved_model.save: {name} has an input_signature with None dimensions; saved "
+            "programs take concrete shapes or TensorSpec(None) (any shape)")
     if fn.input_signature is not None:
         sigs.append([TensorSpec(() if s.shape is None else s.shape, s.dtype, s.name)
                      for s in fn.input_signature])

@@ -413,3 +413,100 @@ def test_large_results_are_returned_without_copies_and_stay_independent():
     assert not first._value.flags.writeable
     small = st.function(lambda x: x * 2.0)
     np.testing.assert_array_equal(small(np.arange(3.0)).numpy(), [0.0, 2.0, 4.0])
+
+
+def _mlp_model(seed: int = 0):
+    rng = np.random.default_rng(seed)
+    w1, b1 = st.Variable(rng.normal(size=(4, 8))), st.Variable(rng.normal(size=8))
+    w2 = st.Variable(rng.normal(size=(8, 3)))
+
+    def model(x):
+        h = st.tanh(st.matmul(x, w1) + b1)
+        return {"p": st.nn.softmax(st.matmul(h, w2)), "h": h}
+
+    def reference(x):
+        h = np.tanh(x @ w1.numpy() + b1.numpy())
+        z = h @ w2.numpy()
+        e = np.exp(z - z.max(axis=1, keepdims=True))
+        return {"p": e / e.sum(axis=1, keepdims=True), "h": h}
+
+    return model, reference, w1
+
+
+def test_a_none_batch_dimension_is_traced_once_for_every_batch_size():
+    """A function computed example by example with a None batch dimension: one trace and
+    one compile serve batches of 0, 1, 5 and 300 (the native code loops over the batch), with
+    the values of numpy; a variable changed between calls is read at its new value."""
+    from symtape.codegen import jit
+
+    model, reference, w1 = _mlp_model()
+    f = st.function(model, input_signature=[st.TensorSpec((None, 4))])
+    rng = np.random.default_rng(1)
+    compiles = jit.STATS.compiles
+    for n in (5, 1, 0, 300):
+        x = rng.normal(size=(n, 4))
+        got = f(x)
+        assert got["p"].shape == (n, 3) and got["h"].shape == (n, 8)
+        want = reference(x)
+        np.testing.assert_allclose(got["p"].numpy(), want["p"], rtol=1e-13, atol=1e-15)
+        np.testing.assert_allclose(got["h"].numpy(), want["h"], rtol=1e-13, atol=1e-15)
+    assert f.traced_signatures == [((None, 4),)]
+    assert jit.STATS.compiles - compiles <= 1
+    w1.assign(w1.numpy() * 0.5)
+    x = rng.normal(size=(3, 4))
+    np.testing.assert_allclose(f(x)["p"].numpy(), reference(x)["p"], rtol=1e-13)
+    with pytest.raises(st.errors.ShapeError, match="batch dimensions differ"):
+        st.function(lambda a, b: a + b, input_signature=[st.TensorSpec((None, 2))] * 2)(
+            np.ones((3, 2)), np.ones((4, 2)))
+    with pytest.raises(st.errors.ShapeError, match="do not match"):
+        f(np.ones((2, 5)))
+
+
+@pytest.mark.parametrize("name,fn", [
+    ("reversed batch", lambda x, s: x[::-1] * s),
+    ("the batch size as a number", lambda x, s: x * float(x.shape[0]) + s),
+    ("a mean over the batch", lambda x, s: st.reduce_mean(x, axis=0) * s),
+    ("softmax across the batch", lambda x, s: st.nn.softmax(x, axis=0) + s),
+    ("one example against all", lambda x, s: x - x[0] * s),
+    ("per-example sums", lambda x, s: st.reduce_sum(x * x, axis=1) * s),
+    ("reshaped examples", lambda x, s: st.reshape(x, (-1, 3, 1)) * s),
+])
+def test_none_batch_functions_equal_per_shape_traces(name, fn):
+    """Functions that mix examples (or use the batch size) are traced per batch size, those
+    computed example by example once; both give the values of a trace per shape."""
+    f = st.function(fn, input_signature=[st.TensorSpec((None, 3)), st.TensorSpec(())])
+    per_shape = st.function(fn)
+    rng = np.random.default_rng(2)
+    for n in (4, 2):
+        x, s = rng.normal(size=(n, 3)), np.float64(1.5 + n)
+        np.testing.assert_allclose(f(x, s).numpy(), per_shape(x, s).numpy(), rtol=1e-14)
+    once = name in ("per-example sums", "reshaped examples")
+    assert (f.traced_signatures == [((None, 3), ())]) == once, f.traced_signatures
+
+
+def test_none_batch_functions_that_assign_variables_trace_each_size():
+    v = st.Variable(np.zeros(3))
+
+    @st.function(input_signature=[st.TensorSpec((None, 3))])
+    def accumulate(x):
+        v.assign_add(st.reduce_sum(x, axis=0))
+        return x * 2.0
+
+    a, b = np.arange(6.0).reshape(2, 3), np.ones((4, 3))
+    np.testing.assert_array_equal(accumulate(a).numpy(), 2 * a)
+    accumulate(b)
+    np.testing.assert_array_equal(v.numpy(), a.sum(0) + b.sum(0))
+    assert accumulate.traced_signatures == [((2, 3),), ((4, 3),)]
+
+
+def test_transforms_and_saved_models_refuse_none_dimensions(tmp_path):
+    with pytest.raises(st.errors.InvalidArgumentError, match="fully known"):
+        st.grad(lambda x: st.reduce_sum(x), input_signature=[st.TensorSpec((None, 2))])
+
+    class M:
+        @st.function(input_signature=[st.TensorSpec((None, 2))])
+        def __call__(self, x):
+            return x * 2.0
+
+    with pytest.raises(st.errors.InvalidArgumentError, match="None dimensions"):
+        st.saved_model.save(M(), str(tmp_path))

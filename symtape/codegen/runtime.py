@@ -61,12 +61,16 @@ _CPUS = os.cpu_count() or 1
 @dataclass(frozen=True)
 class TensorSpec:
     """The core shape and dtype of one argument or result (one point of a batch); a
-    ``None`` shape means unknown (``st.function`` then traces each call's shape).
+    ``None`` shape means unknown (``st.function`` then traces each call's shape), and so does
+    a ``None`` dimension (in front: a batch one trace of ``st.function`` serves at every
+    size, where the function computes example by example).
 
     >>> TensorSpec((10,))
     TensorSpec(shape=(10,), dtype='float64', name=None)
     >>> TensorSpec([2, 3], dtype=np.float32, name="w").shape
     (2, 3)
+    >>> TensorSpec((None, 784)).shape
+    (None, 784)
     """
 
     shape: tuple
@@ -79,12 +83,12 @@ class TensorSpec:
             return
         shape = (self.shape,) if isinstance(self.shape, (int, np.integer)) else self.shape
         try:
-            shape = tuple(int(d) for d in shape)
+            shape = tuple(None if d is None else int(d) for d in shape)
         except TypeError:
             raise ShapeError(
-                f"TensorSpec shape must be a tuple of ints, got {self.shape!r}"
+                f"TensorSpec shape must be a tuple of ints (or None), got {self.shape!r}"
             ) from None
-        if any(d < 0 for d in shape):
+        if any(d is not None and d < 0 for d in shape):
             raise ShapeError(f"TensorSpec shape must not be negative, got {shape}")
         try:
             dtype = np.dtype(self.dtype).name

@@ -859,14 +859,19 @@ class Function:
     def _trace(self, specs: list[TensorSpec]) -> _Traced:
         return self._compiled(self._record(specs), specs)
 
-    def _compiled(self, recorded: tuple, specs: list[TensorSpec]) -> _Traced:
+    def _compiled(self, recorded: tuple, specs: list[TensorSpec],
+                  batch: list | None = None) -> _Traced:
+        """Compiles a recorded trace; ``batch``: which arguments carry the examples of a
+        batch-polymorphic trace (the others and the variables are shared by all)."""
         xs, flat, assigned, read, structure = recorded
         outputs = flat + [t for _, t in assigned]
         dtype = self._dtype or _common_dtype(specs)
         inputs = xs + read
+        shared = () if batch is None else [not f for f in batch] + [True] * len(read)
         compiled = _compile_tensors(outputs, inputs, dict(
             input_names=[t._name for t in inputs], structure=tuple(range(len(outputs))),
-            dtype=dtype, name=self.__name__, **self._opts))
+            dtype=dtype, name=self.__name__, **self._opts),
+            POINT_CHUNK if batch is not None else 0, shared)
         return _Traced(compiled, read, [v for v, _ in assigned], structure, len(flat))
 
     def _polymorphic(self) -> _Traced | None:
@@ -884,8 +889,8 @@ class Function:
             except Exception:  # noqa: BLE001 - a size-specific failure: traced per size
                 self._poly = False  # (where a genuine error is raised for the real call)
                 return None
-            self._poly = self._compiled(one, at(1)) if _separable(one, probe, flags) \
-                else False
+            self._poly = self._compiled(one, at(1), flags) \
+                if _separable(one, probe, flags) else False
         return self._poly or None
 
     def _run_batched(self, traced: _Traced, arrays: list):
@@ -1083,18 +1088,23 @@ def _separable(one: tuple, probe: tuple, flags: list) -> bool:
     return True
 
 
-def _compile_tensors(outputs: list, inputs: list, opts: dict) -> CompiledFunction:
+def _compile_tensors(outputs: list, inputs: list, opts: dict, points: int = 0,
+                     shared: Sequence[bool] = ()) -> CompiledFunction:
     """Native code of traced tensors: loop nests over the tensor nodes when the element view
-    would be large (:mod:`symtape.loopnest`), else the element view straight-line."""
-    looped = _loop_compiled(outputs, inputs, opts)
+    would be large (:mod:`symtape.loopnest`; ``points``, ``shared``: a function of one
+    point run over chunks of points, some inputs the same for all), else the element view
+    straight-line."""
+    looped = _loop_compiled(outputs, inputs, opts, points, shared)
     if looped is not None:
         return looped
     return compile_atoms([t._atoms for t in outputs], [t._atoms for t in inputs], **opts)
 
 
-def _loop_compiled(outputs: list, inputs: list, opts: dict, points: int = 0):
+def _loop_compiled(outputs: list, inputs: list, opts: dict, points: int = 0,
+                   shared: Sequence[bool] = ()):
     """The loop-planned function of these tensors (``points``: in chunks of that many
-    points), or None when the element view is small or some node has no loop form."""
+    points, ``shared`` inputs the same for all of them), or None when the element view is
+    small or some node has no loop form."""
     nodes = [t._node for t in outputs]
     limit = loopnest.LOOP_MIN_ATOMS if points == 0 else min(loopnest.LOOP_MIN_ATOMS,
                                                             loopnest.POINT_LOOP_MIN_ATOMS)
@@ -1105,7 +1115,7 @@ def _loop_compiled(outputs: list, inputs: list, opts: dict, points: int = 0):
     try:
         plan = loopnest.plan_loops(nodes, [t._node for t in inputs],
                                    threads=os.cpu_count() or 1 if threads is None else threads,
-                                   points=points)
+                                   points=points, shared=shared)
     except loopnest.Unplannable:
         return None
     return compile_plan(plan, **opts).with_element_view(

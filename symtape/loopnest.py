@@ -150,13 +150,14 @@ def _atoms_cost(node: N.Node) -> int:
 
 
 def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
-               threads: int = 1, points: int = 0) -> LoopPlan:
+               threads: int = 1, points: int = 0, shared: Sequence[bool] = ()) -> LoopPlan:
     """The loop plan computing ``outputs`` from the argument nodes ``inputs`` (large blocks
     split across ``threads``); raises :class:`Unplannable` when some node has no loop form
     and is too large to unroll. ``points`` (a multiple of
     :data:`~symtape.codegen.loops.POINT_ALIGN`): the plan runs chunks of that many points
     through each block at once (a matrix product of each point's row vector is one product
-    over the chunk), instead of one point at a time.
+    over the chunk), instead of one point at a time; ``shared[i]``: argument ``i`` is the
+    same for all points (a weight matrix), read once and never staged.
 
     >>> import symtape as st
     >>> x = st.Variable(np.arange(6.0).reshape(2, 3))
@@ -168,9 +169,10 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     if points and (points < 0 or points % POINT_ALIGN):
         raise ValueError(f"points must be a positive multiple of {POINT_ALIGN}, got {points}")
     p = _Planner(points)
+    shared = tuple(bool(f) for f in shared) + (False,) * (len(inputs) - len(shared))
     for i, node in enumerate(inputs):
         p.check(node)
-        p.loc[id(node)] = p.fresh(node, bool(points), "input", i)
+        p.loc[id(node)] = p.fresh(node, bool(points) and not shared[i], "input", i)
     order = _order(outputs)
     p.fused = _fused(order, outputs, p.loc)
     for node in order:
@@ -182,7 +184,8 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     ins, outs = layouts([n.shape for n in inputs],
                         [(n.shape, n.dtype.kind == "b") for n in outputs])
     return LoopPlan(tuple(p.buffers), tuple(p.blocks), ins, outs,
-                    1 if points else max(1, int(threads)), points)
+                    1 if points else max(1, int(threads)), points,
+                    shared if points and any(shared) else ())
 
 
 def _order(outputs: Sequence[N.Node]) -> list:

@@ -474,3 +474,36 @@ def test_gathers_and_scatters_are_index_arithmetic(points):
     want_s[:, :, 0] = 0.0
     np.testing.assert_allclose(got_s, want_s, rtol=1e-15)
     assert not got_s[:, :, 0].any()
+
+
+def test_shared_arguments_of_a_chunked_plan_are_read_in_place():
+    """A chunked plan whose weight argument is shared by all points (``shared``): a matrix
+    product over the chunk's points reading the weights where they are, equal to numpy for
+    batches shorter than, equal to and longer than a chunk, strided rows (staged) and an
+    empty batch; weights with batch dimensions are refused."""
+    rng = np.random.default_rng(8)
+    x = st.symbol("x", shape=(1, 6))
+    w = st.symbol("w", shape=(6, 5))
+    s = st.symbol("s")
+    y = st.tanh(st.matmul(x, w)) * s + st.reduce_sum(x * x, axis=1, keepdims=True)
+    plan = loopnest.plan_loops([y._node], [x._node, w._node, s._node], points=8,
+                               shared=[False, True, False])
+    assert plan.shared == (False, True, False)
+    assert any(b.points > 1 for b in plan.blocks)  # rows of points in one product
+    f = compile_plan(plan)
+    wv = rng.standard_normal((6, 5))
+
+    def want(xs, sv):
+        return np.tanh(xs @ wv) * sv[..., None, None] + np.sum(xs * xs, axis=-1,
+                                                              keepdims=True)
+
+    for n in (0, 1, 3, 8, 21):
+        xs, sv = rng.standard_normal((n, 1, 6)), rng.standard_normal(n)
+        np.testing.assert_allclose(f(xs, wv, sv), want(xs, sv), rtol=1e-13, atol=1e-14)
+    xs = rng.standard_normal((19, 1, 12))[:, :, ::2]  # strided rows: staged chunks
+    np.testing.assert_allclose(f(xs, wv, 2.0), want(xs, np.full(19, 2.0)), rtol=1e-13,
+                               atol=1e-14)
+    np.testing.assert_allclose(f(xs, wv[None], 2.0), want(xs, np.full(19, 2.0)),
+                               rtol=1e-13, atol=1e-14)  # leading ones broadcast
+    with pytest.raises(st.errors.ShapeError, match="one array for all points"):
+        f(xs[:2], np.stack([wv, wv]), 1.0)

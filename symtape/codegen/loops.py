@@ -88,6 +88,7 @@ class LoopPlan:
     outputs: tuple
     threads: int = 1  # threads a large block's outermost loop is split across
     points: int = 0  # the chunk size of a plan over chunks of points (0: one point)
+    shared: tuple = ()  # per argument: read once for all points (no batch dimensions)
 
     @property
     def n_ops(self) -> int:
@@ -482,10 +483,11 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
                                                           for o in plan.outputs]
     elems = [t] * n_in + ["i8" if o.boolean else t for o in plan.outputs]
     width = [size] * n_in + [1 if o.boolean else size for o in plan.outputs]
+    shared = [i < len(plan.shared) and plan.shared[i] for i in range(n_in + n_out)]
     stage, top = [], -(-arena // 64) * 64
-    for size, w in zip(sizes, width):
+    for size, w, one in zip(sizes, width, shared):
         stage.append(top)
-        top += -(-chunk * size * w // 64) * 64
+        top += 0 if one else -(-chunk * size * w // 64) * 64
     heap = top > LANE_STACK_BYTES
     lines = _body_head(n_in + n_out, "start")
     if heap:
@@ -495,12 +497,17 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
         lines += [f"  %arena = alloca i8, i64 {max(top, 1)}, align 64"]
         pre = "start"
     for i in range(n_in + n_out):
-        lines.append(f"  %st{i} = getelementptr inbounds i8, ptr %arena, i64 {stage[i]}")
+        lines.append(f"  %st{i} = getelementptr inbounds i8, ptr %arena, i64 {stage[i]}"
+                     if not shared[i] else f"  %st{i} = getelementptr inbounds i8, ptr %b{i}, "
+                     "i64 0")  # a shared argument is read where it is
     if stage and top > stage[0]:  # padding points read zeros, not garbage
-        lines.append(f"  call void @llvm.memset.p0.i64(ptr %st0, i8 0, i64 {top - stage[0]}, "
-                     "i1 false)")
+        lines.append(f"  %st.pad = getelementptr inbounds i8, ptr %arena, i64 {stage[0]}")
+        lines.append(f"  call void @llvm.memset.p0.i64(ptr %st.pad, i8 0, "
+                     f"i64 {top - stage[0]}, i1 false)")
     dense = "true"
     for i, size in enumerate(sizes):
+        if shared[i]:
+            continue
         lines += [f"  %dn{i} = icmp eq i64 %s{i}, {size}",
                   f"  %dense{i} = and i1 {dense}, %dn{i}"]
         dense = f"%dense{i}"
@@ -512,13 +519,17 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
               "  br i1 %fast, label %direct, label %staged", "direct:"]
     args = []
     for i, (size, elem) in enumerate(zip(sizes, elems)):
+        if shared[i]:
+            args.append(f"ptr %b{i}")
+            continue
         lines += [f"  %d{i}.o = mul nsw i64 %c, {size}",
                   f"  %d{i} = getelementptr inbounds {elem}, ptr %b{i}, i64 %d{i}.o"]
         args.append(f"ptr %d{i}")
     lines += [f"  call void @program({', '.join(args + ['ptr %arena', f'i64 {chunk}'])})",
               "  br label %next",
               "staged:", f"  %cnt = select i1 %full, i64 {chunk}, i64 %rem"]
-    lines += _copies("in", range(n_in), sizes, elems, width, "staged", "run", True)
+    lines += _copies("in", [i for i in range(n_in) if not shared[i]], sizes, elems, width,
+                     "staged", "run", True)
     lines += ["run:", f"  %np.r = add nuw nsw i64 %cnt, {POINT_ALIGN - 1}",
               f"  %np = and i64 %np.r, {-POINT_ALIGN}"]
     args = [f"ptr %st{i}" for i in range(n_in + n_out)] + ["ptr %arena", "i64 %np"]

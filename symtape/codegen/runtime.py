@@ -350,6 +350,7 @@ class CompiledFunction:
     def __init__(self, plan: Plan, *, name=None, dtype="float64", fastmath=False, threads=None,
                  structure=0, input_names=(), output_names=(), ir=None, obj=None) -> None:
         self._plan = plan
+        self._shared = getattr(plan, "shared", ())  # arguments read once for all points
         self._name = name or "fn"
         self._dtype = np.dtype(dtype)
         self._fastmath = fastmath
@@ -645,6 +646,11 @@ class CompiledFunction:
                 f"(..., {', '.join(map(str, core))}) -- core shape {core} after any batch "
                 "dimensions"
             )
+        if i < len(self._shared) and self._shared[i] and \
+                any(d != 1 for d in a.shape[: a.ndim - nc]):
+            raise ShapeError(
+                f"{self._name}: {self._arg_name(i)} is one array for all points; pass it with "
+                f"shape {core}, not {a.shape}")
         if a.dtype != self._dtype:
             a = a.astype(self._dtype, order="C")
         if not (a.flags.aligned and _core_contiguous(a, nc)):

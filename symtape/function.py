@@ -1062,24 +1062,18 @@ def _separable(one: tuple, probe: tuple, flags: list) -> bool:
         leading[id(c)] = lead
     if not all(leading[id(t._node)] for t in flat3):
         return False
-    deps: dict = {}
+    seeds = {}
     for x, f in zip(xs3, flags):
         if f:
             rows = np.empty(x.shape, dtype=object)
             for b in range(PROBE_BATCH):
                 rows[b] = 1 << b
-            deps[id(x._node)] = rows
+            seeds[id(x._node)] = rows
+    deps = sparsity.propagate([t._node for t in flat3], seeds)
     for c in nodes3:
-        if id(c) in deps or c.kind in ("leaf", "const"):
+        out = deps.get(id(c))
+        if out is None or id(c) in seeds:
             continue
-        ins = [deps.get(id(i)) for i in c.inputs]
-        if all(d is None for d in ins):
-            continue
-        ins = [np.zeros(i.shape, dtype=object) if d is None else d
-               for d, i in zip(ins, c.inputs)]
-        out = np.asarray(c.prim.dependencies(ins, c.params, c.shape), dtype=object) \
-            .reshape(c.shape)
-        deps[id(c)] = out
         for b in range(PROBE_BATCH if leading[id(c)] else 1):
             own = (1 << b) if leading[id(c)] else 0
             part = out[b] if leading[id(c)] else out

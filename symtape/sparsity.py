@@ -23,7 +23,8 @@ import numpy as np
 from . import nodes as N
 from .ops.core import union
 
-__all__ = ["dependency_rows", "colour_rows", "star_colour", "positions"]
+__all__ = ["dependencies", "propagate", "dependency_rows", "colour_rows", "star_colour",
+           "positions"]
 
 #: Colouring visits, for each row, the rows that share its columns; beyond this many visits
 #: (dense patterns, where colouring gains nothing) each row keeps its own colour.
@@ -47,22 +48,39 @@ def dependencies(target: N.Node, source: N.Node) -> np.ndarray:
     >>> [bin(d) for d in dependencies(y._node, x._node)]
     ['0b11', '0b110', '0b1100']
     """
-    deps: dict = {id(source): _source_bits(source)}
-    for node in N.ancestry(target):
-        if id(node) in deps or node.kind in ("leaf", "const"):
-            continue
-        ins = [deps.get(id(x)) for x in node.inputs]
-        if all(d is None for d in ins):
-            continue
-        ins = [np.zeros(x.shape, dtype=object) if d is None else d
-               for d, x in zip(ins, node.inputs)]
-        if node.kind == "op":
-            out = node.prim.dependencies(ins, node.params, node.shape)
-        else:  # a view (a function with a user rule): every element on all its inputs
-            out = np.full(node.shape, union(ins), dtype=object)
-        deps[id(node)] = np.asarray(out, dtype=object).reshape(node.shape)
+    deps = propagate([target], {id(source): _source_bits(source)})
     found = deps.get(id(target))
     return np.zeros(target.shape, dtype=object) if found is None else found
+
+
+def propagate(targets, sources: dict) -> dict:
+    """The dependency bits (see :func:`dependencies`) of every node under ``targets`` that a
+    source reaches: ``sources`` maps ``id(node)`` to the bits of its elements; returns the
+    same map, extended.
+
+    >>> import symtape as st
+    >>> x = st.symbol("x", shape=(2,))
+    >>> y = x * 2.0
+    >>> bits = np.array([1, 2], dtype=object)
+    >>> propagate([y._node], {id(x._node): bits})[id(y._node)].tolist()
+    [1, 2]
+    """
+    deps = dict(sources)
+    for target in targets:
+        for node in N.ancestry(target):
+            if id(node) in deps or node.kind in ("leaf", "const"):
+                continue
+            ins = [deps.get(id(x)) for x in node.inputs]
+            if all(d is None for d in ins):
+                continue
+            ins = [np.zeros(x.shape, dtype=object) if d is None else d
+                   for d, x in zip(ins, node.inputs)]
+            if node.kind == "op":
+                out = node.prim.dependencies(ins, node.params, node.shape)
+            else:  # a view (a function with a user rule): every element on all its inputs
+                out = np.full(node.shape, union(ins), dtype=object)
+            deps[id(node)] = np.asarray(out, dtype=object).reshape(node.shape)
+    return deps
 
 
 def dependency_rows(target: N.Node, source: N.Node) -> list[np.ndarray]:

@@ -10,6 +10,11 @@ and weights after the steps are checked against each other and against eager sym
 
 Targets: compile <= 3 s; step <= 1.5x JAX.
 
+The forward pass of the same network (softmax probabilities) is also timed three ways:
+``st.function`` traced at the batch's size, with ``input_signature=[TensorSpec((None,
+784))]`` (one trace for every batch size: the batch-1 program over chunks of examples),
+and JAX ``jit``; each compiled once, values checked against each other.
+
     python benchmarks/train_step.py [--batch N] [--steps K]
 """
 
@@ -167,5 +172,51 @@ def main() -> None:
           "   target <= 1.5x")
 
 
+def forward(params: list):
+    vs = [st.Variable(p) for p in params]
+
+    def model(x):
+        h = st.nn.relu(st.matmul(x, vs[0]) + vs[1])
+        return st.nn.softmax(st.matmul(h, vs[2]) + vs[3])
+
+    return model
+
+
+def forward_times(x: np.ndarray, steps: int) -> None:
+    params = initial()
+    print(f"MLP {'-'.join(map(str, SIZES))} forward pass, batch {len(x)} (float64)")
+    fixed = st.function(forward(params))
+    poly = st.function(forward(params), input_signature=[st.TensorSpec((None, SIZES[0]))])
+    want = None
+    for name, fn in (("traced at this size", fixed), ("None batch (one trace)", poly)):
+        t = time.perf_counter()
+        got = fn(x).numpy()
+        compile_s = time.perf_counter() - t
+        want = got if want is None else want
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+        best, median = timings(lambda: fn(x), steps)
+        print(f"  symtape {name:<24} compile {compile_s:6.3f} s   {best * 1e3:7.3f} ms best, "
+              f"{median * 1e3:.3f} median   {fn.traced_signatures}")
+    try:
+        import jax
+    except ImportError:
+        return
+    jax.config.update("jax_enable_x64", True)
+
+    @jax.jit
+    def jforward(p, x):
+        h = jax.nn.relu(x @ p[0] + p[1])
+        return jax.nn.softmax(h @ p[2] + p[3])
+
+    t = time.perf_counter()
+    got = np.asarray(jax.block_until_ready(jforward(params, x)))
+    compile_s = time.perf_counter() - t
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    best, median = timings(lambda: jax.block_until_ready(jforward(params, x)), steps)
+    print(f"  JAX jit {'':<24} compile {compile_s:6.3f} s   {best * 1e3:7.3f} ms best, "
+          f"{median * 1e3:.3f} median")
+
+
 if __name__ == "__main__":
     main()
+    forward_times(data(128)[0], 300)

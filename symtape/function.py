@@ -986,14 +986,6 @@ def _batch_arguments(sig) -> list[bool] | None:
     return flags if any(flags) else None
 
 
-def _in_order(tensors: list) -> list:
-    seen: dict = {}
-    for t in tensors:
-        for node in N.ancestry(t._node):
-            seen.setdefault(id(node), node)
-    return list(seen.values())
-
-
 def _same_params(a: dict, b: dict, leading: bool) -> bool:
     """Whether two traces' parameters agree, a batch-leading node's shape-like parameters
     allowed to differ in their first entry (the batch size)."""
@@ -1025,7 +1017,8 @@ def _separable(one: tuple, probe: tuple, flags: list) -> bool:
     if assigned1 or assigned3 or s1 != s3 or len(flat1) != len(flat3) or \
             [id(v) for v in read1] != [id(v) for v in read3]:
         return False
-    nodes1, nodes3 = _in_order(flat1), _in_order(flat3)
+    nodes1 = N.ancestries([t._node for t in flat1])
+    nodes3 = N.ancestries([t._node for t in flat3])
     if len(nodes1) != len(nodes3):
         return False
     at1 = {id(n): k for k, n in enumerate(nodes1)}

@@ -135,7 +135,7 @@ CHUNK_ELEMENTS = 1 << 15
 def point_chunk(outputs: Sequence[N.Node], most: int) -> int:
     """The points a chunk of a plan over points takes: ``most``, fewer for large tensors
     (a multiple of :data:`~symtape.codegen.loops.POINT_ALIGN`)."""
-    largest = max((node.size for out in outputs for node in N.ancestry(out)
+    largest = max((node.size for node in N.ancestries(outputs)
                    if node.kind not in ("const", "leaf")), default=1)
     fit = CHUNK_ELEMENTS // max(largest, 1) // POINT_ALIGN * POINT_ALIGN
     return max(POINT_ALIGN, min(most, fit))
@@ -173,7 +173,7 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     for i, node in enumerate(inputs):
         p.check(node)
         p.loc[id(node)] = p.fresh(node, bool(points) and not shared[i], "input", i)
-    order = _order(outputs)
+    order = N.ancestries(outputs)
     p.fused = _fused(order, outputs, p.loc)
     for node in order:
         if id(node) not in p.loc and id(node) not in p.fused:
@@ -186,14 +186,6 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     return LoopPlan(tuple(p.buffers), tuple(p.blocks), ins, outs,
                     1 if points else max(1, int(threads)), points,
                     shared if points and any(shared) else ())
-
-
-def _order(outputs: Sequence[N.Node]) -> list:
-    seen: dict = {}
-    for out in outputs:
-        for node in N.ancestry(out):
-            seen.setdefault(id(node), node)
-    return list(seen.values())
 
 
 def _numeric(node: N.Node) -> bool:

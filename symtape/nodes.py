@@ -242,6 +242,16 @@ def ancestry(root: Node, through=lambda node: True) -> list[Node]:
     return order
 
 
+def ancestries(roots) -> list[Node]:
+    """The nodes under any of ``roots``, each once, inputs before users (the roots' own
+    orders, one after another)."""
+    seen: dict = {}
+    for root in roots:
+        for node in ancestry(root):
+            seen.setdefault(id(node), node)
+    return list(seen.values())
+
+
 def _unbuilt(root: Node) -> list[Node]:
     return ancestry(root, lambda node: node._atoms is None)
 

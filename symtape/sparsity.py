@@ -66,20 +66,19 @@ def propagate(targets, sources: dict) -> dict:
     [1, 2]
     """
     deps = dict(sources)
-    for target in targets:
-        for node in N.ancestry(target):
-            if id(node) in deps or node.kind in ("leaf", "const"):
-                continue
-            ins = [deps.get(id(x)) for x in node.inputs]
-            if all(d is None for d in ins):
-                continue
-            ins = [np.zeros(x.shape, dtype=object) if d is None else d
-                   for d, x in zip(ins, node.inputs)]
-            if node.kind == "op":
-                out = node.prim.dependencies(ins, node.params, node.shape)
-            else:  # a view (a function with a user rule): every element on all its inputs
-                out = np.full(node.shape, union(ins), dtype=object)
-            deps[id(node)] = np.asarray(out, dtype=object).reshape(node.shape)
+    for node in N.ancestries(targets):
+        if id(node) in deps or node.kind in ("leaf", "const"):
+            continue
+        ins = [deps.get(id(x)) for x in node.inputs]
+        if all(d is None for d in ins):
+            continue
+        ins = [np.zeros(x.shape, dtype=object) if d is None else d
+               for d, x in zip(ins, node.inputs)]
+        if node.kind == "op":
+            out = node.prim.dependencies(ins, node.params, node.shape)
+        else:  # a view (a function with a user rule): every element on all its inputs
+            out = np.full(node.shape, union(ins), dtype=object)
+        deps[id(node)] = np.asarray(out, dtype=object).reshape(node.shape)
     return deps
 
 

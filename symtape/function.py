@@ -907,7 +907,7 @@ class Function:
         results = traced.compiled(*args, *values)
         tensors = []
         for r in results[: traced.n_results]:
-            r.flags.writeable = False  # fresh: the reshaped view is the result
+            r.flags.writeable = False  # fresh: its read-only reshaped view is the result
             tensors.append(adopt(r.reshape((n,) + r.shape[2:])))
         return nest.pack_sequence_as(traced.structure, tensors) \
             if nest.is_nested(traced.structure) else tensors[0]

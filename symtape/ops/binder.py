@@ -519,14 +519,18 @@ def constant(value, dtype=None, shape=None, name: str | None = None) -> Tensor:
 
 def adopt(value) -> Tensor:
     """A constant tensor of a fresh numeric array nobody else holds (a compiled function's
-    result), frozen in place rather than copied; anything else as :func:`constant`.
+    result, or a read-only view of one), frozen in place rather than copied; anything else
+    as :func:`constant`.
 
     >>> a = np.arange(3.0)
     >>> t = adopt(a)
     >>> t._value is a, a.flags.writeable, t.numpy().tolist()
     (True, False, [0.0, 1.0, 2.0])
+    >>> adopt(a.reshape(3, 1))._value.base is a
+    True
     """
-    if type(value) is np.ndarray and value.flags.owndata and value.dtype.kind in "fb":
+    if type(value) is np.ndarray and value.dtype.kind in "fb" and (
+            value.flags.owndata or not value.flags.writeable):
         node = _const_node(value, value.dtype)
         return Tensor(node, _frozen(value), value.dtype)
     return constant(value)

@@ -167,15 +167,12 @@ class SparseFunction:
     """A compiled function returning :class:`SparseResult` s: only elements that are not
     structural zeros are computed (the sparsity of Jacobians and Hessians).
 
-    ``patterns``: per output, ``(indices, dense_shape)``; ``takes``: per output, where its
-    values are in the compiled function's output (flat positions), or None when the
-    compiled output is the values."""
+    ``patterns``: per output, ``(indices, dense_shape)`` of the values the compiled
+    function computes."""
 
-    def __init__(self, compiled, patterns: list, takes: list, structure,
-                 rows: list | None = None) -> None:
+    def __init__(self, compiled, patterns: list, structure, rows: list | None = None) -> None:
         self.compiled = compiled
         self._patterns = patterns
-        self._takes = takes
         self._structure = structure
         self._rows = rows if rows is not None else [None] * len(patterns)
 
@@ -193,7 +190,7 @@ class SparseFunction:
             nonzero.append(vals)
         compiled = compile_atoms(nonzero, in_atoms, input_names=in_names,
                                  output_names=out_names, **opts)
-        return cls(compiled, patterns, [None] * len(patterns), structure)
+        return cls(compiled, patterns, structure)
 
     @property
     def sparsity(self) -> list:
@@ -221,29 +218,16 @@ class SparseFunction:
         >>> r.values
         array([0., 6., 6.])
         """
-        targets = None if out is None else self._targets(out)
-        if targets is None or any(t is not None for t in self._takes):
+        if out is None:
             values = self.compiled(*args)
         else:
+            targets = self._targets(out)
             values = self.compiled(*args, out=targets[0] if len(targets) == 1 else targets)
         flat = [values] if len(self._patterns) == 1 else list(values)
-        results = []
-        for k, ((idx, shape), take, v, rows) in enumerate(
-                zip(self._patterns, self._takes, flat, self._rows)):
-            v = np.asarray(v)
-            if take is not None:  # (flat positions, core rank of the compiled output)
-                positions, rank = take
-                v = v.reshape(v.shape[:v.ndim - rank] + (-1,))[..., positions]
-                if targets is not None:
-                    if targets[k].shape != v.shape:
-                        raise ShapeError(f"{self._name}: out[{k}] has shape "
-                                         f"{targets[k].shape}, the values {v.shape}")
-                    targets[k][...] = v
-                    v = targets[k]
-            results.append(SparseResult(idx, v, shape, rows))
+        results = [SparseResult(idx, np.asarray(v), shape, rows)
+                   for (idx, shape), v, rows in zip(self._patterns, flat, self._rows)]
         return nest.pack_sequence_as(self._structure, results) \
             if nest.is_nested(self._structure) else results[0]
-
 
     @property
     def _name(self) -> str:
@@ -500,8 +484,8 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
     values = ops.gather_flat.bind(compressed, idx=positions)
     compiled = compile(values, xs, **kw)
     shape = tuple(target.shape) + tuple(w.shape)
-    return SparseFunction(compiled, [(indices.reshape(len(cols), len(shape)), shape)],
-                          [None], 0, [target.ndim])
+    return SparseFunction(compiled, [(indices.reshape(len(cols), len(shape)), shape)], 0,
+                          [target.ndim])
 
 
 #: ``st.derivative`` of a scalar argument takes Taylor mode from this order on.

@@ -81,7 +81,7 @@ def mixed() -> None:
     for n, k in MIXED_CASES:
         spec = [st.TensorSpec((n,))]
         xs = function._placeholders(g, spec)
-        a = _timed(lambda: function._mixed_taylor(g, xs, 0, k, "st.derivative", {}), n)
+        a = _timed(lambda: function._taylor_derivative(g, xs, 0, k, "st.derivative", {}), n)
         saved = function.MIXED_MIN_ORDER
         function.MIXED_MIN_ORDER = k + 1  # nested sweeps
         try:

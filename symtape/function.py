@@ -509,14 +509,17 @@ def _mixed_worth(n: int, order: int) -> bool:
 
 
 def _taylor_derivative(fn, xs: list, num: int, order: int, what: str, kw: dict):
-    """``d^order f / dx^order`` of a scalar argument ``x = xs[num]`` by Taylor mode on the
-    element view (:mod:`.taylor`): ``order!`` times the last Taylor coefficient of each
-    output element along ``x + t``. None when some head has no Taylor rule or a user's
-    derivative rule is in the way (nested sweeps then)."""
+    """``d^order f / dx^order`` of argument ``x = xs[num]`` by Taylor mode on the element
+    view (:mod:`.taylor`): of a scalar ``x``, ``order!`` times the last Taylor coefficient
+    of each output element along ``x + t``; of a vector, every mixed partial interpolated
+    from the series along ``C(n + order - 1, order)`` directions (:func:`taylor.partials`),
+    spread over the symmetric derivative tensor. None when some head has no Taylor rule or
+    a user's derivative rule is in the way (nested sweeps then)."""
     with _traced(what):
         y = _result(fn(*xs), what)
     x = xs[num]
-    out = _taylor_atoms(y, [x._atoms.flat[0]], [G.ONE], order)
+    out = _taylor_atoms(y, [x._atoms.flat[0]], [G.ONE], order) if x.size == 1 else \
+        _mixed_atoms(y, x, order)
     if out is None:
         return None
     in_atoms, in_names = _input_atoms(xs)
@@ -525,13 +528,9 @@ def _taylor_derivative(fn, xs: list, num: int, order: int, what: str, kw: dict):
                          output_names=[y._name], structure=0, **kw)
 
 
-def _mixed_taylor(fn, xs: list, num: int, order: int, what: str, kw: dict):
-    """All partials of order ``order`` of ``fn`` in argument ``xs[num]`` interpolated from
-    Taylor series along ``C(n + order - 1, order)`` directions (:func:`taylor.partials`),
-    spread over the symmetric derivative tensor; None when Taylor mode does not apply."""
-    with _traced(what):
-        y = _result(fn(*xs), what)
-    x = xs[num]
+def _mixed_atoms(y: Tensor, x: Tensor, order: int):
+    """The partials of ``order`` of each element of ``y`` in the elements of ``x``, shape
+    ``(y.size,) + (x.size,) * order``, or None when Taylor mode does not apply."""
     try:
         indices, parts = taylor.partials(list(y._atoms.flat), list(x._atoms.flat), order)
     except taylor.Unsupported:
@@ -543,10 +542,7 @@ def _mixed_taylor(fn, xs: list, num: int, order: int, what: str, kw: dict):
         k = where[tuple(np.bincount(np.array(idx, dtype=np.int64), minlength=n).tolist())]
         for e in range(y.size):
             out[(e,) + idx] = parts[e][k]
-    in_atoms, in_names = _input_atoms(xs)
-    shape = tuple(y.shape) + tuple(x.shape) * order
-    return compile_atoms([out.reshape(shape)], in_atoms, input_names=in_names,
-                         output_names=[y._name], structure=0, **kw)
+    return out
 
 
 def _taylor_atoms(y: Tensor, leaves: list, tangents: list, order: int):
@@ -591,11 +587,10 @@ def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
             if not single:
                 raise InvalidArgumentError(f"{what}: sparse=True takes one argnums (an int)")
             return _sparse_derivative(fn, xs, nums[0], order == 2, what, kw)
-        if what == "st.derivative" and single and order >= TAYLOR_MIN_ORDER:
-            n = xs[nums[0]].size
-            compiled = _taylor_derivative(fn, xs, nums[0], order, what, kw) if n == 1 else \
-                _mixed_taylor(fn, xs, nums[0], order, what, kw) if _mixed_worth(n, order) \
-                else None
+        n = xs[nums[0]].size
+        if what == "st.derivative" and single and order >= TAYLOR_MIN_ORDER and (
+                n == 1 or _mixed_worth(n, order)):
+            compiled = _taylor_derivative(fn, xs, nums[0], order, what, kw)
             if compiled is not None:
                 return compiled
         out = _derivatives(fn, xs, nums, single, order, scalar_only, what)

@@ -79,20 +79,28 @@ def vjp_sweep(entries: Sequence, seeds: dict, relevant: set, opaque=frozenset())
     for tid, g in seeds.items():
         if tid in relevant:
             cts[tid] = accumulate(cts.get(tid), g)
+    Zero = ops.Zero
     for e in reversed(list(entries)):
-        gs = [cts.get(o._id) for o in e.outputs]
-        if all(g is None for g in gs):
-            continue
+        outputs = e.outputs
+        if len(outputs) == 1:
+            g = cts.get(outputs[0]._id)
+            if g is None:
+                continue
+            gs = [g]
+        else:
+            gs = [cts.get(o._id) for o in outputs]
+            if all(g is None for g in gs):
+                continue
         needed = [t._id in relevant for t in e.inputs]
-        if not any(needed):
+        if True not in needed:
             continue
-        if all(g is None or isinstance(g, ops.Zero) for g in gs):
+        if all(g is None or isinstance(g, Zero) for g in gs):
             contributions = _zero_contributions(e, needed)
         elif getattr(e.prim, "multiple_results", False):
-            gs = [ops.Zero(o.shape, o.dtype) if g is None else g for g, o in zip(gs, e.outputs)]
-            contributions = e.prim.vjp(gs, e.outputs, e.inputs, e.params, needed)
+            gs = [Zero(o.shape, o.dtype) if g is None else g for g, o in zip(gs, outputs)]
+            contributions = e.prim.vjp(gs, outputs, e.inputs, e.params, needed)
         else:
-            contributions = e.prim.vjp(gs[0], e.outputs[0], e.inputs, e.params, needed)
+            contributions = e.prim.vjp(gs[0], outputs[0], e.inputs, e.params, needed)
         for t, ct, need in zip(e.inputs, contributions, needed):
             if not need or ct is None:
                 continue

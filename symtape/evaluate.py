@@ -8,6 +8,7 @@ are in ``numeric.py``.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -35,6 +36,30 @@ def _piecewise(pairs, fallback):
     return run
 
 
+def _direct(expr, lookup: Callable):
+    """``(True, key)`` for an atom read from the values, ``(False, c)`` for a number, else
+    None."""
+    key = lookup(expr)
+    if key is not None:
+        return True, key
+    if is_const(expr) and expr.is_number:
+        return False, _const(expr)
+    return None
+
+
+def _binary(op: Callable, a: tuple, b: tuple):
+    """``values -> op(a, b)`` of two :func:`_direct` operands (one call, no sub-closures)."""
+    (ra, ka), (rb, kb) = a, b
+    if ra and rb:
+        return lambda values: op(values[ka], values[kb])
+    if ra:
+        return lambda values: op(values[ka], kb)
+    if rb:
+        return lambda values: op(ka, values[kb])
+    c = op(ka, kb)
+    return lambda values: c
+
+
 def _compile(expr, lookup: Callable, heads: dict = HEADS) -> Callable:  # noqa: C901
     """A closure ``f(values) -> ndarray`` evaluating ``expr``; ``lookup(atom)`` resolves
     symbols to a key of ``values``; ``heads`` maps SymPy heads to numpy functions."""
@@ -57,6 +82,10 @@ def _compile(expr, lookup: Callable, heads: dict = HEADS) -> Callable:  # noqa: 
     if head is sp.Mul:
         power = heads[sp.Pow]
         num, den = split_quotient(expr.args)
+        if not den and len(num) == 2:  # the common product of two operands, in one call
+            pair = [_direct(a, lookup) for a in num]
+            if None not in pair:
+                return _binary(operator.mul, *pair)
         subs = [_compile(a, lookup, heads) for a in num]
         dens = [(_compile(b, lookup, heads), e) for b, e in den]
 
@@ -70,6 +99,12 @@ def _compile(expr, lookup: Callable, heads: dict = HEADS) -> Callable:  # noqa: 
 
         return product
     if head is sp.Add:
+        if len(expr.args) == 2:  # x + y, and x - y as x + (-1)*y (the same rounding)
+            x, y = expr.args
+            neg = y.is_Mul and len(y.args) == 2 and y.args[0] == -1
+            pair = [_direct(x, lookup), _direct(y.args[1] if neg else y, lookup)]
+            if None not in pair:
+                return _binary(operator.sub if neg else operator.add, *pair)
         subs = [_compile(a, lookup, heads) for a in expr.args]
 
         def total(values):
@@ -160,6 +195,8 @@ def program(outputs: Sequence, inputs: Sequence[Leaf], heads: dict = HEADS,
 
         def run(*arrays):  # noqa: F811 - the one-step case of the loop above
             return [fn(arrays)]
+
+        run.step = fn  # values (a sequence, one per input) -> the output, for hot callers
 
     if not quiet:
         return run

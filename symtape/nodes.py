@@ -22,6 +22,7 @@ Two facts computed at the tensor level let eager evaluation skip the element vie
 
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 
@@ -68,6 +69,9 @@ class Node:
     _make = None
     _exact = None  # a constant's exact elements
     _fkey = None
+    _fid = None  # fold_id(fold_key()), once asked (or given by the op that settled it)
+    _facts = None
+    _cost = None  # an upper bound of the unbuilt view's atoms (see small)
     _zero = None  # is_zero, once asked
     seeds = 1  # > 1: computed for that many one-hot seeds at once (a batched sweep)
 
@@ -79,9 +83,35 @@ class Node:
         self.params = params
         self.inputs = inputs
         self.shape = shape if type(shape) is tuple else tuple(shape)
-        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
+        self.dtype = dtype if type(dtype) is np.dtype or isinstance(dtype, np.dtype) else \
+            np.dtype(dtype)
         self.size = math.prod(self.shape)
         self.constant = kind == "const"
+
+    @property
+    def facts(self) -> tuple:
+        """``(shape, dtype, ukey, regular, constant)``: what an application's plan depends on
+        (memoised; :meth:`settle` forgets it when the facts change)."""
+        facts = self._facts
+        if facts is None:
+            facts = self._facts = (self.shape, self.dtype, self.ukey, self.regular,
+                                   self.constant)
+        return facts
+
+    def settle(self, regular: bool, constant: bool | None = None, folds=None,
+               fid=None) -> None:
+        """Set what evaluation found out: ``regular``, ``constant`` (None: unchanged),
+        ``folds`` and their :meth:`fold_id` ``fid`` (None: found when asked)."""
+        if regular == self.regular and folds is self.folds and fid == self._fid and \
+                constant in (None, self.constant):
+            return  # settled as before: the memoised facts and keys stay
+        self.regular = regular
+        if constant is not None:
+            self.constant = constant
+        self.folds = folds
+        self._fkey = None
+        self._fid = fid
+        self._facts = None
 
     def __repr__(self) -> str:
         what = getattr(self.prim, "name", None) or self.kind
@@ -139,14 +169,20 @@ class Node:
             view = self.fold_view()
             if view is None:
                 return None
-            mask, atoms = view
-            self._fkey = ("r",) if atoms is None or not mask.any() else (
-                self.shape, mask.tobytes(), tuple((type(a), a) for a in atoms[mask]))
+            self._fkey = fold_key_of(self.shape, view)
         return self._fkey
+
+    def fold_id(self):
+        """:meth:`fold_key` as an interned int (see :func:`fold_id`), or None."""
+        if self._fid is None:
+            self._fid = fold_id(self.fold_key())
+        return self._fid
 
     def small(self) -> bool:
         """Whether the element view is cheap enough to settle values exactly."""
-        return self.view_cost_within(ELEMENT_LIMIT)
+        if self._cost is None:
+            _bound_costs(self)
+        return self._cost <= ELEMENT_LIMIT or self.view_cost_within(ELEMENT_LIMIT)
 
     def atoms(self) -> np.ndarray:
         """The element view (built once, ancestors first, without recursion)."""
@@ -223,6 +259,58 @@ def _constant_folds(exact: np.ndarray) -> tuple:
             made[key] = e if isinstance(e, sp.Basic) else G.number(e)
         atoms[idx] = made[key]
     return mask, atoms
+
+
+def _bound_costs(root: Node) -> None:
+    """Set ``_cost`` of ``root`` and of the unbuilt ancestors without one: the node's size
+    plus its unbuilt inputs' costs (capped above ``ELEMENT_LIMIT``), an upper bound of the
+    atoms its element view takes -- shared ancestors counted once per path, building
+    ancestors later only lowers the true count -- so a small bound settles ``small()``
+    without walking the ancestry."""
+    stack = [root]
+    while stack:
+        node = stack[-1]
+        todo = [n for n in node.inputs if n._atoms is None and n._cost is None]
+        if todo:
+            stack.extend(todo)
+            continue
+        stack.pop()
+        cost = node.size
+        for n in node.inputs:
+            if n._atoms is None:
+                cost += n._cost
+        node._cost = min(cost, ELEMENT_LIMIT + 1)
+
+
+def fold_key_of(shape: tuple, view: tuple):
+    """The key of a fold view ``(mask, atoms)`` of a node of ``shape`` (see
+    :meth:`Node.fold_key`)."""
+    mask, atoms = view
+    return ("r",) if atoms is None or not mask.any() else (
+        shape, mask.tobytes(), tuple((type(a), a) for a in atoms[mask]))
+
+
+#: ``fold key -> int``: keys interned, so plans keyed by their arguments' fold views hash
+#: ints. Ids are never reused (a cleared table gives equal keys new ids: a cache miss).
+_FOLD_IDS: dict = {}
+_FOLD_IDS_MAX = 4096
+_fold_serial = itertools.count(1)
+
+
+def fold_id(key):
+    """The int standing for the fold key ``key`` (None stays None).
+
+    >>> fold_id(("r",)) == fold_id(("r",))
+    True
+    """
+    if key is None:
+        return None
+    fid = _FOLD_IDS.get(key)
+    if fid is None:
+        if len(_FOLD_IDS) >= _FOLD_IDS_MAX:
+            _FOLD_IDS.clear()
+        fid = _FOLD_IDS[key] = next(_fold_serial)
+    return fid
 
 
 def ancestry(root: Node, through=lambda node: True) -> list[Node]:
@@ -322,7 +410,9 @@ def _uniform(exact) -> tuple:
 
 def params_key(params: dict) -> tuple:
     """A hashable stand-in for an op's parameters, or raise TypeError."""
-    return tuple(sorted((k, _key(v)) for k, v in params.items()))
+    if not params:
+        return ()
+    return tuple(sorted([(k, _key(v)) for k, v in params.items()]))
 
 
 _PLAIN = (int, bool, str, type(None))
@@ -336,6 +426,8 @@ def _key(value):
         if value.size > 64:
             raise TypeError("large array parameter")
         return ("nd", value.dtype.str, value.shape, value.tobytes())
+    if type(value) is tuple and all(type(v) is int for v in value):  # axes, shapes
+        return ("ints",) + value
     if isinstance(value, (list, tuple)):
         return (type(value).__name__,) + tuple(_key(v) for v in value)
     if isinstance(value, slice):

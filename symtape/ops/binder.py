@@ -38,8 +38,8 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 def _frozen(a: np.ndarray) -> np.ndarray:
     """``a`` read-only: a fresh result is frozen in place, anything else copied."""
-    if a.flags.writeable and a.flags.owndata:
-        a.flags.writeable = False
+    if a.base is None:  # owns its data
+        a.setflags(write=False)
         return a
     return a if not a.flags.writeable else _readonly(a)
 
@@ -763,14 +763,17 @@ class _Plan:
     key for hash-consing."""
 
     __slots__ = ("shape", "dtype", "params", "regular", "uniform", "alias", "evaluator",
-                 "selects", "pkey", "fuses", "floating")
+                 "selects", "pkey", "fuses", "floating", "memo", "constant")
 
-    def __init__(self, prim, aval, params, structure, evaluator, selects, pkey) -> None:
+    def __init__(self, prim, aval, params, structure, evaluator, selects, pkey,
+                 constant) -> None:
         self.shape, self.dtype, self.params = aval.shape, aval.dtype, params
         self.regular, self.uniform, self.alias = structure
+        self.constant = constant  # every element a constant (all arguments are)
         self.evaluator, self.selects, self.pkey = evaluator, selects, pkey
         self.floating = aval.dtype.kind == "f"
         self.fuses = self.floating and isinstance(prim, ops.Elementwise)
+        self.memo: dict = {}  # the op's own cache for this signature (settle_folds)
 
 
 #: ``signature -> _Plan`` of recent applications: the checks and the folding of an op
@@ -781,7 +784,7 @@ _PLANS_MAX = 4096
 
 
 def _signature(prim: ops.Primitive, args: list, params: dict):
-    facts = tuple([(a.shape, a.dtype, a.ukey, a.regular, a.constant) for a in args])
+    facts = tuple([a.facts for a in args])
     if len(args) > 1 and len(set(map(id, args))) < len(args):  # an argument given twice
         first: dict = {}
         facts += tuple([first.setdefault(id(a), i) for i, a in enumerate(args)]),
@@ -806,7 +809,8 @@ def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> _Plan
         pkey = N.params_key(params)
     except TypeError:
         pkey = None
-    out = _Plan(prim, aval, params, structure, evaluator, selects, pkey)
+    constant = all(a.constant for a in args) and getattr(prim, "folds_constants", True)
+    out = _Plan(prim, aval, params, structure, evaluator, selects, pkey, constant)
     if sig is not None:
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.clear()
@@ -827,8 +831,8 @@ def _result_node(prim: ops.Primitive, plan: _Plan, args: list) -> N.Node:
         return N.const(exact, plan.dtype, lambda: np.array(exact), uniform)
     node = N.apply(prim, plan.params, tuple(args), plan.shape, plan.dtype, prim.commutative,
                    plan.pkey)
-    node.regular = plan.regular
-    node.constant = all(a.constant for a in args) and getattr(prim, "folds_constants", True)
+    if node.regular != plan.regular or node.constant != plan.constant:
+        node.regular, node.constant, node._facts = plan.regular, plan.constant, None
     return node
 
 
@@ -838,42 +842,55 @@ def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node) -> tup
     if plan.alias is not None:
         t = tensors[plan.alias]
         return t._value, t._fusion
-    dtype = plan.dtype
     if plan.uniform is not None and plan.floating:
-        return _frozen(np.full(plan.shape, G.const_value(plan.uniform), dtype=dtype)), None
-    values = [t._value for t in tensors]
-    fusion = value = None
-    if prim.settles_alone and plan.floating and not (node.regular or node.constant) and \
-            node.small():
-        with np.errstate(all="ignore"):
-            settled = prim.settle_folds(None, values, [t._node for t in tensors], plan.params)
-        if settled is not None:
-            value, node.folds, node.regular = settled
-            return _frozen(np.asarray(value, dtype=dtype)), None
+        return _frozen(np.full(plan.shape, G.const_value(plan.uniform), dtype=plan.dtype)), None
     with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
-        if plan.fuses and any(t._fusion is not None for t in tensors):
-            # small nodes settle exactly from plain values below; only the recipe is kept
-            value, fusion = prim.fuse(values, [t._node for t in tensors],
-                                      [t._fusion for t in tensors], evaluate=not node.small())
-        elif plan.selects:
-            fusion = prim.fusion(values, [t._node for t in tensors])
-        value = np.asarray(plan.evaluator(values) if value is None else value)
+        return _evaluate(prim, plan, tensors, node)
+
+
+def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node) -> tuple:
+    dtype = plan.dtype
+    values = [t._value for t in tensors]
+    floating = plan.floating
+    if floating and prim.settles_alone and not (plan.regular or plan.constant) and \
+            node.small():
+        settled = prim.settle_folds(None, values, [t._node for t in tensors], plan.params,
+                                    plan.memo)
+        if settled is not None:
+            value, folds, regular, fid = settled
+            node.settle(regular, None, folds, fid)
+            return _frozen(np.asarray(value, dtype=dtype)), None
+    fusion = value = None
+    if plan.fuses:
+        for t in tensors:
+            if t._fusion is not None:
+                # small nodes settle exactly from plain values below; only the recipe is kept
+                value, fusion = prim.fuse(values, [t._node for t in tensors],
+                                          [t._fusion for t in tensors],
+                                          evaluate=not node.small())
+                break
+        else:
+            if plan.selects:
+                fusion = prim.fusion(values, [t._node for t in tensors])
+    elif plan.selects:
+        fusion = prim.fusion(values, [t._node for t in tensors])
+    value = np.asarray(plan.evaluator(values) if value is None else value)
     if value.shape != plan.shape:
         value = np.broadcast_to(value, plan.shape)
     if value.dtype != dtype:
         value = value.astype(dtype)
-    if not plan.floating or node.regular:
+    if not floating or plan.regular:
         return _frozen(value), fusion
-    if node.constant:
+    if plan.constant:
         if not value.all():
             value = value + dtype.type(0)  # constants have no -0: -0 + 0 is +0
     elif node.small():
         args = [t._node for t in tensors]
-        with np.errstate(all="ignore"):
-            settled = None if prim.settles_alone else prim.settle_folds(value, values, args,
-                                                                         plan.params)
+        settled = None if prim.settles_alone else prim.settle_folds(value, values, args,
+                                                                     plan.params, plan.memo)
         if settled is not None:
-            value, node.folds, node.regular = settled
+            value, folds, regular, fid = settled
+            node.settle(regular, None, folds, fid)
             return _frozen(value), fusion
         atoms = [t._atoms for t in tensors]
         unsettled = prim.unsettled(atoms, plan.params, plan.shape, args)
@@ -882,12 +899,46 @@ def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node) -> tup
     return _frozen(value), fusion
 
 
+#: Recent applications to small tensors: ``(prim, params key, input node ids) -> (plan,
+#: node, input nodes, their facts)``, held strongly, so an eager loop applying the same ops
+#: to the same nodes (variables' leaves, cached constants, last step's results) finds last
+#: step's node with its plan, settled facts and fold ids instead of making them again. Only
+#: nodes whose unbuilt ancestry is small enter (no large constant is kept alive), at most
+#: ``_SITES_MAX`` of them, oldest out first; an entry is used only while its inputs' facts
+#: are the ones it was planned for.
+_SITES: dict = {}
+_SITES_MAX = 2048
+
+
+def _site(prim: ops.Primitive, params: dict, nodes: list):
+    """``(key, entry)`` of an application in :data:`_SITES` (entry None: not there; key
+    None: params not hashable)."""
+    try:
+        key = (prim, N.params_key(params), tuple(map(id, nodes)))
+    except TypeError:
+        return None, None
+    hit = _SITES.get(key)
+    if hit is not None:
+        for n, f in zip(nodes, hit[3]):
+            if n._facts is not f:
+                return key, None
+    return key, hit
+
+
 def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
     """Apply ``prim`` to ``args``: convert, check, make the node, evaluate, record."""
     tensors = _convert_args(prim, args)
     nodes = [t._node for t in tensors]
-    plan = _plan(prim, params, tensors, nodes)
-    node = _result_node(prim, plan, nodes)
+    key, hit = _site(prim, params, nodes)
+    if hit is not None:
+        plan, node = hit[0], hit[1]
+    else:
+        plan = _plan(prim, params, tensors, nodes)
+        node = _result_node(prim, plan, nodes)
+        if key is not None and node.size <= N.ELEMENT_LIMIT and node.small():
+            if len(_SITES) >= _SITES_MAX:
+                del _SITES[next(iter(_SITES))]
+            _SITES[key] = (plan, node, nodes, [n.facts for n in nodes])
     value = fusion = None
     for t in tensors:
         if t._value is None:

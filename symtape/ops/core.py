@@ -57,6 +57,19 @@ def _fmt(shape) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+_apply = None
+
+
+def _binder_apply():
+    """The binder's ``apply`` (the package's last module: it makes tensors of ops), imported
+    on the first application."""
+    global _apply
+    from .binder import apply
+
+    _apply = apply
+    return apply
+
+
 class Primitive:
     """An op: argument dtypes, shape rule, builder, numeric evaluation and rules.
 
@@ -80,9 +93,7 @@ class Primitive:
 
     def bind(self, *args, **params):
         """Apply the op to tensors (or values convertible to tensors)."""
-        from .binder import apply  # the package's last module: it makes tensors of ops
-
-        return apply(self, args, params)
+        return (_apply or _binder_apply())(self, args, params)
 
     __call__ = bind
 
@@ -151,11 +162,18 @@ class Primitive:
     exact_elsewhere = False
 
     def settle_folds(self, value: np.ndarray, values: Sequence, args: Sequence,
-                     params: dict) -> tuple | None:
+                     params: dict, memo: dict | None = None) -> tuple | None:
         """Exact values without the element view, for arguments that are regular except at
-        constant elements (``Node.fold_view``): ``(value, folds, regular)`` of the result,
-        or None when the op cannot tell (the binder then uses the element view). ``value``
-        is :meth:`evaluator`'s, or None for an op that :attr:`settles_alone`."""
+        constant elements (``Node.fold_view``): ``(value, folds, regular, fid)`` of the
+        result (``fid``: its ``Node.fold_id`` when known, else None), or None when the op
+        cannot tell (the binder then uses the element view). ``value`` is
+        :meth:`evaluator`'s, or None for an op that :attr:`settles_alone`; ``memo`` is a
+        dict the binder keeps for applications of one signature (shapes, dtypes, node
+        facts, params), for the op to cache what depends only on those.
+
+        >>> Primitive("p").settle_folds(None, [], [], {}) is None
+        True
+        """
         return None
 
     #: Whether :meth:`settle_folds` computes its value without the evaluator's (the binder

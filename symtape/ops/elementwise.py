@@ -159,7 +159,8 @@ class Elementwise(Primitive):
             return lambda values: fn(*values)
         run, keep, _, _ = self._prototype(*self._specialisation(args))
         if keep == list(range(len(args))):
-            return lambda values: run(*values)[0]
+            step = getattr(run, "step", None)  # a one-step program: call it directly
+            return step if step is not None else lambda values: run(*values)[0]
         return lambda values: run(*[values[i] for i in keep])[0]
 
     @staticmethod
@@ -221,44 +222,60 @@ class Elementwise(Primitive):
         used = {s: i for i, s in stand_ins.items() if s in found}
         return E.program([out], [stand_ins[i] for i in keep], quiet=False), keep, out, used
 
-    def settle_folds(self, value, values, args, params):
+    def settle_folds(self, value, values, args, params, memo=None):
         """Elements where an argument is a folded constant are evaluated by the template
         specialised to those constants (grouped by constant); the result's constants there
         are its folds. An element that folds to an argument's element is taken as that
         element (its value is exact; see README, "One rule for values"); one that folds to a
         select is left to the element view. Which elements fold how depends only on the
-        arguments' folds, so it is planned once per kind of application."""
-        plan = self._fold_plan(args, params, value.shape)
+        arguments' folds, so it is planned once per kind of application (``memo``: the
+        binder's dict for applications of one signature, keyed here by the arguments' fold
+        ids)."""
+        plan = self._fold_plan(args, params, value.shape, {} if memo is None else memo)
         if plan is None:
             return None
-        groups, folds, regular = plan
-        out = np.array(value, copy=True)
-        for rows, run, keep in groups:
-            out[rows] = run(*[np.broadcast_to(values[i], value.shape)[rows] for i in keep])[0]
-        return out, folds, regular
+        if plan.groups or plan.index is not None:
+            value = np.array(value, copy=True)
+            if plan.index is not None:
+                value.reshape(-1)[plan.index] = plan.constants
+            for rows, run, keep in plan.groups:
+                value[rows] = run(*[np.broadcast_to(values[i], value.shape)[rows]
+                                    for i in keep])[0]
+        return value, plan.folds, plan.regular, plan.fid
 
-    def _fold_plan(self, args, params, shape):
-        """``(groups, folds, regular)`` for :meth:`settle_folds` (``groups``: the rows each
-        specialised template evaluates), or None; cached by the arguments' fold keys."""
-        consts, same = self._specialisation(args)
+    def _fold_plan(self, args, params, shape, memo: dict):
+        """The :class:`_FoldPlan` for :meth:`settle_folds`, or None; cached in ``memo`` by
+        the arguments' fold ids (the rest of the key -- shapes, constants, repeated
+        arguments, params -- is the memo's own) and here by their fold keys."""
+        spec = memo.get("spec")
+        if spec is None:
+            spec = memo["spec"] = self._specialisation(args)
+        consts, same = spec
         fixed = {i for i, _ in consts}
-        keys = []
+        fids = []
         for i, a in enumerate(args):
             own = i not in fixed and same[i] == i  # an argument the template reads itself
-            key = a.fold_key() if own else None
-            if own and key is None:
+            fid = a.fold_id() if own else 0
+            if fid is None:
                 return None
-            keys.append(key)
+            fids.append(fid)
+        fids = tuple(fids)
+        if fids in memo:
+            return memo[fids]
+        keys = tuple(a.fold_key() if fid else None for a, fid in zip(args, fids))
         try:
-            key = (consts, same, tuple(keys), tuple(shape), N.params_key(params))
+            key = (consts, same, keys, tuple(shape), N.params_key(params))
         except TypeError:
             return self._make_fold_plan(args, params, shape, consts, same, fixed)
-        if key in self._fold_plans:
-            return self._fold_plans[key]
-        plan = self._make_fold_plan(args, params, shape, consts, same, fixed)
-        if len(self._fold_plans) >= 256:
-            self._fold_plans.clear()
-        self._fold_plans[key] = plan
+        if key not in self._fold_plans:
+            if len(self._fold_plans) >= 256:
+                self._fold_plans.clear()
+            self._fold_plans[key] = self._make_fold_plan(args, params, shape, consts, same,
+                                                         fixed)
+        if len(memo) >= 64:
+            memo.clear()
+            memo["spec"] = spec
+        plan = memo[fids] = self._fold_plans[key]
         return plan
 
     def _make_fold_plan(self, args, params, shape, consts, same, fixed):
@@ -278,22 +295,29 @@ class Elementwise(Primitive):
             where_of.setdefault(key, []).append(idx)
         mask = np.zeros(shape, dtype=bool)
         atoms = np.empty(shape, dtype=object)
-        groups = []
+        groups, fixed_at, fixed_to = [], [], []
         for key, where in where_of.items():
             run, keep, atom, _ = self._prototype(consts + key, same)
             if G.absorbs_products(atom):
                 return None
-            groups.append((tuple(np.array(k) for k in zip(*where)), run, keep))
             if G.is_const(atom):
                 for idx in where:
                     mask[idx] = True
                     atoms[idx] = atom
+                    fixed_at.append(np.ravel_multi_index(idx, shape) if shape else 0)
+                    fixed_to.append(G.const_value(atom))
+            else:
+                groups.append((tuple(np.array(k) for k in zip(*where)), run, keep))
         plain = [_Plain(a) if i in views or a.kind == "const" else a
                  for i, a in enumerate(args)]
         regular = self.structure(plain, params, shape)[0] and not mask.any()
         for arr in (mask, atoms):
             arr.flags.writeable = False
-        return groups, ((mask, atoms) if mask.any() else None), regular
+        folds = (mask, atoms) if mask.any() else None
+        index = np.array(fixed_at, dtype=np.intp) if fixed_at else None
+        return _FoldPlan(groups, index, np.array(fixed_to) if fixed_at else None, folds,
+                         regular, N.fold_id(N.fold_key_of(tuple(shape), folds)) if folds else
+                         N.fold_id(("r",)) if regular else None)
 
     def fuse(self, values, args, fusions, evaluate: bool = True) -> tuple:
         """Evaluate with the arguments whose values came from a zero-branched select
@@ -601,6 +625,19 @@ sigmoid_cross_entropy_with_logits = _ew(
     rules=(lambda g, ans, z, x: _t(-GS * X, GS, X, name="sce_vjp0").bind(g, x),
            lambda g, ans, z, x: _t(GS * (1 / (1 + sp.exp(-X)) - Z), GS, Z, X,
                                    name="sce_vjp1").bind(g, z, x)))
+
+
+class _FoldPlan:
+    """How :meth:`Elementwise.settle_folds` settles applications to arguments with given
+    fold views: the elements that fold to constants (flat ``index``, their ``constants``),
+    the ``groups`` of elements a specialised template evaluates (``(rows, run, keep)``),
+    and the result's ``folds``, ``regular`` and fold id ``fid``."""
+
+    __slots__ = ("groups", "index", "constants", "folds", "regular", "fid")
+
+    def __init__(self, groups, index, constants, folds, regular, fid) -> None:
+        self.groups, self.index, self.constants = groups, index, constants
+        self.folds, self.regular, self.fid = folds, regular, fid
 
 
 class _Plain:

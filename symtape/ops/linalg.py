@@ -136,7 +136,7 @@ class MatMul(Primitive):
 
     settles_alone = True
 
-    def settle_folds(self, value, values, args, params):
+    def settle_folds(self, value, values, args, params, memo=None):
         """Products with a folded zero factor are dropped from their sums (added as -0.0, the
         exact identity of IEEE addition); an element with none left is the constant 0.
         Arguments with other folded constants are left to the element view."""
@@ -159,10 +159,10 @@ class MatMul(Primitive):
             terms.shape[:-2] + terms.shape[-1:], dtype=terms.dtype)
         empty = np.broadcast_to(np.all(dropped, axis=-2), out.shape)
         if not empty.any():
-            return out, None, True
+            return out, None, True, None
         folded = np.empty(out.shape, dtype=object)
         folded[empty] = G.ZERO
-        return np.where(empty, 0.0, out), (empty.copy(), folded), False
+        return np.where(empty, 0.0, out), (empty.copy(), folded), False, None
 
     def unsettled(self, atoms, params, shape, args=()):
         """Elements whose row of ``a`` or column of ``b`` holds a repeated atom, or both a

@@ -8,6 +8,7 @@ import numpy as np
 import sympy as sp
 
 from .. import graph as G
+from .. import nodes as N
 from ..errors import InvalidArgumentError
 from .core import Aval, Primitive, _lanes, _obj, _register, irregular_rows, union
 from .elementwise import divide, equal, exp, multiply, subtract
@@ -45,6 +46,9 @@ def _sequential(x: np.ndarray, axes: tuple, keepdims: bool, product: bool = Fals
     (multiply), so eager values round exactly as compiled code does (callers set numpy's
     error state)."""
     x = np.asarray(x)
+    accumulate = (np.multiply if product else np.add).accumulate
+    if len(axes) == x.ndim and not keepdims and 0 < x.size <= ORDERED_TERMS:  # all of it
+        return accumulate(x.reshape(-1))[-1]
     keep = [i for i in range(x.ndim) if i not in axes]
     moved = np.transpose(x, keep + list(axes))
     lead = moved.shape[: len(keep)]
@@ -55,7 +59,7 @@ def _sequential(x: np.ndarray, axes: tuple, keepdims: bool, product: bool = Fals
     elif rows.size > ORDERED_TERMS:  # large: numpy's order, as loop nests accumulate
         out = (np.prod if product else np.sum)(rows, axis=-1)
     else:
-        out = (np.cumprod if product else np.cumsum)(rows, axis=-1)[..., -1]
+        out = accumulate(rows, axis=-1)[..., -1]
     if keepdims:
         out = out.reshape(tuple(1 if i in axes else n for i, n in enumerate(x.shape)))
     return out
@@ -99,38 +103,47 @@ class Reduction(Primitive):
         out = union(deps, axis=params["axis"], keepdims=params["keepdims"])
         return np.asarray(out, dtype=object).reshape(shape)
 
-    def settle_folds(self, value, values, args, params):
+    def settle_folds(self, value, values, args, params, memo=None):
         """A sum drops its folded zero terms: they are summed as -0.0, the exact identity of
         IEEE addition, and a sum of nothing but folded zeros is the constant 0."""
-        plan = self._fold_plan(args[0], params)
+        plan = self._fold_plan(args[0], params, {} if memo is None else memo)
         if plan is None:
             return None
-        mask, empty, folds = plan
+        mask, empty, folds, fid = plan
         dtype = args[0].dtype
-        out = np.asarray(self.numeric([np.where(mask, -0.0, np.asarray(values[0]))], params),
-                         dtype=dtype)
+        x = np.asarray(values[0])
+        if mask is not None:
+            x = np.where(mask, -0.0, x)
+        out = np.asarray(self.numeric([x], params), dtype=dtype)
         if folds is not None:
             out = np.where(empty, 0.0, out).astype(dtype)
-        return out, folds, folds is None
+        return out, folds, folds is None, fid
 
     settles_alone = True
 
-    def _fold_plan(self, x, params):
-        """``(mask, empty, folds)`` of a sum over an argument with folded zeros (cached by its
-        fold key), or None."""
+    def _fold_plan(self, x, params, memo: dict):
+        """``(mask, empty, folds, fid)`` of a sum over an argument with folded zeros (cached
+        in ``memo`` by its fold id, here by its fold key), or None."""
+        fid = x.fold_id()
+        if fid is None:
+            return None
+        if fid in memo:
+            return memo[fid]
         axes = params["axis"]
         lane = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
         if self is not reduce_sum or lane < 2 or x.dtype.kind != "f":
-            return None
-        fkey = x.fold_key()
-        if fkey is None:
-            return None
-        key = (fkey, x.shape, axes, params["keepdims"])
-        if key not in self._fold_plans:
-            if len(self._fold_plans) >= 256:
-                self._fold_plans.clear()
-            self._fold_plans[key] = self._make_fold_plan(x, axes, params["keepdims"])
-        return self._fold_plans[key]
+            plan = None
+        else:
+            key = (x.fold_key(), x.shape, axes, params["keepdims"])
+            if key not in self._fold_plans:
+                if len(self._fold_plans) >= 256:
+                    self._fold_plans.clear()
+                self._fold_plans[key] = self._make_fold_plan(x, axes, params["keepdims"])
+            plan = self._fold_plans[key]
+        if len(memo) >= 64:
+            memo.clear()
+        memo[fid] = plan
+        return plan
 
     @staticmethod
     def _make_fold_plan(x, axes, keepdims):
@@ -144,7 +157,9 @@ class Reduction(Primitive):
             folded[empty] = G.ZERO
             folds = (empty, folded)
             folded.flags.writeable = False
-        return mask, empty, folds
+        shape = empty.shape
+        fid = N.fold_id(N.fold_key_of(shape, folds) if folds else ("r",))
+        return (mask if mask.any() else None), empty, folds, fid
 
     def structure(self, args, params, shape):
         (x,) = args
@@ -159,6 +174,10 @@ class Reduction(Primitive):
         with np.errstate(all="ignore"):
             return np.asarray(self._numeric(np.asarray(values[0]), params["axis"],
                                             params["keepdims"]))
+
+    def evaluator(self, args, params):
+        fn, axes, keepdims = self._numeric, params["axis"], params["keepdims"]
+        return lambda values: np.asarray(fn(np.asarray(values[0]), axes, keepdims))
 
 
 def normalize_axes(axis, ndim: int, op: str) -> tuple:

@@ -33,6 +33,11 @@ def flatten(obj: Any) -> list:
     >>> flatten({"b": [1, 2], "a": (3,)})
     [3, 1, 2]
     """
+    if type(obj) is tuple or type(obj) is list:
+        if not any(map(is_nested, obj)):  # a flat sequence (the common sources tuple)
+            return list(obj)
+    elif not is_nested(obj):
+        return [obj]
     out: list = []
     stack = [obj]
     while stack:
@@ -53,6 +58,9 @@ def pack_sequence_as(structure: Any, flat: list) -> Any:
     >>> pack_sequence_as({"b": [0, 0], "a": 0}, [1, 2, 3])
     {'b': [2, 3], 'a': 1}
     """
+    if (type(structure) is tuple or type(structure) is list) and \
+            len(structure) == len(flat) and not any(map(is_nested, structure)):
+        return type(structure)(flat)
     return _build(structure, iter(flat))
 
 

@@ -113,15 +113,17 @@ def record(prim, params: dict, inputs: Sequence, outputs: Sequence) -> None:
 
 def accessed(tensor) -> None:
     """A variable or symbol was read: tapes that watch accessed leaves watch it."""
-    for obs in _state.observers:
+    state = _state
+    for obs in state.observers:
         obs.append(tensor)
-    trace = _state.trace
-    if trace is not None and getattr(tensor, "_is_variable", False):
+    variable = getattr(tensor, "_is_variable", False)
+    trace = state.trace
+    if trace is not None and variable:
         trace.variables.setdefault(tensor._id, tensor)
-    if _state.paused:
+    if state.paused:
         return
-    for rec in _state.stack:
-        if getattr(tensor, "_is_variable", False):
+    for rec in state.stack:
+        if variable:
             if rec.watch_accessed and tensor.trainable:
                 rec.watch(tensor)
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -45,6 +46,23 @@ def _unconnected(value) -> UnconnectedGradients:
 def _zeros(shape: tuple, dtype) -> Tensor:
     """Exact zeros (they print as 0 and fold away in later formulas)."""
     return exact_constant(np.zeros(shape, dtype=np.int64), dtype, cache=True)
+
+
+_ONES: dict = {}
+
+
+def _ones(shape: tuple, dtype) -> Tensor:
+    """The exact unit seed of a target of ``shape`` (a new tensor over one node per small shape
+    and dtype: a training loop's gradients start from the same constant)."""
+    key = (shape, dtype)
+    hit = _ONES.get(key)
+    if hit is None and math.prod(shape) > 256:  # large ones are not kept
+        return exact_constant(np.ones(shape, dtype=np.int64), dtype)
+    if hit is None:
+        if len(_ONES) >= 256:
+            _ONES.clear()
+        hit = _ONES[key] = exact_constant(np.ones(shape, dtype=np.int64), dtype, cache=True)
+    return Tensor(hit._node, hit._value, hit.dtype)
 
 
 class GradientTape:
@@ -174,7 +192,7 @@ class GradientTape:
         seeds: dict = {}
         for i, (t, g) in enumerate(zip(targets, grads)):
             if g is None:
-                g = exact_constant(np.ones(t.shape, dtype=np.int64), t.dtype, cache=True)
+                g = _ones(t.shape, t.dtype)
             else:
                 g = convert_to_tensor(g) if isinstance(g, Tensor) else constant(g, dtype=t.dtype)
                 if tuple(g.shape) != tuple(t.shape):

@@ -602,7 +602,7 @@ _ARRAY_SIZE = 256
 def _array_constant(a: np.ndarray, dtype, convert, exact: bool = False) -> Tensor:
     if a.size > _ARRAY_SIZE or a.dtype.kind not in "fiub" or a.dtype.hasobject:
         return convert()
-    key = (a.dtype.str, a.shape, a.tobytes(), None if dtype is None else dtype.str, exact)
+    key = (a.dtype, a.shape, a.tobytes(), dtype, exact)
     hit = _ARRAYS.get(key)
     if hit is None:
         if len(_ARRAYS) >= _ARRAYS_MAX:
@@ -621,9 +621,12 @@ def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
         elif isinstance(a, Tensor):
             out.append(_read(a))
         else:
-            break
-    else:
-        return out
+            return _convert_rest(prim, args, out)
+    return out
+
+
+def _convert_rest(prim: ops.Primitive, args, out: list) -> list[Tensor]:
+    """:func:`_convert_args` from the first argument that is not a tensor on."""
     tdtype = None
     for i, a in enumerate(args):
         if isinstance(a, Tensor) and prim.role(i) == "T":
@@ -631,9 +634,13 @@ def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
             break
     for i in range(len(out), len(args)):
         a = args[i]
-        role = prim.role(i)
         if isinstance(a, Tensor):
             out.append(_read(a))
+            continue
+        role = prim.role(i)
+        if type(a) is np.ndarray and role == "T" and tdtype is not None and \
+                tdtype.kind == "f" and a.dtype.kind in "fiub":  # data mixed with tensors
+            out.append(_array_constant(a, tdtype, lambda: constant(a, dtype=tdtype)))
             continue
         if isinstance(a, ops.Zero):
             out.append(constant(np.zeros(a.shape, a.dtype)))
@@ -836,21 +843,38 @@ def _result_node(prim: ops.Primitive, plan: _Plan, args: list) -> N.Node:
     return node
 
 
-def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node) -> tuple:
-    """The numeric value of the result, with numpy on whole arrays (see :func:`_settle`), and
-    its fusion (a zero-branched select later elementwise ops fold into), or None."""
+def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
+           values: list) -> tuple:
+    """The numeric value of the result from the arguments' ``values``, with numpy on whole
+    arrays (see :func:`_settle`), and its fusion (a zero-branched select later elementwise
+    ops fold into), or None."""
     if plan.alias is not None:
         t = tensors[plan.alias]
         return t._value, t._fusion
     if plan.uniform is not None and plan.floating:
         return _frozen(np.full(plan.shape, G.const_value(plan.uniform), dtype=plan.dtype)), None
-    with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
-        return _evaluate(prim, plan, tensors, node)
+    if _ERRSTATE is None:
+        with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
+            return _evaluate(prim, plan, tensors, node, values)
+    token = _ERRSTATE.set(_IGNORE)  # the same, for a fifth of np.errstate's cost
+    try:
+        return _evaluate(prim, plan, tensors, node, values)
+    finally:
+        _ERRSTATE.reset(token)
 
 
-def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node) -> tuple:
+try:  # numpy's floating-point error state is this context variable (what np.errstate sets)
+    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
+    from numpy._core._ufunc_config import _make_extobj
+
+    _IGNORE = _make_extobj(all="ignore")
+except ImportError:  # another numpy layout: np.errstate itself
+    _ERRSTATE = _IGNORE = None
+
+
+def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
+              values: list) -> tuple:
     dtype = plan.dtype
-    values = [t._value for t in tensors]
     floating = plan.floating
     if floating and prim.settles_alone and not (plan.regular or plan.constant) and \
             node.small():
@@ -877,13 +901,12 @@ def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node) -> 
     value = np.asarray(plan.evaluator(values) if value is None else value)
     if value.shape != plan.shape:
         value = np.broadcast_to(value, plan.shape)
-    if value.dtype != dtype:
+    if value.dtype is not dtype and value.dtype != dtype:
         value = value.astype(dtype)
     if not floating or plan.regular:
         return _frozen(value), fusion
     if plan.constant:
-        if not value.all():
-            value = value + dtype.type(0)  # constants have no -0: -0 + 0 is +0
+        value = value + 0.0  # constants have no -0: -0 + 0 is +0 (the dtype stays)
     elif node.small():
         args = [t._node for t in tensors]
         settled = None if prim.settles_alone else prim.settle_folds(value, values, args,
@@ -910,26 +933,20 @@ _SITES: dict = {}
 _SITES_MAX = 2048
 
 
-def _site(prim: ops.Primitive, params: dict, nodes: list):
-    """``(key, entry)`` of an application in :data:`_SITES` (entry None: not there; key
-    None: params not hashable)."""
-    try:
-        key = (prim, N.params_key(params), tuple(map(id, nodes)))
-    except TypeError:
-        return None, None
-    hit = _SITES.get(key)
-    if hit is not None:
-        for n, f in zip(nodes, hit[3]):
-            if n._facts is not f:
-                return key, None
-    return key, hit
-
-
 def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
     """Apply ``prim`` to ``args``: convert, check, make the node, evaluate, record."""
     tensors = _convert_args(prim, args)
     nodes = [t._node for t in tensors]
-    key, hit = _site(prim, params, nodes)
+    try:
+        key = (prim, N.params_key(params) if params else (), tuple(map(id, nodes)))
+        hit = _SITES.get(key)
+    except TypeError:  # params without a key: planned every time
+        key = hit = None
+    if hit is not None:
+        for n, f in zip(nodes, hit[3]):
+            if n._facts is not f:  # an argument settled since: plan again
+                hit = None
+                break
     if hit is not None:
         plan, node = hit[0], hit[1]
     else:
@@ -939,14 +956,17 @@ def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
             if len(_SITES) >= _SITES_MAX:
                 del _SITES[next(iter(_SITES))]
             _SITES[key] = (plan, node, nodes, [n.facts for n in nodes])
-    value = fusion = None
+    values = []
     for t in tensors:
-        if t._value is None:
+        v = t._value
+        if v is None:
+            out = Tensor(node, None, plan.dtype)
             break
+        values.append(v)
     else:
-        value, fusion = _eager(prim, plan, tensors, node)
-    out = Tensor(node, value, plan.dtype)
-    if fusion is not None:
-        out._fusion = fusion
+        value, fusion = _eager(prim, plan, tensors, node, values)
+        out = Tensor(node, value, plan.dtype)
+        if fusion is not None:
+            out._fusion = fusion
     recording.record(prim, plan.params, tensors, (out,))
     return out

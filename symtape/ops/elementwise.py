@@ -234,10 +234,15 @@ class Elementwise(Primitive):
         plan = self._fold_plan(args, params, value.shape, {} if memo is None else memo)
         if plan is None:
             return None
-        if plan.groups or plan.index is not None:
+        if plan.groups or plan.index is not None or plan.aliases:
             value = np.array(value, copy=True)
+            flat = value.reshape(-1)
             if plan.index is not None:
-                value.reshape(-1)[plan.index] = plan.constants
+                flat[plan.index] = plan.constants
+            for index, i in plan.aliases:  # elements that are an argument's (x + 0 is x)
+                src = values[i]
+                flat[index] = src.reshape(-1)[0] if src.size == 1 else \
+                    np.broadcast_to(src, value.shape).reshape(-1)[index]
             for rows, run, keep in plan.groups:
                 value[rows] = run(*[np.broadcast_to(values[i], value.shape)[rows]
                                     for i in keep])[0]
@@ -295,17 +300,20 @@ class Elementwise(Primitive):
             where_of.setdefault(key, []).append(idx)
         mask = np.zeros(shape, dtype=bool)
         atoms = np.empty(shape, dtype=object)
-        groups, fixed_at, fixed_to = [], [], []
+        groups, fixed_at, fixed_to, aliases = [], [], [], []
         for key, where in where_of.items():
-            run, keep, atom, _ = self._prototype(consts + key, same)
+            run, keep, atom, used = self._prototype(consts + key, same)
             if G.absorbs_products(atom):
                 return None
+            flat = [np.ravel_multi_index(idx, shape) if shape else 0 for idx in where]
             if G.is_const(atom):
                 for idx in where:
                     mask[idx] = True
                     atoms[idx] = atom
-                    fixed_at.append(np.ravel_multi_index(idx, shape) if shape else 0)
-                    fixed_to.append(G.const_value(atom))
+                fixed_at.extend(flat)
+                fixed_to.extend([G.const_value(atom)] * len(flat))
+            elif atom in used:
+                aliases.append((np.array(flat, dtype=np.intp), used[atom]))
             else:
                 groups.append((tuple(np.array(k) for k in zip(*where)), run, keep))
         plain = [_Plain(a) if i in views or a.kind == "const" else a
@@ -315,8 +323,8 @@ class Elementwise(Primitive):
             arr.flags.writeable = False
         folds = (mask, atoms) if mask.any() else None
         index = np.array(fixed_at, dtype=np.intp) if fixed_at else None
-        return _FoldPlan(groups, index, np.array(fixed_to) if fixed_at else None, folds,
-                         regular, N.fold_id(N.fold_key_of(tuple(shape), folds)) if folds else
+        return _FoldPlan(groups, index, np.array(fixed_to) if fixed_at else None, aliases,
+                         folds, regular, N.fold_id(N.fold_key_of(tuple(shape), folds)) if folds else
                          N.fold_id(("r",)) if regular else None)
 
     def fuse(self, values, args, fusions, evaluate: bool = True) -> tuple:
@@ -630,13 +638,15 @@ sigmoid_cross_entropy_with_logits = _ew(
 class _FoldPlan:
     """How :meth:`Elementwise.settle_folds` settles applications to arguments with given
     fold views: the elements that fold to constants (flat ``index``, their ``constants``),
-    the ``groups`` of elements a specialised template evaluates (``(rows, run, keep)``),
+    those that fold to an argument's element (``aliases``: ``(flat index, argument)``), the
+    ``groups`` of other elements a specialised template evaluates (``(rows, run, keep)``),
     and the result's ``folds``, ``regular`` and fold id ``fid``."""
 
-    __slots__ = ("groups", "index", "constants", "folds", "regular", "fid")
+    __slots__ = ("groups", "index", "constants", "aliases", "folds", "regular", "fid")
 
-    def __init__(self, groups, index, constants, folds, regular, fid) -> None:
+    def __init__(self, groups, index, constants, aliases, folds, regular, fid) -> None:
         self.groups, self.index, self.constants = groups, index, constants
+        self.aliases = aliases
         self.folds, self.regular, self.fid = folds, regular, fid
 
 

@@ -8,24 +8,30 @@ is connected, nothing is computed); ``None`` means no path.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Sequence
 
 import numpy as np
 
 from . import nodes as N
 from . import ops, recording
+from .ops import binder
 from .errors import ShapeError
 from .tensor import Tensor, exact_constant
 
-__all__ = ["relevant_ids", "vjp_sweep", "batched_vjp", "accumulate", "is_structural_zero"]
+__all__ = ["relevant_ids", "vjp_sweep", "source_cotangents", "batched_vjp", "accumulate",
+           "is_structural_zero"]
 
 
 def relevant_ids(entries: Sequence, source_ids) -> set:
     """Ids of tensors that depend on a source through the entries (forward reachability)."""
     relevant = set(source_ids)
     for e in entries:
-        if any(t._id in relevant for t in e.inputs):
-            relevant.update(o._id for o in e.outputs)
+        for t in e.inputs:
+            if t._id in relevant:
+                for o in e.outputs:
+                    relevant.add(o._id)
+                break
     return relevant
 
 
@@ -109,6 +115,177 @@ def vjp_sweep(entries: Sequence, seeds: dict, relevant: set, opaque=frozenset())
             if ct is not None:
                 cts[t._id] = accumulate(cts.get(t._id), ct)
     return cts
+
+
+#: Sweeps over small tensors seen recently, by :func:`_sweep_key`: an eager training loop
+#: sweeps the same recorded nodes every step (see ``binder._SITES``), so the applications
+#: its rules made are evaluated again instead of running the rules.
+_REPLAYS: dict = {}
+_REPLAYS_MAX = 64
+
+
+def source_cotangents(entries: Sequence, seeds: dict, relevant: set, targets: Sequence,
+                      sources: Sequence) -> list:
+    """The cotangents (Tensor, Zero or None) of ``sources`` for ``seeds`` of ``targets``:
+    :func:`vjp_sweep`'s. When no tape records and the same sweep ran over the same nodes
+    before -- the same ops on the same nodes (variables' leaves, cached constants, last
+    step's results), the same tensors relevant -- the applications that sweep's rules made
+    are evaluated again on the new values (``binder.reapply``), in order.
+
+    >>> import symtape as st
+    >>> x = st.Variable(3.0)
+    >>> for _ in range(2):
+    ...     with st.GradientTape() as t:
+    ...         y = x * x
+    ...     print(float(t.gradient(y, x)))
+    ...     _ = x.assign(4.0)
+    6.0
+    8.0
+    """
+    slots, key = _sweep_key(entries, seeds, relevant, targets, sources)
+    replay = _REPLAYS.get(key) if key is not None else None
+    if replay is not None:
+        out = replay.run(slots)
+        if out is not None:
+            return out
+    if key is None:
+        cts = vjp_sweep(entries, seeds, relevant)
+        return [cts.get(s._id) for s in sources]
+    capture = recording.Recorder(watch_accessed=False, everything=True)
+    recording.push(capture)
+    try:
+        cts = vjp_sweep(entries, seeds, relevant)
+    finally:
+        recording.remove(capture)
+    out = [cts.get(s._id) for s in sources]
+    replay = _Replay.make(slots, capture.entries, out)
+    if replay is not None:
+        if len(_REPLAYS) >= _REPLAYS_MAX:
+            del _REPLAYS[next(iter(_REPLAYS))]
+        _REPLAYS[key] = replay
+    return out
+
+
+def _sweep_key(entries, seeds: dict, relevant: set, targets, sources) -> tuple:
+    """``(slots, key)``: the tensors a sweep reads (the entries' inputs and outputs, the
+    targets, the sources, the seeds; in order, repeats included) and a key of everything the
+    sweep depends on -- ops, params, nodes, which slots are the same tensor, which are
+    relevant, which slot each seed is for; key None
+    when the sweep is not replayed (a tape records it, a function is traced, an op outside
+    the table, a tensor above the element limit)."""
+    if recording.active() or recording.current_trace() is not None:
+        return None, None
+    parts: list = []
+    seq: list = []
+    for e in entries:
+        prim = e.prim
+        if not _table_op(prim):
+            return None, None
+        try:
+            parts.append((prim, N.params_key(e.params) if e.params else (), len(e.inputs),
+                          len(e.outputs)))
+        except TypeError:
+            return None, None
+        seq += e.inputs
+        seq += e.outputs
+    seq += targets
+    seq += sources
+    seeded = list(seeds)  # the targets' ids, in the order of their seeds
+    for g in seeds.values():
+        if not isinstance(g, Tensor):
+            return None, None
+        seq.append(g)
+    nodes = [t._node for t in seq]
+    if nodes and max(map(_size, nodes)) > N.ELEMENT_LIMIT:
+        return None, None
+    ids = [t._id for t in seq]
+    first: dict = {}
+    same = tuple([first.setdefault(tid, k) for k, tid in enumerate(ids)])  # first position
+    try:
+        targets_at = tuple([first[tid] for tid in seeded])
+    except KeyError:
+        return None, None
+    return seq, (tuple(parts), tuple(map(id, nodes)), same,
+                 tuple([tid in relevant for tid in ids]), targets_at)
+
+
+_size = operator.attrgetter("size")
+_TABLE_TYPES: dict = {}
+
+
+def _table_op(prim) -> bool:
+    """Whether ``prim`` is an op of the table (``symtape.ops``), whose rules are ops applied
+    to their arguments -- not a user's rule, which may compute anything in Python."""
+    kind = type(prim)
+    known = _TABLE_TYPES.get(kind)
+    if known is None:
+        known = _TABLE_TYPES[kind] = kind.__module__.startswith("symtape.ops.")
+    return known
+
+
+class _Replay:
+    """A sweep's applications over slots (see :func:`_sweep_key`): ``steps`` of ``(prim,
+    plan, node, refs, facts)`` -- each argument a slot ``(0, i)``, an earlier step's result
+    ``(1, j)`` or a constant tensor ``(2, t)``, and the arguments' node facts it was planned
+    for -- and the sources' results in the same terms. It holds the nodes its key names."""
+
+    __slots__ = ("steps", "results", "nodes")
+
+    def __init__(self, steps, results, nodes) -> None:
+        self.steps, self.results, self.nodes = steps, results, nodes
+
+    @classmethod
+    def make(cls, slots: list, applications: list, out: list):
+        where: dict = {}
+        for i, t in enumerate(slots):
+            where.setdefault(t._id, (0, i))
+        steps = []
+        for e in applications:
+            if len(e.outputs) != 1 or not _table_op(e.prim):
+                return None
+            (o,) = e.outputs
+            refs = []
+            for t in e.inputs:
+                ref = where.get(t._id)
+                if ref is None:
+                    if t._node.kind != "const":
+                        return None
+                    ref = (2, t)
+                refs.append(ref)
+            found = binder.planned(e.prim, e.params, list(e.inputs), o)
+            if found is None:
+                if o._node.kind != "const":
+                    return None
+                where[o._id] = (2, o)  # folded to a constant: the same every time
+                continue
+            plan, node = found
+            where[o._id] = (1, len(steps))
+            steps.append((e.prim, plan, node, refs, [t._node.facts for t in e.inputs]))
+        results = []
+        for ct in out:
+            if isinstance(ct, Tensor):
+                ref = where.get(ct._id)
+                if ref is None:
+                    if ct._node.kind != "const":
+                        return None
+                    ref = (2, ct)
+                results.append(ref)
+            else:
+                results.append((3, ct))  # None or a Zero
+        nodes = [t._node for t in slots] + [step[2] for step in steps]
+        return cls(steps, results, nodes)
+
+    def run(self, slots: list) -> list | None:
+        """The sources' cotangents for the tensors ``slots`` (the new step's, over the same
+        nodes); None when an argument's facts changed since (plan the sweep again)."""
+        made: list = []
+        for prim, plan, node, refs, facts in self.steps:
+            args = [slots[r] if k == 0 else made[r] if k == 1 else r for k, r in refs]
+            for t, f in zip(args, facts):
+                if t._node._facts is not f:
+                    return None
+            made.append(binder.reapply(prim, plan, node, args))
+        return [slots[r] if k == 0 else made[r] if k == 1 else r for k, r in self.results]
 
 
 class _NoValue:

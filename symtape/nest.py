@@ -14,7 +14,17 @@ def is_nested(obj: Any) -> bool:
     >>> is_nested([1]), is_nested({"a": 1}), is_nested(1.0)
     (True, True, False)
     """
-    return isinstance(obj, (list, tuple, Mapping))
+    t = type(obj)
+    if t in _LEAVES:
+        return False
+    if isinstance(obj, (list, tuple, Mapping)):
+        return True
+    _LEAVES.add(t)
+    return False
+
+
+#: Types found not to be containers (a Mapping check per tensor costs more than the rest).
+_LEAVES: set = set()
 
 
 def _children(obj):

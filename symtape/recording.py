@@ -104,11 +104,17 @@ def record(prim, params: dict, inputs: Sequence, outputs: Sequence) -> None:
     entry = None
     for rec in stack:
         tracked = rec.tracked
-        if rec.everything or any(t._id in tracked for t in inputs):
-            if entry is None:
-                entry = Entry(prim, params, inputs, outputs)
-            rec.entries.append(entry)
-            tracked.update(o._id for o in outputs)
+        if not rec.everything:
+            for t in inputs:
+                if t._id in tracked:
+                    break
+            else:
+                continue
+        if entry is None:
+            entry = Entry(prim, params, inputs, outputs)
+        rec.entries.append(entry)
+        for o in outputs:
+            tracked.add(o._id)
 
 
 def accessed(tensor) -> None:

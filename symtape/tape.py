@@ -234,8 +234,9 @@ class GradientTape:
         if not self._persistent:
             recording.remove(self._rec)
         entries = self._rec.entries
-        cts = autodiff.vjp_sweep(entries, seeds, self._relevant(entries, srcs, seeds))
-        results = [self._result(cts.get(s._id), s, mode) for s in srcs]
+        cts = autodiff.source_cotangents(entries, seeds, self._relevant(entries, srcs, seeds),
+                                         targets, srcs)
+        results = [self._result(ct, s, mode) for ct, s in zip(cts, srcs)]
         self._finish_call()
         return nest.pack_sequence_as(sources, results)
 

@@ -581,7 +581,7 @@ _SCALARS_MAX = 1024
 
 
 def _scalar(a, dtype) -> Tensor:
-    key = (type(a), a.hex() if type(a) is float else a, dtype.str)
+    key = (type(a), a.hex() if type(a) is float else a, dtype)
     hit = _SCALARS.get(key)
     if hit is None:
         if len(_SCALARS) >= _SCALARS_MAX:
@@ -969,4 +969,45 @@ def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
         if fusion is not None:
             out._fusion = fusion
     recording.record(prim, plan.params, tensors, (out,))
+    return out
+
+
+def planned(prim: ops.Primitive, params: dict, tensors: list, out: Tensor):
+    """``(plan, node)`` with which :func:`apply` made ``out`` from ``tensors`` (a recorded
+    application: ``params`` as recorded), for :func:`reapply`; None when the plan found
+    now would not make that node (nothing to apply again: a folded constant).
+
+    >>> import symtape as st
+    >>> from symtape import ops
+    >>> x = st.constant([1.0, 2.0])
+    >>> y = x * x
+    >>> plan, node = planned(ops.multiply, {}, [x, x], y)
+    >>> reapply(ops.multiply, plan, node, [x, x]).numpy()
+    array([1., 4.])
+    """
+    nodes = [t._node for t in tensors]
+    plan = _plan(prim, params, tensors, nodes)
+    if plan.shape != tuple(out.shape) or plan.dtype != out.dtype or plan.uniform is not None:
+        return None
+    if plan.alias is not None:
+        return (plan, out._node) if out._node is nodes[plan.alias] else None
+    node = N.apply(prim, plan.params, tuple(nodes), plan.shape, plan.dtype, prim.commutative,
+                   plan.pkey)
+    return (plan, node) if node is out._node else None
+
+
+def reapply(prim: ops.Primitive, plan: _Plan, node: N.Node, tensors: list) -> Tensor:
+    """The application :func:`planned` found, evaluated again for ``tensors`` (arguments over
+    the same nodes, with other values): what :func:`apply` gives, without converting,
+    planning or recording."""
+    values = []
+    for t in tensors:
+        v = t._value
+        if v is None:
+            return Tensor(node, None, plan.dtype)
+        values.append(v)
+    value, fusion = _eager(prim, plan, tensors, node, values)
+    out = Tensor(node, value, plan.dtype)
+    if fusion is not None:
+        out._fusion = fusion
     return out

@@ -235,7 +235,8 @@ class Elementwise(Primitive):
         if plan is None:
             return None
         if plan.groups or plan.index is not None or plan.aliases:
-            value = np.array(value, copy=True)
+            if value.base is not None or not value.flags.writeable:  # else fresh: in place
+                value = np.array(value, copy=True)
             flat = value.reshape(-1)
             if plan.index is not None:
                 flat[plan.index] = plan.constants
@@ -254,19 +255,26 @@ class Elementwise(Primitive):
         arguments, params -- is the memo's own) and here by their fold keys."""
         spec = memo.get("spec")
         if spec is None:
-            spec = memo["spec"] = self._specialisation(args)
-        consts, same = spec
-        fixed = {i for i, _ in consts}
+            consts, same = self._specialisation(args)
+            fixed = {i for i, _ in consts}
+            # the arguments the template reads itself (not a constant, not a repeat)
+            own = tuple(i not in fixed and same[i] == i for i in range(len(args)))
+            spec = memo["spec"] = (consts, same, own)
+        consts, same, own = spec
         fids = []
-        for i, a in enumerate(args):
-            own = i not in fixed and same[i] == i  # an argument the template reads itself
-            fid = a.fold_id() if own else 0
-            if fid is None:
-                return None
-            fids.append(fid)
+        for a, reads in zip(args, own):
+            if reads:
+                fid = a._fid if a._fid is not None else a.fold_id()
+                if fid is None:
+                    return None
+                fids.append(fid)
+            else:
+                fids.append(0)
         fids = tuple(fids)
-        if fids in memo:
-            return memo[fids]
+        plan = memo.get(fids, memo)
+        if plan is not memo:
+            return plan
+        fixed = {i for i, _ in consts}
         keys = tuple(a.fold_key() if fid else None for a, fid in zip(args, fids))
         try:
             key = (consts, same, keys, tuple(shape), N.params_key(params))

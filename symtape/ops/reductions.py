@@ -105,7 +105,8 @@ class Reduction(Primitive):
 
     def settle_folds(self, value, values, args, params, memo=None):
         """A sum drops its folded zero terms: they are summed as -0.0, the exact identity of
-        IEEE addition, and a sum of nothing but folded zeros is the constant 0."""
+        IEEE addition, and a sum of nothing but folded zeros is the constant 0 (numpy's
+        error state is the caller's, as for :meth:`evaluator`)."""
         plan = self._fold_plan(args[0], params, {} if memo is None else memo)
         if plan is None:
             return None
@@ -114,7 +115,7 @@ class Reduction(Primitive):
         x = np.asarray(values[0])
         if mask is not None:
             x = np.where(mask, -0.0, x)
-        out = np.asarray(self.numeric([x], params), dtype=dtype)
+        out = np.asarray(self._numeric(x, params["axis"], params["keepdims"]), dtype=dtype)
         if folds is not None:
             out = np.where(empty, 0.0, out).astype(dtype)
         return out, folds, folds is None, fid

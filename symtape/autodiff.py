@@ -9,12 +9,13 @@ is connected, nothing is computed); ``None`` means no path.
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from . import nodes as N
 from . import ops, recording
+from .numeric import quiet
 from .ops import binder
 from .errors import ShapeError
 from .tensor import Tensor, exact_constant
@@ -124,13 +125,15 @@ _REPLAYS: dict = {}
 _REPLAYS_MAX = 64
 
 
-def source_cotangents(entries: Sequence, seeds: dict, relevant: set, targets: Sequence,
-                      sources: Sequence) -> list:
+def source_cotangents(entries: Sequence, seeds: dict, relevant: Callable, targets: Sequence,
+                      sources: Sequence, tracked: Sequence[bool]) -> list:
     """The cotangents (Tensor, Zero or None) of ``sources`` for ``seeds`` of ``targets``:
-    :func:`vjp_sweep`'s. When no tape records and the same sweep ran over the same nodes
-    before -- the same ops on the same nodes (variables' leaves, cached constants, last
-    step's results), the same tensors relevant -- the applications that sweep's rules made
-    are evaluated again on the new values (``binder.reapply``), in order.
+    :func:`vjp_sweep`'s, ``relevant()`` giving its relevant ids (:func:`relevant_ids` of
+    the sources the tape ``tracked``, one flag per source). When no tape records and the
+    same sweep ran over the same nodes before -- the same ops on the same nodes (variables'
+    leaves, cached constants, last step's results), the same tensors the same, the same
+    sources tracked -- the applications that sweep's rules made are evaluated again on the
+    new values (``binder.reapply``), in order.
 
     >>> import symtape as st
     >>> x = st.Variable(3.0)
@@ -142,13 +145,14 @@ def source_cotangents(entries: Sequence, seeds: dict, relevant: set, targets: Se
     6.0
     8.0
     """
-    slots, key = _sweep_key(entries, seeds, relevant, targets, sources)
+    slots, key = _sweep_key(entries, seeds, targets, sources, tracked)
     replay = _REPLAYS.get(key) if key is not None else None
     if replay is not None:
         out = replay.run(slots)
         if out is not None:
             return out
-    if key is None:
+    relevant = relevant()
+    if key is None or not _replayable(entries, slots):
         cts = vjp_sweep(entries, seeds, relevant)
         return [cts.get(s._id) for s in sources]
     capture = recording.Recorder(watch_accessed=False, everything=True)
@@ -166,38 +170,30 @@ def source_cotangents(entries: Sequence, seeds: dict, relevant: set, targets: Se
     return out
 
 
-def _sweep_key(entries, seeds: dict, relevant: set, targets, sources) -> tuple:
+def _sweep_key(entries, seeds: dict, targets, sources, tracked) -> tuple:
     """``(slots, key)``: the tensors a sweep reads (the entries' inputs and outputs, the
     targets, the sources, the seeds; in order, repeats included) and a key of everything the
-    sweep depends on -- ops, params, nodes, which slots are the same tensor, which are
-    relevant, which slot each seed is for; key None
-    when the sweep is not replayed (a tape records it, a function is traced, an op outside
-    the table, a tensor above the element limit)."""
+    sweep depends on -- ops, params, nodes, which slots are the same tensor (so which are
+    relevant, given the sources ``tracked``), which slot each seed is for; key None
+    when the sweep is not replayed (a tape records it, a function is traced)."""
     if recording.active() or recording.current_trace() is not None:
         return None, None
     parts: list = []
     seq: list = []
     for e in entries:
-        prim = e.prim
-        if not _table_op(prim):
-            return None, None
-        try:
-            parts.append((prim, N.params_key(e.params) if e.params else (), len(e.inputs),
-                          len(e.outputs)))
-        except TypeError:
-            return None, None
+        parts.append(e.prim)
+        if e.params:
+            try:
+                parts.append(N.params_key(e.params))
+            except TypeError:
+                return None, None
+        parts.append(len(e.inputs))
         seq += e.inputs
         seq += e.outputs
     seq += targets
     seq += sources
     seeded = list(seeds)  # the targets' ids, in the order of their seeds
-    for g in seeds.values():
-        if not isinstance(g, Tensor):
-            return None, None
-        seq.append(g)
-    nodes = [t._node for t in seq]
-    if nodes and max(map(_size, nodes)) > N.ELEMENT_LIMIT:
-        return None, None
+    seq += seeds.values()
     ids = [t._id for t in seq]
     first: dict = {}
     same = tuple([first.setdefault(tid, k) for k, tid in enumerate(ids)])  # first position
@@ -205,8 +201,15 @@ def _sweep_key(entries, seeds: dict, relevant: set, targets, sources) -> tuple:
         targets_at = tuple([first[tid] for tid in seeded])
     except KeyError:
         return None, None
-    return seq, (tuple(parts), tuple(map(id, nodes)), same,
-                 tuple([tid in relevant for tid in ids]), targets_at)
+    return seq, (tuple(parts), tuple([id(t._node) for t in seq]), same, tuple(tracked),
+                 targets_at)
+
+
+def _replayable(entries, slots) -> bool:
+    """Whether a sweep may be replayed: every op of the table (see :func:`_table_op`), every
+    tensor within the element limit (a replay holds its nodes)."""
+    return all(_table_op(e.prim) for e in entries) and \
+        max(map(_size, [t._node for t in slots]), default=0) <= N.ELEMENT_LIMIT
 
 
 _size = operator.attrgetter("size")
@@ -279,12 +282,14 @@ class _Replay:
         """The sources' cotangents for the tensors ``slots`` (the new step's, over the same
         nodes); None when an argument's facts changed since (plan the sweep again)."""
         made: list = []
-        for prim, plan, node, refs, facts in self.steps:
-            args = [slots[r] if k == 0 else made[r] if k == 1 else r for k, r in refs]
-            for t, f in zip(args, facts):
-                if t._node._facts is not f:
-                    return None
-            made.append(binder.reapply(prim, plan, node, args))
+        reapply = binder.reapply
+        with quiet():
+            for prim, plan, node, refs, facts in self.steps:
+                args = [slots[r] if k == 0 else made[r] if k == 1 else r for k, r in refs]
+                for t, f in zip(args, facts):
+                    if t._node._facts is not f:
+                        return None
+                made.append(reapply(prim, plan, node, args))
         return [slots[r] if k == 0 else made[r] if k == 1 else r for k, r in self.results]
 
 

@@ -14,7 +14,41 @@ import sympy as sp
 
 from .heads import NUMPY, ieee_pow
 
-__all__ = ["HEADS", "pow_plan", "power_const", "split_quotient", "ieee_pow"]
+__all__ = ["HEADS", "pow_plan", "power_const", "split_quotient", "ieee_pow", "quiet"]
+
+
+try:  # numpy's floating-point error state is this context variable (what np.errstate sets)
+    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
+    from numpy._core._ufunc_config import _make_extobj
+
+    _IGNORE = _make_extobj(all="ignore")
+except ImportError:  # another numpy layout: np.errstate itself
+    _ERRSTATE = _IGNORE = None
+
+
+class quiet:
+    """``np.errstate(all="ignore")`` for a fifth of its cost: numpy's error-state context
+    variable set directly (np.errstate itself where numpy keeps it elsewhere).
+
+    >>> with quiet():
+    ...     float(np.float64(1.0) / 0.0)
+    inf
+    """
+
+    __slots__ = ("_token",)
+
+    def __enter__(self) -> None:
+        if _ERRSTATE is None:
+            self._token = np.errstate(all="ignore")
+            self._token.__enter__()
+        else:
+            self._token = _ERRSTATE.set(_IGNORE)
+
+    def __exit__(self, *exc) -> None:
+        if _ERRSTATE is None:
+            self._token.__exit__(*exc)
+        else:
+            _ERRSTATE.reset(self._token)
 
 
 def _exponent_value(e) -> float:

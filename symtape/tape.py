@@ -234,8 +234,10 @@ class GradientTape:
         if not self._persistent:
             recording.remove(self._rec)
         entries = self._rec.entries
-        cts = autodiff.source_cotangents(entries, seeds, self._relevant(entries, srcs, seeds),
-                                         targets, srcs)
+        tracked = self._rec.tracked
+        cts = autodiff.source_cotangents(entries, seeds,
+                                         lambda: self._relevant(entries, srcs, seeds),
+                                         targets, srcs, [s._id in tracked for s in srcs])
         results = [self._result(ct, s, mode) for ct, s in zip(cts, srcs)]
         self._finish_call()
         return nest.pack_sequence_as(sources, results)

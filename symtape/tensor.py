@@ -99,7 +99,7 @@ class Variable(Tensor):
     (3.0, v)
     """
 
-    __slots__ = ("_trainable", "_store", "_order")
+    __slots__ = ("_trainable", "_store", "_order", "_snapshot")
     _is_variable = True
 
     def __init__(self, initial_value=None, trainable: bool = True, name: str | None = None,
@@ -115,6 +115,7 @@ class Variable(Tensor):
         label = name if name else f"v{self._order}"
         node = _leaf_node(_clean_name(label), value.shape, value.dtype, self._store)
         super().__init__(node, None, value.dtype, name=name or "Variable")
+        self._snapshot = None
 
     @property
     def _value(self):
@@ -134,7 +135,11 @@ class Variable(Tensor):
         trace = recording.current_trace()
         if trace is not None and self._id in trace.assigned:
             return trace.assigned[self._id][1]
-        return Tensor(self._node, self._store.value, self._dtype, _id=self._id)
+        value = self._store.value
+        snapshot = self._snapshot
+        if snapshot is None or snapshot._value_ is not value:  # one per value assigned
+            snapshot = self._snapshot = Tensor(self._node, value, self._dtype, _id=self._id)
+        return snapshot
 
     def value(self) -> Tensor:
         recording.accessed(self)

@@ -18,6 +18,7 @@ import numpy as np
 import sympy as sp
 
 from .. import evaluate as E
+from ..numeric import quiet
 from .. import graph as G
 from .. import nodes as N
 from .. import ops, recording
@@ -581,7 +582,8 @@ _SCALARS_MAX = 1024
 
 
 def _scalar(a, dtype) -> Tensor:
-    key = (type(a), a.hex() if type(a) is float else a, dtype)
+    # floats by value, zeros by sign (0.0 == -0.0), nan never found again (nan != nan)
+    key = (a if a else a.hex(), dtype) if type(a) is float else (type(a), a, dtype)
     hit = _SCALARS.get(key)
     if hit is None:
         if len(_SCALARS) >= _SCALARS_MAX:
@@ -592,14 +594,17 @@ def _scalar(a, dtype) -> Tensor:
 
 
 #: Constants made for small numpy arrays mixed with tensors, by dtype, shape and bytes: a
-#: training loop's data batch converts once and keeps one node, so plans are reused. Each
-#: conversion is a new tensor over that node (a tensor's identity is its own).
+#: training loop's data batch converts once and keeps one node, so plans are reused. A
+#: conversion given out is a new tensor over that node (a tensor's identity is its own); an
+#: argument converted inside an application (``shared``) is the one cached tensor, as
+#: numbers are (see :data:`_SCALARS`).
 _ARRAYS: dict = {}
 _ARRAYS_MAX = 256
 _ARRAY_SIZE = 256
 
 
-def _array_constant(a: np.ndarray, dtype, convert, exact: bool = False) -> Tensor:
+def _array_constant(a: np.ndarray, dtype, convert, exact: bool = False,
+                    shared: bool = False) -> Tensor:
     if a.size > _ARRAY_SIZE or a.dtype.kind not in "fiub" or a.dtype.hasobject:
         return convert()
     key = (a.dtype, a.shape, a.tobytes(), dtype, exact)
@@ -607,9 +612,8 @@ def _array_constant(a: np.ndarray, dtype, convert, exact: bool = False) -> Tenso
     if hit is None:
         if len(_ARRAYS) >= _ARRAYS_MAX:
             _ARRAYS.clear()
-        t = convert()
-        hit = _ARRAYS[key] = (t._node, t._value_, t._dtype, t._name)
-    return Tensor(hit[0], hit[1], hit[2], name=hit[3])
+        hit = _ARRAYS[key] = convert()
+    return hit if shared else Tensor(hit._node, hit._value_, hit._dtype, name=hit._name)
 
 
 def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
@@ -632,15 +636,20 @@ def _convert_rest(prim: ops.Primitive, args, out: list) -> list[Tensor]:
         if isinstance(a, Tensor) and prim.role(i) == "T":
             tdtype = a.dtype
             break
+    floating = tdtype is not None and tdtype.kind == "f"
     for i in range(len(out), len(args)):
         a = args[i]
+        if type(a) is float and floating and prim.role(i) == "T":  # lr * g, x * 2.0
+            out.append(_scalar(a, tdtype))
+            continue
         if isinstance(a, Tensor):
             out.append(_read(a))
             continue
         role = prim.role(i)
-        if type(a) is np.ndarray and role == "T" and tdtype is not None and \
-                tdtype.kind == "f" and a.dtype.kind in "fiub":  # data mixed with tensors
-            out.append(_array_constant(a, tdtype, lambda: constant(a, dtype=tdtype)))
+        if type(a) is np.ndarray and role == "T" and floating and \
+                a.dtype.kind in "fiub":  # data mixed with tensors
+            out.append(_array_constant(a, tdtype, lambda: constant(a, dtype=tdtype),
+                                       shared=True))
             continue
         if isinstance(a, ops.Zero):
             out.append(constant(np.zeros(a.shape, a.dtype)))
@@ -664,7 +673,8 @@ def _convert_rest(prim: ops.Primitive, args, out: list) -> list[Tensor]:
                 continue
         try:
             if isinstance(a, np.ndarray):
-                out.append(_array_constant(a, dtype, lambda: constant(a, dtype=dtype)))
+                out.append(_array_constant(a, dtype, lambda: constant(a, dtype=dtype),
+                                           shared=True))
             else:
                 out.append(constant(a, dtype=dtype) if not isinstance(a, sp.Basic) else
                            _sympy_constant(a, dtype))
@@ -853,23 +863,8 @@ def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
         return t._value, t._fusion
     if plan.uniform is not None and plan.floating:
         return _frozen(np.full(plan.shape, G.const_value(plan.uniform), dtype=plan.dtype)), None
-    if _ERRSTATE is None:
-        with np.errstate(all="ignore"):  # IEEE results (inf, nan) are values, not errors
-            return _evaluate(prim, plan, tensors, node, values)
-    token = _ERRSTATE.set(_IGNORE)  # the same, for a fifth of np.errstate's cost
-    try:
+    with quiet():  # IEEE results (inf, nan) are values, not errors
         return _evaluate(prim, plan, tensors, node, values)
-    finally:
-        _ERRSTATE.reset(token)
-
-
-try:  # numpy's floating-point error state is this context variable (what np.errstate sets)
-    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
-    from numpy._core._ufunc_config import _make_extobj
-
-    _IGNORE = _make_extobj(all="ignore")
-except ImportError:  # another numpy layout: np.errstate itself
-    _ERRSTATE = _IGNORE = None
 
 
 def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
@@ -982,7 +977,9 @@ def planned(prim: ops.Primitive, params: dict, tensors: list, out: Tensor):
     >>> x = st.constant([1.0, 2.0])
     >>> y = x * x
     >>> plan, node = planned(ops.multiply, {}, [x, x], y)
-    >>> reapply(ops.multiply, plan, node, [x, x]).numpy()
+    >>> with quiet():
+    ...     z = reapply(ops.multiply, plan, node, [x, x])
+    >>> z.numpy()
     array([1., 4.])
     """
     nodes = [t._node for t in tensors]
@@ -999,14 +996,17 @@ def planned(prim: ops.Primitive, params: dict, tensors: list, out: Tensor):
 def reapply(prim: ops.Primitive, plan: _Plan, node: N.Node, tensors: list) -> Tensor:
     """The application :func:`planned` found, evaluated again for ``tensors`` (arguments over
     the same nodes, with other values): what :func:`apply` gives, without converting,
-    planning or recording."""
+    planning or recording. The caller holds :class:`quiet`."""
     values = []
     for t in tensors:
         v = t._value
         if v is None:
             return Tensor(node, None, plan.dtype)
         values.append(v)
-    value, fusion = _eager(prim, plan, tensors, node, values)
+    if plan.alias is not None or plan.uniform is not None:
+        value, fusion = _eager(prim, plan, tensors, node, values)
+    else:
+        value, fusion = _evaluate(prim, plan, tensors, node, values)
     out = Tensor(node, value, plan.dtype)
     if fusion is not None:
         out._fusion = fusion

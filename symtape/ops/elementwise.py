@@ -14,6 +14,7 @@ from .. import functions as F
 from .. import graph as G
 from .. import nodes as N
 from ..errors import NonDifferentiableError, ShapeError
+from ..numeric import quiet
 from .core import (
     ANS,
     GS,
@@ -142,10 +143,11 @@ class Elementwise(Primitive):
         return out
 
     def numeric(self, values, params):
-        with np.errstate(all="ignore"):
-            if self._numeric is None:
-                return self._prototype(())[0](*values)[0]
-            return self._numeric(*values)
+        with quiet():
+            if self._numeric is not None:
+                return self._numeric(*values)
+            step = self._direct_step((), tuple(range(len(values))))
+            return step(values) if step is not None else self._prototype(())[0](*values)[0]
 
     def evaluator(self, args, params):
         """Float results are evaluated through a prototype: the template built once by the
@@ -157,11 +159,24 @@ class Elementwise(Primitive):
         if self._hand_numeric and (self.out != "T" or any(a.dtype.kind != "f" for a in args)):
             fn = self._numeric
             return lambda values: fn(*values)
-        run, keep, _, _ = self._prototype(*self._specialisation(args))
+        spec = self._specialisation(args)
+        run, keep, _, _ = self._prototype(*spec)
+        step = self._direct_step(*spec)  # a one-step program reading the values by position
+        if step is not None:
+            return step
         if keep == list(range(len(args))):
-            step = getattr(run, "step", None)  # a one-step program: call it directly
-            return step if step is not None else lambda values: run(*values)[0]
+            return lambda values: run(*values)[0]
         return lambda values: run(*[values[i] for i in keep])[0]
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - ops live for the whole program
+    def _direct_step(self, consts: tuple, same: tuple):
+        """The prototype's program (see :meth:`_prototype`) as one function of all the
+        arguments' values, a sequence (those fixed or repeated are not read), when it is
+        one step (the common template); else None."""
+        _, keep, out, used = self._prototype(consts, same)
+        stand_ins = {i: s for s, i in used.items()}
+        inputs = [stand_ins.get(i) or G.Leaf.new(f"unread{i}") for i in range(len(same))]
+        return getattr(E.program([out], inputs, quiet=False), "step", None)
 
     @staticmethod
     def _specialisation(args) -> tuple:

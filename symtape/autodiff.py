@@ -123,6 +123,9 @@ def vjp_sweep(entries: Sequence, seeds: dict, relevant: set, opaque=frozenset())
 #: its rules made are evaluated again instead of running the rules.
 _REPLAYS: dict = {}
 _REPLAYS_MAX = 64
+#: Keys of sweeps seen once (not kept: a sweep over new nodes every time, a new data batch
+#: as a constant, is never captured).
+_SEEN: dict = {}
 
 
 def source_cotangents(entries: Sequence, seeds: dict, relevant: Callable, targets: Sequence,
@@ -152,6 +155,11 @@ def source_cotangents(entries: Sequence, seeds: dict, relevant: Callable, target
         if out is not None:
             return out
     relevant = relevant()
+    if key is not None and key not in _SEEN:  # captured the second time: a loop's step
+        if len(_SEEN) >= _REPLAYS_MAX:
+            del _SEEN[next(iter(_SEEN))]
+        _SEEN[key] = None
+        key = None
     if key is None or not _replayable(entries, slots):
         cts = vjp_sweep(entries, seeds, relevant)
         return [cts.get(s._id) for s in sources]

@@ -21,6 +21,7 @@ def _fresh():
     """Forget every reused node, plan and sweep (the state of a new process)."""
     binder._SITES.clear()
     autodiff._REPLAYS.clear()
+    autodiff._SEEN.clear()
 
 
 def _regression(steps: int, x: np.ndarray, y: np.ndarray, a0: float, b0: float, lr: float,

@@ -157,7 +157,7 @@ def source_cotangents(entries: Sequence, seeds: dict, relevant: Callable, target
     relevant = relevant()
     if key is not None and key not in _SEEN:  # captured the second time: a loop's step
         if len(_SEEN) >= _REPLAYS_MAX:
-            del _SEEN[next(iter(_SEEN))]
+            N.evict_oldest(_SEEN)
         _SEEN[key] = None
         key = None
     if key is None or not _replayable(entries, slots):
@@ -173,7 +173,7 @@ def source_cotangents(entries: Sequence, seeds: dict, relevant: Callable, target
     replay = _Replay.make(slots, capture.entries, out)
     if replay is not None:
         if len(_REPLAYS) >= _REPLAYS_MAX:
-            del _REPLAYS[next(iter(_REPLAYS))]
+            N.evict_oldest(_REPLAYS)
         _REPLAYS[key] = replay
     return out
 

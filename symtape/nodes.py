@@ -297,6 +297,20 @@ _FOLD_IDS_MAX = 4096
 _fold_serial = itertools.count(1)
 
 
+def evict_oldest(table: dict) -> None:
+    """Drop the oldest entry of a bounded cache (insertion order); another thread emptying
+    or changing it meanwhile is no error.
+
+    >>> t = {"a": 1, "b": 2}
+    >>> evict_oldest(t); t
+    {'b': 2}
+    """
+    try:
+        table.pop(next(iter(table)), None)
+    except (StopIteration, RuntimeError):
+        pass
+
+
 def fold_id(key):
     """The int standing for the fold key ``key`` (None stays None).
 

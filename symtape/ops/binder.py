@@ -949,7 +949,7 @@ def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
         node = _result_node(prim, plan, nodes)
         if key is not None and node.size <= N.ELEMENT_LIMIT and node.small():
             if len(_SITES) >= _SITES_MAX:
-                del _SITES[next(iter(_SITES))]
+                N.evict_oldest(_SITES)
             _SITES[key] = (plan, node, nodes, [n.facts for n in nodes])
     values = []
     for t in tensors:

@@ -395,6 +395,36 @@ def test_many_small_tensor_ops_compile_as_their_element_view(monkeypatch):
     assert loopnest.worth_looping([y._node])
 
 
+def _scalar_rosenbrock_gradient(n: int):
+    x = st.symbol("x", shape=(n,))
+    with st.GradientTape() as t:
+        y = sum(100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2 for i in range(n - 1))
+    return x, t.gradient(y, x)
+
+
+def test_scalar_code_whose_one_hot_sums_fold_compiles_as_its_element_view(monkeypatch):
+    """Scalar code indexing a vector differentiates into sums of one-hot scatters: the
+    tensor sizes overestimate the element view (it folds to a few terms an element), which
+    is compiled unrolled instead of as loops over dense vectors."""
+    _, g = _scalar_rosenbrock_gradient(60)
+    assert not loopnest.worth_looping([g._node], 8000)
+    monkeypatch.setattr(loopnest, "FOLD_PROBE_ATOMS", 0)  # the estimate alone would loop
+    _, g = _scalar_rosenbrock_gradient(60)
+    assert loopnest.worth_looping([g._node], 8000)
+
+
+def test_scalar_code_gradient_values():
+    n = 60
+    f = st.grad(lambda x: sum(100.0 * (x[i + 1] - x[i] ** 2) ** 2 + (1.0 - x[i]) ** 2
+                              for i in range(n - 1)), input_signature=[st.TensorSpec((n,))])
+    pts = np.random.default_rng(4).normal(0.5, 1.0, (7, n))
+    want = np.zeros_like(pts)
+    a, b = pts[:, :-1], pts[:, 1:]
+    want[:, :-1] += -400.0 * a * (b - a ** 2) - 2.0 * (1.0 - a)
+    want[:, 1:] += 200.0 * (b - a ** 2)
+    np.testing.assert_allclose(f(pts), want, rtol=1e-12, atol=1e-9)
+
+
 def test_small_network_gradients_run_in_chunks_of_points():
     """A one-point function whose matrix products have POINT_LOOP_MATMUL_TERMS terms is
     loop-planned over chunks of points even when its element view is small; a scalar

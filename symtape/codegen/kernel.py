@@ -65,6 +65,13 @@ _ATTRIBUTES = "attributes #0 = { nounwind willreturn memory(none) }"
 # not vectorised: each point's accesses form interleaved groups as wide as its core, whose
 # analysis grows quickly with width while the gain fades (SLP still vectorises inside).
 LOOP_VECTORIZE_MAX_ACCESSES = 32
+# ... nor, when it only does arithmetic (no library or IR function), when an output has more
+# elements a point than this: the vectorised loop stores it by scatters (measured, 10^4
+# points: x*x + 3*x of 3 to 7 elements ties or gains, of 8, 9 or 16 elements runs 3x slower
+# than one point at a time, 2.6 against 7.5 ns at 8; x/(1 + x*x) of 8, 3.7 against 8.3 ns,
+# 9.5 in lanes; the Rosenbrock n=10 gradient 7.3 against 10.1 ns). With exp the vector
+# loop still gains (exp(x)*x of 8: 15.5 ns against 30.6).
+LOOP_VECTORIZE_MAX_STORE = 7
 # Plans with more operations than this are cut into functions of this many, optimised one
 # at a time: LLVM's time per operation grows with the size of a function (measured: about
 # 50 us per op at 10^3 ops, 150 us at 3 x 10^4), and stays near its small-size cost this way.
@@ -274,13 +281,19 @@ class _Body:
         # (measured); SLP still vectorises the arithmetic between them. Functions written in
         # IR (exp, log, tanh) vectorise, at some compile time per use: past a budget they are
         # library calls too.
-        self.loop_vectorize = small and not calls and inlined <= VECMATH_BUDGET
+        # a small point of arithmetic only (no function) with an output of more elements
+        # than an interleaved store group takes runs one point at a time: vectorised, the
+        # output is stored by scatters, which cost more than the vector arithmetic saves
+        scalar = small and not calls and inlined == 0 and any(
+            math.prod(o.shape) > LOOP_VECTORIZE_MAX_STORE for o in plan.outputs)
+        self.loop_vectorize = small and not calls and inlined <= VECMATH_BUDGET and not scalar
         t = self.fmt["t"]
         sizes = [math.prod(a.shape) for a in plan.inputs] + [
             math.prod(o.shape) for o in plan.outputs]
         # a point LLVM does not vectorise across points computes LANES points at once, where
         # it is large enough to gain
-        if not self.loop_vectorize and (LANE_MIN_OPS == 0 or plan.n_ops >= LANE_MIN_OPS and (
+        if not self.loop_vectorize and not scalar and (
+                LANE_MIN_OPS == 0 or plan.n_ops >= LANE_MIN_OPS and (
                 any(ins.op not in CHEAP_OPS for ins in plan.instrs if ins.op in OPS)
                 or plan.n_ops >= LANE_OPS_PER_OUTPUT * sum(len(o.refs) for o in plan.outputs))):
             self.lanes, self.loop_vectorize = LANES, False

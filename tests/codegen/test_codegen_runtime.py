@@ -388,3 +388,24 @@ def test_large_point_is_called_not_inlined(same):
     np.testing.assert_array_equal(b, a[:, :3] < 0)
     y2, _ = f(a[::2])  # the strided entry
     same(y2, y[::2], rtol=0)
+
+
+def test_wide_arithmetic_outputs_run_one_point_at_a_time(same):
+    """A small point of arithmetic with an output of more than LOOP_VECTORIZE_MAX_STORE
+    elements is not vectorised across points (its stores would be scatters), nor put in
+    lanes; narrower outputs, or functions like exp, keep the vectorised loop."""
+    from symtape.codegen import kernel
+
+    def poly(v):
+        return graph.add(graph.mul(v, v), v)
+
+    wide = kernel.LOOP_VECTORIZE_MAX_STORE + 1
+    for n, fn, ref, vectorised in ((wide, poly, lambda a: a * a + a, False),
+                                   (wide - 1, poly, lambda a: a * a + a, True),
+                                   (wide, lambda v: graph.call(sp.exp, v), np.exp, True)):
+        x = leaves("x", (n,))
+        f = compile_atoms([obj([fn(x[i]) for i in range(n)])], [x])
+        assert ("llvm.loop.vectorize.enable" not in f.llvm_ir) == vectorised
+        assert "points per vector" not in f.llvm_ir  # never lanes here
+        a = np.random.default_rng(9).standard_normal((11, n))
+        same(f(a), ref(a))

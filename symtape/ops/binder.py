@@ -18,7 +18,7 @@ import numpy as np
 import sympy as sp
 
 from .. import evaluate as E
-from ..numeric import quiet
+from ..numeric import _ERRSTATE, _IGNORE, quiet
 from .. import graph as G
 from .. import nodes as N
 from .. import ops, recording
@@ -863,8 +863,14 @@ def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
         return t._value, t._fusion
     if plan.uniform is not None and plan.floating:
         return _frozen(np.full(plan.shape, G.const_value(plan.uniform), dtype=plan.dtype)), None
-    with quiet():  # IEEE results (inf, nan) are values, not errors
+    if _ERRSTATE is None:
+        with quiet():  # IEEE results (inf, nan) are values, not errors
+            return _evaluate(prim, plan, tensors, node, values)
+    token = _ERRSTATE.set(_IGNORE)  # what quiet() does, inline: the hot path of every op
+    try:
         return _evaluate(prim, plan, tensors, node, values)
+    finally:
+        _ERRSTATE.reset(token)
 
 
 def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,

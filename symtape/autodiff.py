@@ -255,14 +255,9 @@ class _Replay:
             if len(e.outputs) != 1 or not _table_op(e.prim):
                 return None
             (o,) = e.outputs
-            refs = []
-            for t in e.inputs:
-                ref = where.get(t._id)
-                if ref is None:
-                    if t._node.kind != "const":
-                        return None
-                    ref = (2, t)
-                refs.append(ref)
+            refs = [_ref(where, t) for t in e.inputs]
+            if None in refs:
+                return None
             found = binder.planned(e.prim, e.params, list(e.inputs), o)
             if found is None:
                 if o._node.kind != "const":
@@ -272,17 +267,10 @@ class _Replay:
             plan, node = found
             where[o._id] = (1, len(steps))
             steps.append((e.prim, plan, node, refs, [t._node.facts for t in e.inputs]))
-        results = []
-        for ct in out:
-            if isinstance(ct, Tensor):
-                ref = where.get(ct._id)
-                if ref is None:
-                    if ct._node.kind != "const":
-                        return None
-                    ref = (2, ct)
-                results.append(ref)
-            else:
-                results.append((3, ct))  # None or a Zero
+        results = [_ref(where, ct) if isinstance(ct, Tensor) else (3, ct)  # None, a Zero
+                   for ct in out]
+        if None in results:
+            return None
         nodes = [t._node for t in slots] + [step[2] for step in steps]
         return cls(steps, results, nodes)
 
@@ -299,6 +287,15 @@ class _Replay:
                         return None
                 made.append(reapply(prim, plan, node, args))
         return [slots[r] if k == 0 else made[r] if k == 1 else r for k, r in self.results]
+
+
+def _ref(where: dict, t: Tensor):
+    """How a replay finds ``t``: where ``where`` says, or ``t`` itself for a constant (the
+    same every time); None for anything else."""
+    ref = where.get(t._id)
+    if ref is None and t._node.kind == "const":
+        ref = (2, t)
+    return ref
 
 
 class _NoValue:

@@ -308,7 +308,7 @@ def evict_oldest(table: dict) -> None:
     try:
         table.pop(next(iter(table)), None)
     except (StopIteration, RuntimeError):
-        pass
+        return
 
 
 def fold_id(key):

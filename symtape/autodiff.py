@@ -15,7 +15,6 @@ import numpy as np
 
 from . import nodes as N
 from . import ops, recording
-from .numeric import quiet
 from .ops import binder
 from .errors import ShapeError
 from .tensor import Tensor, exact_constant
@@ -279,13 +278,12 @@ class _Replay:
         nodes); None when an argument's facts changed since (plan the sweep again)."""
         made: list = []
         reapply = binder.reapply
-        with quiet():
-            for prim, plan, node, refs, facts in self.steps:
-                args = [slots[r] if k == 0 else made[r] if k == 1 else r for k, r in refs]
-                for t, f in zip(args, facts):
-                    if t._node._facts is not f:
-                        return None
-                made.append(reapply(prim, plan, node, args))
+        for prim, plan, node, refs, facts in self.steps:
+            args = [slots[r] if k == 0 else made[r] if k == 1 else r for k, r in refs]
+            for t, f in zip(args, facts):
+                if t._node._facts is not f:
+                    return None
+            made.append(reapply(prim, plan, node, args))
         return [slots[r] if k == 0 else made[r] if k == 1 else r for k, r in self.results]
 
 

@@ -150,7 +150,7 @@ FOLD_PROBE_ATOMS = 30_000
 #: ... and is compiled from the element view when that has fewer than this share of the
 #: estimate: scalar code indexing a vector (``x[i]``) differentiates into one-hot
 #: scatters whose sums fold to a few terms per element (Rosenbrock n=60 written with
-#: ``x[i]``: 10,560 atoms estimated, 655 definitions; 13 us a point looped, 14 ns unrolled).
+#: ``x[i]``: 10,560 atoms estimated, 655 definitions; 13 us a point looped, 31 ns unrolled).
 FOLD_PROBE_SHARE = 0.25
 
 

@@ -83,8 +83,7 @@ class Node:
         self.params = params
         self.inputs = inputs
         self.shape = shape if type(shape) is tuple else tuple(shape)
-        self.dtype = dtype if type(dtype) is np.dtype or isinstance(dtype, np.dtype) else \
-            np.dtype(dtype)
+        self.dtype = dtype if isinstance(dtype, np.dtype) else np.dtype(dtype)
         self.size = math.prod(self.shape)
         self.constant = kind == "const"
 
@@ -288,6 +287,18 @@ def fold_key_of(shape: tuple, view: tuple):
     mask, atoms = view
     return ("r",) if atoms is None or not mask.any() else (
         shape, mask.tobytes(), tuple((type(a), a) for a in atoms[mask]))
+
+
+def settled_fold_id(shape: tuple, folds, regular: bool):
+    """The :meth:`Node.fold_id` of an op node settled with ``folds`` and ``regular`` (what
+    its :meth:`Node.fold_view` then gives).
+
+    >>> settled_fold_id((2,), None, True) == fold_id(("r",)), settled_fold_id((2,), None, False)
+    (True, None)
+    """
+    if regular:
+        return fold_id(("r",))
+    return fold_id(fold_key_of(tuple(shape), folds)) if folds is not None else None
 
 
 #: ``fold key -> int``: keys interned, so plans keyed by their arguments' fold views hash

@@ -284,9 +284,10 @@ class _Body:
         # a small point of arithmetic only (no function) with an output of more elements
         # than an interleaved store group takes runs one point at a time: vectorised, the
         # output is stored by scatters, which cost more than the vector arithmetic saves
-        scalar = small and not calls and inlined == 0 and any(
+        arithmetic = small and not calls
+        scalar = arithmetic and inlined == 0 and any(
             math.prod(o.shape) > LOOP_VECTORIZE_MAX_STORE for o in plan.outputs)
-        self.loop_vectorize = small and not calls and inlined <= VECMATH_BUDGET and not scalar
+        self.loop_vectorize = arithmetic and inlined <= VECMATH_BUDGET and not scalar
         t = self.fmt["t"]
         sizes = [math.prod(a.shape) for a in plan.inputs] + [
             math.prod(o.shape) for o in plan.outputs]

@@ -886,6 +886,7 @@ def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
             node.settle(regular, None, folds, fid)
             return _frozen(np.asarray(value, dtype=dtype)), None
     fusion = value = None
+    fused = False
     if plan.fuses:
         for t in tensors:
             if t._fusion is not None:
@@ -893,11 +894,9 @@ def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
                 value, fusion = prim.fuse(values, [t._node for t in tensors],
                                           [t._fusion for t in tensors],
                                           evaluate=not node.small())
+                fused = True
                 break
-        else:
-            if plan.selects:
-                fusion = prim.fusion(values, [t._node for t in tensors])
-    elif plan.selects:
+    if not fused and plan.selects:
         fusion = prim.fusion(values, [t._node for t in tensors])
     value = np.asarray(plan.evaluator(values) if value is None else value)
     if value.shape != plan.shape:
@@ -957,18 +956,7 @@ def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
             if len(_SITES) >= _SITES_MAX:
                 N.evict_oldest(_SITES)
             _SITES[key] = (plan, node, nodes, [n.facts for n in nodes])
-    values = []
-    for t in tensors:
-        v = t._value
-        if v is None:
-            out = Tensor(node, None, plan.dtype)
-            break
-        values.append(v)
-    else:
-        value, fusion = _eager(prim, plan, tensors, node, values)
-        out = Tensor(node, value, plan.dtype)
-        if fusion is not None:
-            out._fusion = fusion
+    out = reapply(prim, plan, node, tensors)
     recording.record(prim, plan.params, tensors, (out,))
     return out
 
@@ -983,9 +971,7 @@ def planned(prim: ops.Primitive, params: dict, tensors: list, out: Tensor):
     >>> x = st.constant([1.0, 2.0])
     >>> y = x * x
     >>> plan, node = planned(ops.multiply, {}, [x, x], y)
-    >>> with quiet():
-    ...     z = reapply(ops.multiply, plan, node, [x, x])
-    >>> z.numpy()
+    >>> reapply(ops.multiply, plan, node, [x, x]).numpy()
     array([1., 4.])
     """
     nodes = [t._node for t in tensors]
@@ -1000,19 +986,16 @@ def planned(prim: ops.Primitive, params: dict, tensors: list, out: Tensor):
 
 
 def reapply(prim: ops.Primitive, plan: _Plan, node: N.Node, tensors: list) -> Tensor:
-    """The application :func:`planned` found, evaluated again for ``tensors`` (arguments over
-    the same nodes, with other values): what :func:`apply` gives, without converting,
-    planning or recording. The caller holds :class:`quiet`."""
+    """The result tensor of an application planned as ``plan`` with result ``node`` (by
+    :func:`apply`, or found again by :func:`planned`), evaluated for ``tensors`` when they
+    all have values: what :func:`apply` gives, without converting, planning or recording."""
     values = []
     for t in tensors:
         v = t._value
         if v is None:
             return Tensor(node, None, plan.dtype)
         values.append(v)
-    if plan.alias is not None or plan.uniform is not None:
-        value, fusion = _eager(prim, plan, tensors, node, values)
-    else:
-        value, fusion = _evaluate(prim, plan, tensors, node, values)
+    value, fusion = _eager(prim, plan, tensors, node, values)
     out = Tensor(node, value, plan.dtype)
     if fusion is not None:
         out._fusion = fusion

@@ -160,10 +160,10 @@ class Elementwise(Primitive):
             fn = self._numeric
             return lambda values: fn(*values)
         spec = self._specialisation(args)
-        run, keep, _, _ = self._prototype(*spec)
         step = self._direct_step(*spec)  # a one-step program reading the values by position
         if step is not None:
             return step
+        run, keep, _, _ = self._prototype(*spec)
         if keep == list(range(len(args))):
             return lambda values: run(*values)[0]
         return lambda values: run(*[values[i] for i in keep])[0]
@@ -347,8 +347,7 @@ class Elementwise(Primitive):
         folds = (mask, atoms) if mask.any() else None
         index = np.array(fixed_at, dtype=np.intp) if fixed_at else None
         return _FoldPlan(groups, index, np.array(fixed_to) if fixed_at else None, aliases,
-                         folds, regular, N.fold_id(N.fold_key_of(tuple(shape), folds)) if folds else
-                         N.fold_id(("r",)) if regular else None)
+                         folds, regular, N.settled_fold_id(shape, folds, regular))
 
     def fuse(self, values, args, fusions, evaluate: bool = True) -> tuple:
         """Evaluate with the arguments whose values came from a zero-branched select

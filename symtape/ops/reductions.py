@@ -158,8 +158,7 @@ class Reduction(Primitive):
             folded[empty] = G.ZERO
             folds = (empty, folded)
             folded.flags.writeable = False
-        shape = empty.shape
-        fid = N.fold_id(N.fold_key_of(shape, folds) if folds else ("r",))
+        fid = N.settled_fold_id(empty.shape, folds, folds is None)
         return (mask if mask.any() else None), empty, folds, fid
 
     def structure(self, args, params, shape):

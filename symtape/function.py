@@ -19,9 +19,8 @@ from typing import NamedTuple
 import numpy as np
 
 from . import graph as G
-from . import nest, ops, recording, sparsity, taylor
+from . import batching, nest, ops, recording, sparsity, taylor
 from . import loopnest
-from . import nodes as N
 from .codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
 from .errors import InvalidArgumentError, ShapeError, UnboundLeafError
 from .tape import GradientTape, UnconnectedGradients
@@ -774,6 +773,14 @@ class _Traced(NamedTuple):
     n_results: int
 
 
+class _SplitTraced(NamedTuple):
+    steps: list  # (compiled function, batching.Program): the passes, then the post program
+    variables: list
+    assigned: list
+    structure: object
+    n_results: int
+
+
 class Function:
     """A Python function traced once per input shape signature and run as native code.
 
@@ -796,7 +803,7 @@ class Function:
         self._dtype = dtype
         self._traces: dict[tuple, _Traced] = {}
         self._batch = _batch_arguments(self.input_signature)
-        self._poly: _Traced | bool | None = None  # the batch-polymorphic trace; False: none
+        self._poly: _SplitTraced | bool | None = None  # the one trace of a None batch
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.__name__ = _fn_name(fn)
         self.__doc__ = fn.__doc__
@@ -836,26 +843,17 @@ class Function:
                 structure)
 
     def _trace(self, specs: list[TensorSpec]) -> _Traced:
-        return self._compiled(self._record(specs), specs)
-
-    def _compiled(self, recorded: tuple, specs: list[TensorSpec],
-                  batch: list | None = None) -> _Traced:
-        """Compiles a recorded trace; ``batch``: which arguments carry the examples of a
-        batch-polymorphic trace (the others and the variables are shared by all)."""
-        xs, flat, assigned, read, structure = recorded
+        xs, flat, assigned, read, structure = self._record(specs)
         outputs = flat + [t for _, t in assigned]
-        dtype = self._dtype or _common_dtype(specs)
         inputs = xs + read
-        shared = () if batch is None else [not f for f in batch] + [True] * len(read)
         compiled = _compile_tensors(outputs, inputs, dict(
             input_names=[t._name for t in inputs], structure=tuple(range(len(outputs))),
-            dtype=dtype, name=self.__name__, **self._opts),
-            POINT_CHUNK if batch is not None else 0, shared)
+            dtype=self._dtype or _common_dtype(specs), name=self.__name__, **self._opts))
         return _Traced(compiled, read, [v for v, _ in assigned], structure, len(flat))
 
-    def _polymorphic(self) -> _Traced | None:
-        """The one trace serving every batch size (see :func:`_separable`), or None when the
-        function is not computed example by example (each size is then traced)."""
+    def _polymorphic(self) -> _SplitTraced | None:
+        """The one trace serving every batch size (:func:`batching.split`), or None when
+        the function is not one program over its examples (each size is then traced)."""
         if self._poly is None:
             sig, flags = self.input_signature, self._batch
 
@@ -864,30 +862,70 @@ class Function:
                                    sp.dtype, sp.name) for sp, f in zip(sig, flags)]
 
             try:
-                one, probe = self._record(at(1)), self._record(at(PROBE_BATCH))
+                small, large = (self._record(at(b)) for b in batching.SIZES)
+                parts = batching.split(small, large, flags, self._dtype or _common_dtype(sig))
+                self._poly = self._split_compiled(parts, large) if parts else False
             except Exception:  # noqa: BLE001 - a size-specific failure: traced per size
                 self._poly = False  # (where a genuine error is raised for the real call)
-                return None
-            self._poly = self._compiled(one, at(1), flags) \
-                if _separable(one, probe, flags) else False
         return self._poly or None
 
-    def _run_batched(self, traced: _Traced, arrays: list):
-        """A call of the batch-polymorphic trace: each example runs the batch-1 program (the
-        batch is a loop of the native code)."""
+    def _split_compiled(self, parts: batching.Split, large: tuple) -> _SplitTraced | bool:
+        """The compiled passes and post program of a function split over its examples;
+        False when a pass that sums over the examples has no loop plan. A pass that does not
+        compiles as any function of one point over chunks of points (its element view when
+        small)."""
+        _, flat, assigned, read, structure = large
+        dtype = self._dtype or _common_dtype(self.input_signature)
+        steps = []
+        for k, prog in enumerate(parts.passes + ([parts.post] if parts.post else [])):
+            what = f"_pass{k + 1}" if k < len(parts.passes) else "_post"
+            opts = dict(input_names=[t._name for t in prog.inputs], dtype=dtype,
+                        structure=tuple(range(len(prog.outputs))), name=self.__name__ + what,
+                        **self._opts)
+            if prog is parts.post:
+                fn = _compile_tensors(prog.outputs, prog.inputs, opts)
+            elif not any(prog.totals):
+                fn = _compile_tensors(prog.outputs, prog.inputs, opts, POINT_CHUNK,
+                                      prog.shared)
+            else:
+                nodes = [t._node for t in prog.outputs]
+                try:
+                    plan = loopnest.plan_loops(
+                        nodes, [t._node for t in prog.inputs], points=loopnest.point_chunk(
+                            nodes, POINT_CHUNK, prog.totals), shared=prog.shared,
+                        totals=prog.totals)
+                except loopnest.Unplannable:
+                    return False
+                fn = compile_plan(plan, **opts)
+            steps.append((fn, prog))
+        return _SplitTraced(steps, read, [v for v, _ in assigned], structure, len(flat))
+
+    def _run_split(self, traced: _SplitTraced, arrays: list):
+        """A call of the one trace: the passes over the examples (the batch a loop of the
+        native code), then the post program."""
         sizes = sorted({a.shape[0] for a, f in zip(arrays, self._batch) if f})
         if len(sizes) > 1:
             raise ShapeError(f"st.function {self.__name__}: the arguments' batch dimensions "
                              f"differ ({', '.join(map(str, sizes))})")
         n = sizes[0]
-        args = [a.reshape((n, 1) + a.shape[1:]) if f else a
-                for a, f in zip(arrays, self._batch)]
-        values = [v._store.value for v in traced.variables]
-        results = traced.compiled(*args, *values)
-        tensors = []
-        for r in results[: traced.n_results]:
-            r.flags.writeable = False  # fresh: its read-only reshaped view is the result
-            tensors.append(adopt(r.reshape((n,) + r.shape[2:])))
+        with np.errstate(divide="ignore"):
+            slots = {("scale", 0): np.array(1.0) / n, ("scale", 1): np.array(float(n))}
+        for i, (a, f) in enumerate(zip(arrays, self._batch)):
+            slots[("arg", i)] = a.reshape((n, 1) + a.shape[1:]) if f else a
+        for j, v in enumerate(traced.variables):
+            slots[("var", j)] = v._store.value
+        for fn, prog in traced.steps:
+            results = fn(*[slots[s] for s in prog.sources])
+            for slot, r, kind in zip(prog.targets, results, prog.totals):
+                if prog.per_point and not kind:
+                    r.flags.writeable = False  # fresh: its read-only reshaped view is used
+                    r = r.reshape((n,) + r.shape[2:])
+                slots[slot] = r
+        for j, var in enumerate(traced.assigned):
+            _write_back(var, slots[("assign", j)])
+        if traced.structure is None:
+            return None
+        tensors = [adopt(slots[("result", i)]) for i in range(traced.n_results)]
         return nest.pack_sequence_as(traced.structure, tensors) \
             if nest.is_nested(traced.structure) else tensors[0]
 
@@ -915,7 +953,7 @@ class Function:
         if self._batch is not None:
             poly = self._polymorphic()
             if poly is not None:
-                return self._run_batched(poly, arrays)
+                return self._run_split(poly, arrays)
         traced = self._traces.get(key)
         if traced is None:
             specs = [TensorSpec(k, s.dtype, s.name) for k, s in zip(key, sig)] if sig else \
@@ -924,10 +962,7 @@ class Function:
         values = [v._store.value for v in traced.variables]
         results = traced.compiled(*arrays, *values)
         for var, value in zip(traced.assigned, results[traced.n_results:]):
-            if type(value) is np.ndarray and value.dtype == var.dtype and value.shape == var.shape:
-                var._adopt(value)  # a fresh array, nobody else's: no copy
-            else:
-                var.assign(value)
+            _write_back(var, value)
         if traced.structure is None:
             return None
         tensors = [adopt(r) for r in results[: traced.n_results]]  # fresh: no copies
@@ -935,9 +970,13 @@ class Function:
             if nest.is_nested(traced.structure) else tensors[0]
 
 
-#: A signature's ``None`` batch dimension is traced at 1 (the program every example runs)
-#: and at this size, to check that each example's results depend on its own inputs only.
-PROBE_BATCH = 3
+def _write_back(var, value) -> None:
+    """A compiled function's assignment to ``var``: a fresh array, nobody else's, is
+    adopted without a copy."""
+    if type(value) is np.ndarray and value.dtype == var.dtype and value.shape == var.shape:
+        var._adopt(value)
+    else:
+        var.assign(value)
 
 
 def _fits(spec_shape: tuple, shape: tuple) -> bool:
@@ -963,95 +1002,6 @@ def _batch_arguments(sig) -> list[bool] | None:
             return None
         flags.append(len(spec.shape) > 0 and spec.shape[0] is None)
     return flags if any(flags) else None
-
-
-def _same_params(a: dict, b: dict, leading: bool) -> bool:
-    """Whether two traces' parameters agree, a batch-leading node's shape-like parameters
-    allowed to differ in their first entry (the batch size)."""
-    if a.keys() != b.keys():
-        return False
-    for k, va in a.items():
-        vb = b[k]
-        if isinstance(va, np.ndarray) or isinstance(vb, np.ndarray):
-            if not (isinstance(va, np.ndarray) and isinstance(vb, np.ndarray) and
-                    va.shape == vb.shape and np.array_equal(va, vb)):
-                return False
-        elif va != vb and not (
-                leading and k == "shape" and isinstance(va, tuple) and isinstance(vb, tuple)
-                and len(va) == len(vb) and va[1:] == vb[1:] and (va[0], vb[0]) in (
-                    (1, PROBE_BATCH), (-1, -1))):
-            return False
-    return True
-
-
-def _separable(one: tuple, probe: tuple, flags: list) -> bool:
-    """Whether the traces at batch 1 and at :data:`PROBE_BATCH` (``Function._record``) are
-    one program applied example by example: the same ops, parameters and constants node by
-    node, each node's shape either the same or the batch in front, every element of a
-    batch-leading node depending on its own example's inputs only (``Primitive.dependencies``
-    over one bit per example), other nodes on none, every result batch-leading, and no
-    variable assigned."""
-    xs1, flat1, assigned1, read1, s1 = one
-    xs3, flat3, assigned3, read3, s3 = probe
-    if assigned1 or assigned3 or s1 != s3 or len(flat1) != len(flat3) or \
-            [id(v) for v in read1] != [id(v) for v in read3]:
-        return False
-    nodes1 = N.ancestries([t._node for t in flat1])
-    nodes3 = N.ancestries([t._node for t in flat3])
-    if len(nodes1) != len(nodes3):
-        return False
-    at1 = {id(n): k for k, n in enumerate(nodes1)}
-    at3 = {id(n): k for k, n in enumerate(nodes3)}
-    arg1 = {id(x._node): i for i, x in enumerate(xs1)}
-    arg3 = {id(x._node): i for i, x in enumerate(xs3)}
-    leading: dict = {}
-    for a, c in zip(nodes1, nodes3):
-        if a is c:
-            leading[id(c)] = False
-            continue
-        if a.shape == c.shape:
-            lead = False
-        elif a.shape[:1] == (1,) and c.shape[:1] == (PROBE_BATCH,) and a.shape[1:] == c.shape[1:]:
-            lead = True
-        else:
-            return False
-        if a.kind != c.kind or a.dtype != c.dtype or \
-                [at1[id(i)] for i in a.inputs] != [at3[id(i)] for i in c.inputs]:
-            return False
-        if a.kind == "leaf":
-            i = arg1.get(id(a))
-            if i is None or arg3.get(id(c)) != i or lead != flags[i]:
-                return False
-        elif a.kind == "const":
-            try:
-                if lead or not np.array_equal(np.asarray(a._exact), np.asarray(c._exact)):
-                    return False
-            except (TypeError, ValueError):
-                return False
-        elif a.kind != "op" or a.prim is not c.prim or \
-                not _same_params(a.params, c.params, lead):
-            return False
-        leading[id(c)] = lead
-    if not all(leading[id(t._node)] for t in flat3):
-        return False
-    seeds = {}
-    for x, f in zip(xs3, flags):
-        if f:
-            rows = np.empty(x.shape, dtype=object)
-            for b in range(PROBE_BATCH):
-                rows[b] = 1 << b
-            seeds[id(x._node)] = rows
-    deps = sparsity.propagate([t._node for t in flat3], seeds)
-    for c in nodes3:
-        out = deps.get(id(c))
-        if out is None or id(c) in seeds:
-            continue
-        for b in range(PROBE_BATCH if leading[id(c)] else 1):
-            own = (1 << b) if leading[id(c)] else 0
-            part = out[b] if leading[id(c)] else out
-            if any(int(v) & ~own for v in np.asarray(part, dtype=object).reshape(-1)):
-                return False
-    return True
 
 
 def _compile_tensors(outputs: list, inputs: list, opts: dict, points: int = 0,

@@ -171,10 +171,12 @@ def _folds_away(outputs: Sequence[N.Node], total: int) -> bool:
 CHUNK_ELEMENTS = 1 << 15
 
 
-def point_chunk(outputs: Sequence[N.Node], most: int) -> int:
+def point_chunk(outputs: Sequence[N.Node], most: int, totals: Sequence[str] = ()) -> int:
     """The points a chunk of a plan over points takes: ``most``, fewer for large tensors
-    (a multiple of :data:`~symtape.codegen.loops.POINT_ALIGN`)."""
-    largest = max((node.size for node in N.ancestries(outputs)
+    (a multiple of :data:`~symtape.codegen.loops.POINT_ALIGN`); ``totals`` as
+    :func:`plan_loops` takes them (a total summed without its per-point terms held does
+    not count)."""
+    largest = max((node.size for node in N.ancestries(_roots(outputs, totals))
                    if node.kind not in ("const", "leaf")), default=1)
     fit = CHUNK_ELEMENTS // max(largest, 1) // POINT_ALIGN * POINT_ALIGN
     return max(POINT_ALIGN, min(most, fit))
@@ -188,15 +190,51 @@ def _atoms_cost(node: N.Node) -> int:
     return node.size
 
 
+def _outer_total(node: N.Node) -> bool:
+    """Whether a total over points of ``node`` may be summed as one product over the points:
+    ``a^T b`` of two row vectors ``a`` and ``b`` of each point (the gradient of a weight
+    matrix summed over examples)."""
+    if not (node.kind == "op" and isinstance(node.prim, MatMul) and node.dtype.kind == "f"):
+        return False
+    a, b = node.inputs
+    return (node.params["transpose_a"] and not node.params["transpose_b"] and
+            len(a.shape) == 2 and len(b.shape) == 2 and a.shape[0] == 1 and b.shape[0] == 1)
+
+
+def _reduced_total(node: N.Node, kind: str) -> bool:
+    """Whether a total of ``kind`` over points of ``node`` may accumulate the terms of
+    ``node`` directly (a sum of sums, a maximum of maxima)."""
+    return (node.kind == "op" and isinstance(node.prim, Reduction) and node.dtype.kind == "f"
+            and _TOTALS.get(node.prim.name) == kind)
+
+
+def _roots(outputs: Sequence[N.Node], totals: Sequence[str]) -> list:
+    """The nodes a plan places: the outputs, but the arguments of a total computed from them
+    directly (:func:`_outer_total`, :func:`_reduced_total`)."""
+    out = []
+    for o, node in enumerate(outputs):
+        kind = totals[o] if o < len(totals) else ""
+        if kind == "sum" and _outer_total(node) or kind and _reduced_total(node, kind):
+            out.extend(node.inputs)
+        else:
+            out.append(node)
+    return out
+
+
 def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
-               threads: int = 1, points: int = 0, shared: Sequence[bool] = ()) -> LoopPlan:
+               threads: int = 1, points: int = 0, shared: Sequence[bool] = (),
+               totals: Sequence[str] = ()) -> LoopPlan:
     """The loop plan computing ``outputs`` from the argument nodes ``inputs`` (large blocks
     split across ``threads``); raises :class:`Unplannable` when some node has no loop form
     and is too large to unroll. ``points`` (a multiple of
     :data:`~symtape.codegen.loops.POINT_ALIGN`): the plan runs chunks of that many points
     through each block at once (a matrix product of each point's row vector is one product
     over the chunk), instead of one point at a time; ``shared[i]``: argument ``i`` is the
-    same for all points (a weight matrix), read once and never staged.
+    same for all points (a weight matrix), read once and never staged; ``totals[o]``
+    (``'sum'``, ``'max'``, ``'min'``; needs ``points``): output ``o`` is not one value per
+    point but that reduction of its values over all points (a gradient summed over a
+    batch), accumulated into an output without batch dimensions that the caller
+    initialises.
 
     >>> import symtape as st
     >>> x = st.Variable(np.arange(6.0).reshape(2, 3))
@@ -207,24 +245,32 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     """
     if points and (points < 0 or points % POINT_ALIGN):
         raise ValueError(f"points must be a positive multiple of {POINT_ALIGN}, got {points}")
+    totals = tuple(totals) + ("",) * (len(outputs) - len(totals))
+    if any(totals) and not points:
+        raise ValueError("totals over points need a plan over points")
     p = _Planner(points)
     shared = tuple(bool(f) for f in shared) + (False,) * (len(inputs) - len(shared))
     for i, node in enumerate(inputs):
         p.check(node)
         p.loc[id(node)] = p.fresh(node, bool(points) and not shared[i], "input", i)
-    order = N.ancestries(outputs)
-    p.fused = _fused(order, outputs, p.loc)
+    roots = _roots(outputs, totals)
+    order = N.ancestries(roots)
+    p.fused = _fused(order, roots, p.loc)
     for node in order:
         if id(node) not in p.loc and id(node) not in p.fused:
             p.check(node)
             p.loc[id(node)] = p.place(node)
     for o, node in enumerate(outputs):
-        p.output(o, node)
+        if totals[o]:
+            p.total(o, node, totals[o])
+        else:
+            p.output(o, node)
     ins, outs = layouts([n.shape for n in inputs],
                         [(n.shape, n.dtype.kind == "b") for n in outputs])
     return LoopPlan(tuple(p.buffers), tuple(p.blocks), ins, outs,
                     1 if points else max(1, int(threads)), points,
-                    shared if points and any(shared) else ())
+                    shared if points and any(shared) else (),
+                    totals if any(totals) else ())
 
 
 def _numeric(node: N.Node) -> bool:
@@ -853,6 +899,76 @@ class _Planner:
                                stand_ins, ins, out, loc, batched)
 
     # -- outputs ---------------------------------------------------------------------------
+    def total(self, o: int, node: N.Node, kind: str) -> None:
+        """Output ``o``: ``kind`` of ``node``'s values over the chunk's real points, added
+        to what the output holds (the caller initialises it; chunk after chunk accumulate):
+        an outer product of each point's rows as one product over the points, a reduction
+        straight from its argument, any other node from its values per point."""
+        if node.dtype.kind != "f":
+            raise Unplannable(f"a {kind} over points of a {node.dtype.name} tensor")
+        buf = self.add_buffer(Buffer("output", o, node.size))
+        here = self.loc.get(id(node))
+        if here is None and kind == "sum" and _outer_total(node) and all(
+                self.batched(self.loc[id(a)]) for a in node.inputs):
+            return self.outer_total(node, buf)
+        if here is None and _reduced_total(node, kind) and self.batched(
+                self.loc[id(node.inputs[0])]):
+            return self.reduced_total(node, buf)
+        if here is None:
+            here = self.loc[id(node)] = self.place(node)
+        out = self.access((buf, _flat(node.shape)), node.shape)
+        out = Access(buf, out.offset, (0,) + out.strides)
+        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
+        body = build_plan([np.asarray(_COMBINE[kind](acc, term), dtype=object)],
+                          [np.asarray(acc, dtype=object), np.asarray(term, dtype=object)])
+        src = self.access(here, node.shape, True)
+        self.blocks.append(Block((self.P,) + node.shape, body, (out, src), (out,),
+                                 accumulate=True, count=0))
+
+    def reduced_total(self, node: N.Node, buf: int) -> None:
+        """A reduction's total over points, accumulated from its argument's elements."""
+        (x,) = node.inputs
+        axes, name = node.params["axis"], node.prim.name
+        n = math.prod(x.shape[i] for i in axes)
+        kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+        offsets = np.broadcast_to(_flat(node.shape).reshape(kept), x.shape)
+        aff = _affine(offsets)
+        out = Access(buf, aff[0], (0,) + aff[1])
+        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
+        body = build_plan([np.asarray(_REDUCE[name][1](acc, term, n), dtype=object)],
+                          [np.asarray(acc, dtype=object), np.asarray(term, dtype=object)])
+        src = self.access(self.loc[id(x)], x.shape, True)
+        if x.size:
+            self.blocks.append(Block((self.P,) + x.shape, body, (out, src), (out,),
+                                     accumulate=True, count=0))
+
+    def outer_total(self, node: N.Node, buf: int) -> None:
+        """``out += a_p^T b_p`` over the chunk's points ``p`` (``a_p``, ``b_p`` rows of each
+        point), in register tiles as :meth:`matmul_tile`: the points are the inner
+        dimension of one product."""
+        a, b = node.inputs
+        m, n = node.shape
+        ra = self.access(self.loc[id(a)], (1, m), True)
+        rb = self.access(self.loc[id(b)], (1, n), True)
+        (pa, _, ai), (pb, _, bj) = ra.strides, rb.strides
+        rows = MATMUL_ROWS if m >= MATMUL_ROWS else 1
+        cols = min(_matmul_cols(), n)
+        mm, nn = m - m % rows, n - n % cols
+        for i0, i1, r, j0, j1, c in ((0, mm, rows, 0, nn, cols), (0, mm, rows, nn, n, n - nn),
+                                     (mm, m, 1, 0, n, n)):
+            if not (i1 > i0 and j1 > j0):
+                continue
+            acc, x, y = _stand_ins((r,), "acc"), _stand_ins((r,), "a"), G.Leaf.new("b")
+            value = np.array([G.add(acc[t], G.mul(x[t], y)) for t in range(r)], dtype=object)
+            body = build_plan([value], [acc, x, np.asarray(y, dtype=object)])
+            space = ((i1 - i0) // r, (j1 - j0) // c, self.P, c)
+            so = Access(buf, i0 * n + j0, (r * n, c, 0, 1), tuple(t * n for t in range(r)))
+            sa = Access(ra.buffer, ra.offset + i0 * ai, (r * ai, 0, pa, 0),
+                        tuple(t * ai for t in range(r)))
+            sb = Access(rb.buffer, rb.offset + j0 * bj, (0, c * bj, pb, bj))
+            self.blocks.append(Block(space, body, (so, sa, sb), (so,), accumulate=True,
+                                     contract=True, count=2))
+
     def output(self, o: int, node: N.Node) -> None:
         """Output ``o``: the node's buffer when it is a fresh one, else a copy (over the
         chunk's points in a plan over points, even of a value they share)."""
@@ -882,6 +998,15 @@ def _sum(acc, x, n):
 def _mean(acc, x, n):
     return G.add(acc, G.mul(x, G.number(1.0 / n)))
 
+
+#: The total over points each reduction's terms add to, and how a total combines terms.
+_TOTALS = {"reduce_sum": "sum", "reduce_mean": "sum", "reduce_max": "max",
+           "reduce_min": "min"}
+_COMBINE = {
+    "sum": G.add,
+    "max": lambda acc, x: G.call(sp.Max, acc, x),
+    "min": lambda acc, x: G.call(sp.Min, acc, x),
+}
 
 # name -> (initial value, accumulation, value of an empty reduction)
 _REDUCE = {

@@ -15,7 +15,7 @@ LEVELS = {
     "nodes": (1, 0), "notation": (1, 1), "ops": (1, 2), "codegen": (1, 0),
     "tensor": (2, 0), "loopnest": (2, 1),
     "math": (3, 0), "nn": (3, 1), "linalg": (3, 1), "random": (3, 0), "autodiff": (3, 0),
-    "sparsity": (3, 0),
+    "sparsity": (3, 0), "batching": (3, 1),
     "tape": (4, 0), "custom": (4, 0),
     "function": (5, 0), "serialize": (5, 1), "testing": (5, 0), "optimizers": (5, 0),
     "saved_model": (5, 1),

@@ -65,7 +65,9 @@ class Block(NamedTuple):
     ``points``: in a plan over chunks of points, the first dimension runs over the chunk's
     points (``space[0]`` is the chunk size), ``points`` of them per iteration; at run time
     its extent is the number of points in the chunk (a multiple of :data:`POINT_ALIGN`)
-    divided by ``points``."""
+    divided by ``points``. ``count``: the dimension whose extent is the number of real
+    points of the chunk (padding excluded), one a step: a sum over the points
+    (:attr:`LoopPlan.totals`)."""
 
     space: tuple
     body: Plan
@@ -74,6 +76,7 @@ class Block(NamedTuple):
     accumulate: bool = False
     points: int = 0
     contract: bool = False  # multiplies and adds may fuse (one rounding: a matrix product)
+    count: int = -1  # this dimension runs over the chunk's real points, one per iteration
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,8 @@ class LoopPlan:
     threads: int = 1  # threads a large block's outermost loop is split across
     points: int = 0  # the chunk size of a plan over chunks of points (0: one point)
     shared: tuple = ()  # per argument: read once for all points (no batch dimensions)
+    totals: tuple = ()  # per output: '' (one per point), or 'sum'/'max'/'min' over all
+    # points: no batch dimensions, initialised by the caller, accumulated chunk by chunk
 
     @property
     def n_ops(self) -> int:
@@ -327,6 +332,8 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
         params += ", i64 %lo, i64 %hi"
     if block.points:  # the first extent is the chunk's number of points / block.points
         params += ", i64 %np"
+    if block.count >= 0:  # that extent is the chunk's number of real points
+        params += ", i64 %nc"
     small = "" if math.prod(block.space) * max(1, block.body.n_ops) >= SMALL_BLOCK_WORK \
         else " optsize"
     out = point + [f"define internal void @b{k}({params}) noinline nounwind{small} {{",
@@ -337,8 +344,11 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
         out += [f"  %np.d = udiv i64 %np, {block.points}",
                 "  %np.z = icmp eq i64 %np.d, 0",
                 "  br i1 %np.z, label %exit, label %go", "go:"]
+    elif block.count >= 0:
+        out += ["  %nc.z = icmp eq i64 %nc, 0",
+                "  br i1 %nc.z, label %exit, label %go", "go:"]
     idx = [f"%i{d}" for d in range(dims)]
-    prev = "go" if block.points else "entry"
+    prev = "go" if block.points or block.count >= 0 else "entry"
     for d in range(dims):
         start = "%lo" if split and d == 0 else "0"
         out += [f"  br label %L{d}", f"L{d}:",
@@ -372,6 +382,8 @@ def _extent(block: Block, d: int, split: bool) -> str:
         return "%hi"
     if d == 0 and block.points:
         return "%np.d"
+    if d == block.count:
+        return "%nc"
     return str(block.space[d])
 
 
@@ -425,6 +437,8 @@ def _program(plan: LoopPlan, offsets: tuple) -> list:
     params.append("ptr noalias %arena")
     if plan.points:
         params.append("i64 %np")
+    if any(plan.totals):
+        params.append("i64 %nc")
     out = [f"define internal void @program({', '.join(params)}) noinline nounwind {{",
            "entry:"]
     for i, b in enumerate(plan.buffers):
@@ -436,6 +450,8 @@ def _program(plan: LoopPlan, offsets: tuple) -> list:
         par = ".par" if len(_chunks(plan, block)) > 1 else ""
         if block.points:
             args += ", i64 %np"
+        if block.count >= 0:
+            args += ", i64 %nc"
         out.append(f"  call void @b{k}{par}({args})")
     return out + ["  ret void", "}", ""]
 
@@ -483,7 +499,9 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
                                                           for o in plan.outputs]
     elems = [t] * n_in + ["i8" if o.boolean else t for o in plan.outputs]
     width = [size] * n_in + [1 if o.boolean else size for o in plan.outputs]
-    shared = [i < len(plan.shared) and plan.shared[i] for i in range(n_in + n_out)]
+    shared = [i < len(plan.shared) and plan.shared[i] for i in range(n_in)] + [
+        o < len(plan.totals) and bool(plan.totals[o]) for o in range(n_out)]
+    counted = any(plan.totals)  # totals add up the real points: the program is told them
     stage, top = [], -(-arena // 64) * 64
     for size, w, one in zip(sizes, width, shared):
         stage.append(top)
@@ -525,17 +543,19 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
         lines += [f"  %d{i}.o = mul nsw i64 %c, {size}",
                   f"  %d{i} = getelementptr inbounds {elem}, ptr %b{i}, i64 %d{i}.o"]
         args.append(f"ptr %d{i}")
-    lines += [f"  call void @program({', '.join(args + ['ptr %arena', f'i64 {chunk}'])})",
+    tail = ["ptr %arena", f"i64 {chunk}"] + ([f"i64 {chunk}"] if counted else [])
+    lines += [f"  call void @program({', '.join(args + tail)})",
               "  br label %next",
               "staged:", f"  %cnt = select i1 %full, i64 {chunk}, i64 %rem"]
     lines += _copies("in", [i for i in range(n_in) if not shared[i]], sizes, elems, width,
                      "staged", "run", True)
     lines += ["run:", f"  %np.r = add nuw nsw i64 %cnt, {POINT_ALIGN - 1}",
               f"  %np = and i64 %np.r, {-POINT_ALIGN}"]
-    args = [f"ptr %st{i}" for i in range(n_in + n_out)] + ["ptr %arena", "i64 %np"]
+    args = [f"ptr %st{i}" for i in range(n_in + n_out)] + ["ptr %arena", "i64 %np"] + (
+        ["i64 %cnt"] if counted else [])
     lines.append(f"  call void @program({', '.join(args)})")
-    lines += _copies("out", range(n_in, n_in + n_out), sizes, elems, width, "run", "next",
-                     False)
+    lines += _copies("out", [i for i in range(n_in, n_in + n_out) if not shared[i]], sizes,
+                     elems, width, "run", "next", False)
     lines += ["next:", f"  %c.next = add nsw i64 %c, {chunk}",
               "  %more = icmp slt i64 %c.next, %n",
               "  br i1 %more, label %chunk, label %finish", "finish:"]

@@ -311,12 +311,17 @@ class BufferCall:
         self._keep = fn  # the engine the native code lives in
         self._name = fn.name
         bufs = list(arrays) + list(targets)
-        if math.prod(batch) == 0:
+        points = math.prod(batch)
+        if points == 0:
             self._run = _nothing
+            fn._start_totals(targets, 0)
             return
         entry, calls = fn._calls(bufs, batch, 1, fn._full(bufs, batch))
         self._run = (functools.partial(entry, *calls[0]) if len(calls) == 1 else
                      functools.partial(_run_group, entry, calls))
+        if fn._totals:  # each call sums afresh
+            run, start = self._run, functools.partial(fn._start_totals, targets, points)
+            self._run = lambda: start() or run()
 
     def __call__(self) -> None:
         if self._run():
@@ -325,6 +330,13 @@ class BufferCall:
 
 def _nothing() -> int:
     return 0
+
+
+#: Where an output summed over points (``LoopPlan.totals``) starts, over some points and
+#: over none (-0.0: a sum of negative zeros stays one, as an in-order sum does).
+_TOTAL_START = {"sum": -0.0, "max": -np.inf, "min": np.inf}
+_TOTAL_EMPTY = {"sum": 0.0, "max": -np.inf, "min": np.inf}
+_TOTAL_COMBINE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
 
 
@@ -351,6 +363,8 @@ class CompiledFunction:
                  structure=0, input_names=(), output_names=(), ir=None, obj=None) -> None:
         self._plan = plan
         self._shared = getattr(plan, "shared", ())  # arguments read once for all points
+        self._totals = getattr(plan, "totals", ())  # outputs summed over all points
+        self._spare_totals: list = []  # partial totals of a call's other threads, reused
         self._name = name or "fn"
         self._dtype = np.dtype(dtype)
         self._fastmath = fastmath
@@ -510,7 +524,7 @@ class CompiledFunction:
         Anything else returns :data:`_GENERAL` (the general path checks and converts it), as
         do arguments and results of more than :data:`POINT_COPY_LIMIT` elements in all (the
         general path reads and writes them in place: copies would cost more than checks)."""
-        if self._point_elements > POINT_COPY_LIMIT:
+        if self._point_elements > POINT_COPY_LIMIT or self._totals:
             return _GENERAL
         try:
             ins, outs, ptrs = self._local.point
@@ -585,7 +599,7 @@ class CompiledFunction:
         if out is not None:
             given = self._flatten_out(out)
             for k, arr in given.items():
-                _check_out(self._name, arr[0], arr[1], batch + self._out_specs[k].shape,
+                _check_out(self._name, arr[0], arr[1], self._out_shape(k, batch),
                            self._out_dtypes[k])
             targets = [given[k][0] for k in range(len(self._out_specs))]
             for k, arr in enumerate(targets):
@@ -598,8 +612,8 @@ class CompiledFunction:
                         "another output and must have contiguous core dimensions")
             result = out
         else:
-            targets = [np.empty(batch + s.shape, dtype=d)
-                       for s, d in zip(self._out_specs, self._out_dtypes)]
+            targets = [np.empty(self._out_shape(k, batch), dtype=d)
+                       for k, d in enumerate(self._out_dtypes)]
             result = _rebuild(self._structure, targets)
         return BufferCall(self, arrays, targets, batch, result)
 
@@ -660,13 +674,14 @@ class CompiledFunction:
     def _check_outputs(self, out, batch: tuple, arrays: list) -> tuple:
         specs = self._out_specs
         if out is None:
-            targets = [np.empty(batch + s.shape, dtype=d) for s, d in zip(specs, self._out_dtypes)]
+            targets = [np.empty(self._out_shape(k, batch), dtype=d)
+                       for k, d in enumerate(self._out_dtypes)]
             return targets, [], None
         given = self._flatten_out(out)
         targets, copies = [], []
         for k, (spec, dt) in enumerate(zip(specs, self._out_dtypes)):
             arr, path = given[k]
-            _check_out(self._name, arr, path, batch + spec.shape, dt)
+            _check_out(self._name, arr, path, self._out_shape(k, batch), dt)
             clash = any(np.may_share_memory(arr, a) for a in arrays) or any(
                 np.may_share_memory(arr, t) for t in targets)
             if clash or not (arr.flags.aligned and _core_contiguous(arr, len(spec.shape))):
@@ -691,8 +706,22 @@ class CompiledFunction:
 
     # ----- the native loop ----------------------------------------------------------------
 
+    def _out_shape(self, k: int, batch: tuple) -> tuple:
+        """Output ``k``'s shape for a call over ``batch`` (a total has no batch dimensions)."""
+        spec = self._out_specs[k]
+        return spec.shape if k < len(self._totals) and self._totals[k] else batch + spec.shape
+
+    def _start_totals(self, targets: list, points: int) -> None:
+        """Outputs summed over the points start from their reduction's initial value (a
+        sum over no points is 0)."""
+        for arr, kind in zip(targets, self._totals):
+            if kind and arr is not None:
+                arr[...] = _TOTAL_START[kind] if points else _TOTAL_EMPTY[kind]
+
     def _run(self, arrays: list, targets: list, batch: tuple) -> None:
         total = math.prod(batch)
+        if self._totals:
+            self._start_totals(targets, total)
         if total == 0:
             return
         bufs = arrays + targets
@@ -704,8 +733,31 @@ class CompiledFunction:
                 raise _no_memory(self._name)
             return
         fn, calls = self._calls(bufs, batch, pieces, full)
-        if _execute(fn, [calls[i::pieces] for i in range(min(pieces, len(calls)))]):
+        groups = [calls[i::pieces] for i in range(min(pieces, len(calls)))]
+        parts = self._partial_totals(groups, targets, len(arrays)) if self._totals else []
+        if _execute(fn, groups):
             raise _no_memory(self._name)
+        for part in parts:  # in the order of the points they summed
+            for k, arr in part.items():
+                _TOTAL_COMBINE[self._totals[k]](targets[k], arr, out=targets[k])
+            self._spare_totals.append(part)  # kept for the next call: no page faults
+
+    def _partial_totals(self, groups: list, targets: list, n_in: int) -> list:
+        """Each group of calls after the first accumulates its totals in arrays of its own
+        (its calls' pointers changed to them): ``[{output: array}]`` per group, to be
+        combined into the outputs after."""
+        parts = []
+        for g, calls in enumerate(groups[1:], 1):
+            part = self._spare_totals.pop() if self._spare_totals else {
+                k: np.empty_like(targets[k]) for k, kind in enumerate(self._totals) if kind}
+            self._start_totals([part.get(k) for k in range(len(targets))], 1)
+            for c, call in enumerate(calls):
+                ptrs = list(call[1])
+                for k, arr in part.items():
+                    ptrs[n_in + k] = arr.ctypes.data
+                calls[c] = (call[0], self._ptr_type(*ptrs)) + tuple(call[2:])
+            parts.append(part)
+        return parts
 
     def _full(self, bufs: list, batch: tuple) -> bool:
         """Whether every buffer holds the whole batch, C-contiguous (the dense layout)."""

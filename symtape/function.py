@@ -773,8 +773,18 @@ class _Traced(NamedTuple):
     n_results: int
 
 
+class _Step(NamedTuple):
+    """A compiled pass or post program (:class:`batching.Program` without its graph)."""
+
+    fn: CompiledFunction
+    sources: list
+    targets: list
+    totals: tuple
+    per_point: bool
+
+
 class _SplitTraced(NamedTuple):
-    steps: list  # (compiled function, batching.Program): the passes, then the post program
+    steps: list  # _Step: the passes, then the post program
     variables: list
     assigned: list
     structure: object
@@ -897,7 +907,7 @@ class Function:
                 except loopnest.Unplannable:
                     return False
                 fn = compile_plan(plan, **opts)
-            steps.append((fn, prog))
+            steps.append(_Step(fn, prog.sources, prog.targets, prog.totals, prog.per_point))
         return _SplitTraced(steps, read, [v for v, _ in assigned], structure, len(flat))
 
     def _run_split(self, traced: _SplitTraced, arrays: list):
@@ -914,10 +924,10 @@ class Function:
             slots[("arg", i)] = a.reshape((n, 1) + a.shape[1:]) if f else a
         for j, v in enumerate(traced.variables):
             slots[("var", j)] = v._store.value
-        for fn, prog in traced.steps:
-            results = fn(*[slots[s] for s in prog.sources])
-            for slot, r, kind in zip(prog.targets, results, prog.totals):
-                if prog.per_point and not kind:
+        for step in traced.steps:
+            results = step.fn(*[slots[s] for s in step.sources])
+            for slot, r, kind in zip(step.targets, results, step.totals):
+                if step.per_point and not kind:
                     r.flags.writeable = False  # fresh: its read-only reshaped view is used
                     r = r.reshape((n,) + r.shape[2:])
                 slots[slot] = r

@@ -2,8 +2,8 @@
 
 A function traced with a ``None`` batch dimension (``st.TensorSpec((None, 784))``) whose
 results mix the examples -- a mean loss, a gradient summed over the batch, a training step
-updating its weights -- is traced at two batch sizes (:data:`SIZES`) and the two traces are
-read node by node. Each node is
+updating its weights -- is traced at three batch sizes (:data:`SIZES`) and the traces are
+read node by node, two at a time (the readings must agree). Each node is
 
 - **per example**: the batch leads its shape and each row depends only on its own
   example's inputs (``Primitive.dependencies``, one bit per example) and on shared values;
@@ -41,9 +41,11 @@ from .tensor import Tensor, symbol
 
 __all__ = ["SIZES", "Program", "Split", "split", "same_params"]
 
-#: The two batch sizes a function is traced at to be split (two, not one: a size-1 batch
-#: folds ``x * (1/B)`` away and the traces would not match node for node).
-SIZES = (2, 3)
+#: The batch sizes a function is traced at to be split: read from the first two (not 1: a
+#: size-1 batch folds ``x * (1/B)`` away and the traces would not match node for node),
+#: and read again from the last two, which must agree (a constant equal at 2 and 3 by
+#: chance, ``min(B, 3)``, is not taken as fixed).
+SIZES = (2, 3, 5)
 
 #: The reductions a total may be, and the reduction over examples its terms combine by.
 _TOTAL_OF = {"reduce_sum": "sum", "reduce_mean": "sum", "reduce_max": "max",
@@ -107,59 +109,68 @@ class _Refused(Exception):
     """The traces are not one program over the examples."""
 
 
-def split(small: tuple, large: tuple, flags: list, dtype: str) -> Split | None:
+def split(traces: list, flags: list, dtype: str) -> Split | None:
     """The passes and post program of a function recorded (``Function._record``: arguments,
     results, assignments, variables read, structure) at the batch sizes :data:`SIZES`
-    (``small``, ``large``); ``flags[i]``: argument ``i`` has the batch. None when the
+    (``traces``, in that order); ``flags[i]``: argument ``i`` has the batch. None when the
     traces are not one program over the examples (see the module's docstring)."""
     try:
         with recording.paused():
-            return _Splitter(small, large, flags, dtype).run()
+            first = _Match(traces[0], traces[1], SIZES[:2], flags)
+            for k in range(1, len(SIZES) - 1):  # the same reading from every other pair
+                if _Match(traces[k], traces[k + 1], SIZES[k:k + 2], flags).forms != \
+                        first.forms:
+                    raise _Refused
+            return _Splitter(first, flags, dtype).run()
     except _Refused:
         return None
 
 
-class _Splitter:
-    def __init__(self, small: tuple, large: tuple, flags: list, dtype: str) -> None:
-        self.small, self.large, self.flags, self.dtype = small, large, flags, dtype
-        self.lead: dict = {}  # id(large node) -> whether the batch leads it
-        self.total: dict = {}  # id(large node) -> total number
-        self.stage: dict = {}  # id(node) -> its pass (per example) or passes before it
-        self.new: dict = {}  # id(large node) -> tensor of the one-example graph
-        self.totals: list = []  # (kind, per-example tensor, leaf, passes before its value)
-        self.scales = [symbol("inverse_batch", shape=(), dtype=dtype),
-                       symbol("batch", shape=(), dtype=dtype)]
+class _Match:
+    """Two traces (batch sizes ``sizes``) read node by node: each node of the larger one
+    per example or not (``lead``), a total (``total``: its kind, whether a mean), its pass
+    or the passes before its value (``stage``), and each constant's form (``const``:
+    ``(None, value)`` fixed, ``(0, k)`` ``k / B``, ``(1, k)`` ``k * B``); ``forms``: all of
+    it by node position, to compare with another pair's reading."""
 
-    def run(self) -> Split:
-        xs2, flat2, asg2, read2, s2 = self.small
-        xs3, flat3, asg3, read3, s3 = self.large
+    def __init__(self, small: tuple, large: tuple, sizes: tuple, flags: list) -> None:
+        self.sizes, self.flags, self.large = sizes, flags, large
+        self.lead: dict = {}
+        self.total: dict = {}
+        self.stage: dict = {}
+        self.const: dict = {}
+        xs2, flat2, asg2, read2, s2 = small
+        xs3, flat3, asg3, read3, s3 = large
         if s2 != s3 or len(flat2) != len(flat3) or [id(v) for v in read2] != [
                 id(v) for v in read3] or [id(v) for v, _ in asg2] != [id(v) for v, _ in asg3]:
             raise _Refused
         outs2 = [t._node for t in flat2] + [t._node for _, t in asg2]
         outs3 = [t._node for t in flat3] + [t._node for _, t in asg3]
-        nodes2, nodes3 = N.ancestries(outs2), N.ancestries(outs3)
-        if len(nodes2) != len(nodes3):
+        nodes2, self.nodes = N.ancestries(outs2), N.ancestries(outs3)
+        if len(nodes2) != len(self.nodes):
             raise _Refused
         at2 = {id(n): k for k, n in enumerate(nodes2)}
-        at3 = {id(n): k for k, n in enumerate(nodes3)}
+        at3 = {id(n): k for k, n in enumerate(self.nodes)}
         self.args = {id(x._node): i for i, x in enumerate(xs3)}
         args2 = {id(x._node): i for i, x in enumerate(xs2)}
-        for a, c in zip(nodes2, nodes3):
+        forms = []
+        for a, c in zip(nodes2, self.nodes):
             if [at2[id(i)] for i in a.inputs] != [at3[id(i)] for i in c.inputs] or \
                     a.kind != c.kind or a.dtype != c.dtype:
                 raise _Refused
             if a.kind == "leaf" and args2.get(id(a)) != self.args.get(id(c)):
                 raise _Refused
             self.classify(a, c)
-        self.check_rows(nodes3)
-        for a, c in zip(nodes2, nodes3):
-            self.rebuild(a, c)
-        return self.programs(flat3, asg3, xs3, read3)
+            if c.kind == "const":
+                self.const[id(c)] = self.constant(a, c, self.lead[id(c)])
+            form = self.const.get(id(c))
+            forms.append((self.lead[id(c)], self.total.get(id(c)), self.stage[id(c)],
+                          None if form is None else (form[0], _key(form[1]))))
+        self.forms = forms
+        self.check_rows()
 
-    # -- reading the traces ----------------------------------------------------------------
     def classify(self, a: N.Node, c: N.Node) -> None:
-        (b2, b3) = SIZES
+        (b2, b3) = self.sizes
         if a is c or a.shape == c.shape:
             lead = False
         elif a.shape[:1] == (b2,) and c.shape[:1] == (b3,) and a.shape[1:] == c.shape[1:]:
@@ -171,7 +182,7 @@ class _Splitter:
             if (i is not None and self.flags[i]) != lead:
                 raise _Refused
         elif c.kind == "op" and a is not c:
-            if a.prim is not c.prim or not same_params(a.params, c.params, lead, SIZES):
+            if a.prim is not c.prim or not same_params(a.params, c.params, lead, self.sizes):
                 raise _Refused
         elif c.kind not in ("const", "op"):
             raise _Refused  # a node given by its element view
@@ -200,11 +211,35 @@ class _Splitter:
             return "sum", False
         raise _Refused
 
-    def check_rows(self, nodes3: list) -> None:
+    def constant(self, a: N.Node, c: N.Node, lead: bool) -> tuple:
+        """The form of a constant (one row of a per-example constant, whose rows must all
+        be equal): ``(None, value)`` the same at both sizes, ``(0, k)`` for ``k / B``,
+        ``(1, k)`` for ``k * B``."""
+        if a is c:
+            return None, np.asarray(c._exact, dtype=object)
+        try:
+            v2 = np.asarray(a._exact, dtype=object)
+            v3 = np.asarray(c._exact, dtype=object)
+        except (TypeError, ValueError):
+            raise _Refused from None
+        if lead:
+            if any(not all(_equal(v[:1], v[j:j + 1]) for j in range(len(v))) for v in (v2, v3)):
+                raise _Refused
+            v2, v3 = v2[:1], v3[:1]
+        (b2, b3) = self.sizes
+        if _equal(v2, v3):
+            return None, v3
+        for scale, k2, k3 in ((0, v2 * b2, v3 * b3), (1, v2 / b2, v3 / b3)):
+            k2, k3 = np.asarray(k2, dtype=object), np.asarray(k3, dtype=object)
+            if _equal(k2, k3):
+                return scale, k3
+        raise _Refused
+
+    def check_rows(self) -> None:
         """Each row of a per-example node depends on its own example only (totals cut)."""
-        (_, b3) = SIZES
+        b3 = self.sizes[1]
         seeds = {}
-        for node in nodes3:
+        for node in self.nodes:
             if node.kind == "leaf" and self.lead[id(node)]:
                 rows = np.empty(node.shape, dtype=object)
                 for b in range(b3):
@@ -212,7 +247,7 @@ class _Splitter:
                 seeds[id(node)] = rows
             elif id(node) in self.total:
                 seeds[id(node)] = np.zeros(node.shape, dtype=object)
-        lead = [n for n in nodes3 if self.lead[id(n)] and n.kind != "leaf"]
+        lead = [n for n in self.nodes if self.lead[id(n)] and n.kind != "leaf"]
         deps = sparsity.propagate(lead, seeds)
         for node in lead:
             out = deps.get(id(node))
@@ -222,20 +257,43 @@ class _Splitter:
                 if any(int(v) & ~(1 << b) for v in np.asarray(out[b], dtype=object).flat):
                     raise _Refused
 
+
+class _Splitter:
+    """The one-example graph and its programs, from a :class:`_Match` of two traces."""
+
+    def __init__(self, match: _Match, flags: list, dtype: str) -> None:
+        self.m, self.flags = match, flags
+        self.lead, self.total, self.stage = match.lead, match.total, match.stage
+        self.args = match.args
+        self.new: dict = {}  # id(large node) -> tensor of the one-example graph
+        self.totals: list = []  # (kind, per-example tensor, leaf, passes before its value)
+        self.scales = [symbol("inverse_batch", shape=(), dtype=dtype),
+                       symbol("batch", shape=(), dtype=dtype)]
+
+    def run(self) -> Split:
+        for c in self.m.nodes:
+            self.rebuild(c)
+        xs3, flat3, asg3, read3, _ = self.m.large
+        return self.programs(flat3, asg3, xs3, read3)
+
     # -- the one-example graph -------------------------------------------------------------
-    def rebuild(self, a: N.Node, c: N.Node) -> None:
+    def rebuild(self, c: N.Node) -> None:
         lead = self.lead[id(c)]
         if c.kind == "leaf":
             i = self.args.get(id(c))
             out = symbol(f"x{i}", shape=(1,) + c.shape[1:], dtype=c.dtype) if lead else \
                 Tensor(c, None, c.dtype)
         elif c.kind == "const":
-            out = Tensor(c, None, c.dtype) if a is c else self.constant(a, c, lead)
+            scale, k = self.m.const[id(c)]
+            out = Tensor(c, None, c.dtype) if not lead and scale is None else \
+                exact_constant(k, c.dtype)
+            if scale is not None:
+                out = ops.multiply.bind(out, self.scales[scale])
         else:
             ins = [self.new[id(i)] for i in c.inputs]
             params = dict(c.params)
             if lead and isinstance(params.get("shape"), tuple) and params["shape"][:1] == (
-                    SIZES[1],):
+                    self.m.sizes[1],):
                 params["shape"] = (1,) + params["shape"][1:]
             try:
                 out = c.prim.bind(*ins, **params)
@@ -250,28 +308,6 @@ class _Splitter:
         if tuple(out.shape) != want or out.dtype != c.dtype:
             raise _Refused
         self.new[id(c)] = out
-
-    def constant(self, a: N.Node, c: N.Node, lead: bool) -> Tensor:
-        """A constant of the one-example graph: one row of a per-example constant whose
-        rows are all equal, or ``k / B`` or ``k * B`` of a constant that depends on the
-        batch size."""
-        try:
-            v2 = np.asarray(a._exact, dtype=object)
-            v3 = np.asarray(c._exact, dtype=object)
-        except (TypeError, ValueError):
-            raise _Refused from None
-        if lead:
-            if any(not all(_equal(v[:1], v[j:j + 1]) for j in range(len(v))) for v in (v2, v3)):
-                raise _Refused
-            v2, v3 = v2[:1], v3[:1]
-        (b2, b3) = SIZES
-        if _equal(v2, v3):
-            return exact_constant(v3, c.dtype)
-        for scale, k2, k3 in ((0, v2 * b2, v3 * b3), (1, v2 / b2, v3 / b3)):
-            k2, k3 = np.asarray(k2, dtype=object), np.asarray(k3, dtype=object)
-            if _equal(k2, k3):
-                return ops.multiply.bind(exact_constant(k3, c.dtype), self.scales[scale])
-        raise _Refused
 
     def programs(self, flat3: list, asg3: list, xs3: list, read3: list) -> Split:
         results = [(("result", i), t._node) for i, t in enumerate(flat3)] + [
@@ -310,6 +346,11 @@ class _Splitter:
                            [sources[i] for i in keep] + [("total", r) for r in every],
                            [slot for _, slot in last], False)
         return Split(passes, post)
+
+
+def _key(values: np.ndarray) -> tuple:
+    """A comparable form of an array of exact numbers."""
+    return values.shape, tuple(values.flat)
 
 
 def _equal(a: np.ndarray, b: np.ndarray) -> bool:

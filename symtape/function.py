@@ -872,9 +872,9 @@ class Function:
                                    sp.dtype, sp.name) for sp, f in zip(sig, flags)]
 
             try:
-                small, large = (self._record(at(b)) for b in batching.SIZES)
-                parts = batching.split(small, large, flags, self._dtype or _common_dtype(sig))
-                self._poly = self._split_compiled(parts, large) if parts else False
+                traces = [self._record(at(b)) for b in batching.SIZES]
+                parts = batching.split(traces, flags, self._dtype or _common_dtype(sig))
+                self._poly = self._split_compiled(parts, traces[1]) if parts else False
             except Exception:  # noqa: BLE001 - a size-specific failure: traced per size
                 self._poly = False  # (where a genuine error is raised for the real call)
         return self._poly or None

@@ -152,13 +152,18 @@ def test_split_refuses_traces_that_are_not_one_program():
     def traces(f):
         return [st.function(f)._record([st.TensorSpec((b, 2))]) for b in batching.SIZES]
 
-    assert batching.split(*traces(lambda x: x[::-1] + st.reduce_sum(x, axis=0)), flags,
+    assert batching.split(traces(lambda x: x[::-1] + st.reduce_sum(x, axis=0)), flags,
                           "float64") is None
-    assert batching.split(*traces(lambda x: x * float(x.shape[0] ** 2)), flags,
+    assert batching.split(traces(lambda x: x * float(x.shape[0] ** 2)), flags,
                           "float64") is None
-    assert batching.split(*traces(lambda x: st.reduce_prod(x, axis=0)), flags,
+    assert batching.split(traces(lambda x: st.reduce_prod(x, axis=0)), flags,
                           "float64") is None
-    parts = batching.split(*traces(lambda x: x * float(x.shape[0])), flags, "float64")
+    # equal at 2 and 3, not at 5: the third trace disagrees
+    assert batching.split(traces(lambda x: x * float(min(x.shape[0], 3))), flags,
+                          "float64") is None
+    assert batching.split(traces(lambda x: x + float(min(x.shape[0], 3)) / x.shape[0]),
+                          flags, "float64") is None
+    parts = batching.split(traces(lambda x: x * float(x.shape[0])), flags, "float64")
     assert parts is not None and parts.post is None and len(parts.passes) == 1
 
 

@@ -35,9 +35,18 @@ from .function import (
                      jacobian,
 )
 from .math import *  # noqa: F403 - TensorFlow exposes its math names at the top level
+from .module import Module
 from .serialize import load
 from .tape import GradientTape, UnconnectedGradients
-from .tensor import Tensor, Variable, constant, convert_to_tensor, is_tensor, symbol
+from .tensor import (
+                     Tensor,
+                     Variable,
+                     constant,
+                     convert_to_tensor,
+                     is_tensor,
+                     name_scope,
+                     symbol,
+)
 
 float64 = "float64"
 float32 = "float32"
@@ -53,6 +62,6 @@ __all__ = [  # noqa: F405
     "RegisterGradient", "define_function", "get_function", "stop_gradient", "errors", "math",
     "nn", "linalg", "random", "optimizers", "saved_model", "testing", "compile", "function",
     "Function", "grad", "jacobian", "hessian", "hvp", "derivative", "TensorSpec", "SparseResult",
-    "load",
+    "load", "Module", "name_scope",
     *math.__all__,
 ]

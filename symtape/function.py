@@ -8,10 +8,11 @@ any extra leading (batch) dimensions natively. The batch is never unrolled symbo
 from __future__ import annotations
 
 import contextlib
-import math
-import os
 import functools
 import inspect
+import math
+import os
+import warnings
 import weakref
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
@@ -24,7 +25,7 @@ from . import loopnest
 from .codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
 from .errors import InvalidArgumentError, ShapeError, UnboundLeafError
 from .tape import GradientTape, UnconnectedGradients
-from .ops.binder import adopt
+from .ops.binder import adopt, constant
 from .tensor import Tensor, symbol
 
 __all__ = ["compile", "function", "Function", "grad", "jacobian", "hessian", "derivative",
@@ -815,6 +816,8 @@ class Function:
         self._batch = _batch_arguments(self.input_signature)
         self._poly: _SplitTraced | bool | None = None  # the one trace of a None batch
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._held: dict = {}  # id -> object, for Python values keyed by identity
+        self._count = 0  # traces so far
         self.__name__ = _fn_name(fn)
         self.__doc__ = fn.__doc__
 
@@ -832,28 +835,43 @@ class Function:
 
     @property
     def traced_signatures(self) -> list[tuple]:
-        """The core shapes of the arguments of each trace so far (``None`` for a batch
-        dimension one trace serves at every size)."""
+        """The core shapes of the tensor arguments of each trace so far (``None`` for a
+        batch dimension one trace serves at every size; with Python values among the
+        arguments, ``(shapes, ((position, value key), ...))``)."""
         poly = [tuple(tuple(sp.shape) for sp in self.input_signature)] if self._poly else []
         return poly + list(self._traces)
 
-    def _record(self, specs: list[TensorSpec]) -> tuple:
-        """Traces the function on placeholders of ``specs``: ``(placeholders, results
+    def _record(self, specs: list[TensorSpec], python: tuple = ()) -> tuple:
+        """Traces the function on placeholders of ``specs`` (and the Python values
+        ``python``: ``(position, value)`` among the arguments): ``(placeholders, results
         (flat), assignments [(variable, tensor)], variables read, result structure)``."""
         xs = _placeholders(self.python_function, specs)
+        args = list(xs)
+        for at, value in python:
+            args.insert(at, value)
         with recording.tracing() as trace, _traced("st.function"):
-            result = self.python_function(*xs)
+            result = self.python_function(*args)
         flat = [] if result is None else nest.flatten(result)
         for i, r in enumerate(flat):
-            if not isinstance(r, Tensor):
+            if isinstance(r, (bool, int, float, np.number, np.bool_)):
+                flat[i] = constant(r)  # a Python number: a constant result
+            elif not isinstance(r, Tensor):
                 raise InvalidArgumentError(f"st.function {self.__name__}: result {i} is a "
                                            f"{type(r).__name__}; return tensors")
         structure = None if result is None else _output_structure(result, flat)
         return (xs, flat, list(trace.assigned.values()), list(trace.variables.values()),
                 structure)
 
-    def _trace(self, specs: list[TensorSpec]) -> _Traced:
-        xs, flat, assigned, read, structure = self._record(specs)
+    def _trace(self, specs: list[TensorSpec], python: tuple = ()) -> _Traced:
+        self._count += 1
+        if self._count == RETRACE_WARNING + 1:
+            warnings.warn(
+                f"st.function {self.__name__} has been traced {self._count} times: each new "
+                "argument shape and each new Python value (an int, a flag, another object) "
+                "traces and compiles again. Pass numbers that change as arrays or floats, or "
+                "give input_signature with a None batch dimension", RetracingWarning,
+                stacklevel=3)
+        xs, flat, assigned, read, structure = self._record(specs, python)
         outputs = flat + [t for _, t in assigned]
         inputs = xs + read
         compiled = _compile_tensors(outputs, inputs, dict(
@@ -942,6 +960,19 @@ class Function:
     def _key(self, arrays) -> tuple:
         return tuple(a.shape for a in arrays)
 
+    def _positional(self, args: tuple, kwargs: dict) -> tuple:
+        """Keyword arguments in their positions (defaults filled in)."""
+        try:
+            bound = inspect.signature(self.python_function).bind(*args, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"st.function {self.__name__}: {e}") from None
+        bound.apply_defaults()
+        if bound.kwargs:
+            raise TypeError(f"st.function {self.__name__}: keyword-only arguments "
+                            f"({', '.join(bound.kwargs)}) are not supported; pass them "
+                            "positionally")
+        return bound.args
+
     def get_concrete_function(self, *args) -> CompiledFunction:
         """The compiled function for these arguments (or shapes/TensorSpecs)."""
         specs = _specs([getattr(a, "shape", a) if not isinstance(a, TensorSpec) else a
@@ -951,10 +982,23 @@ class Function:
             self._traces[key] = self._trace(specs)
         return self._traces[key].compiled
 
-    def __call__(self, *args):
-        arrays = [np.asarray(a.numpy() if isinstance(a, Tensor) else a) for a in args]
-        key = self._key(arrays)
+    def __call__(self, *args, **kwargs):
+        if kwargs:
+            args = self._positional(args, kwargs)
         sig = self.input_signature
+        if sig is None:
+            python = tuple((i, a) for i, a in enumerate(args) if _python_value(a))
+            if python:
+                args = [a for a in args if not _python_value(a)]
+        else:
+            python = ()
+        arrays = [np.asarray(a.numpy() if isinstance(a, Tensor) else a) for a in args]
+        for i, a in enumerate(arrays):
+            if a.dtype.kind not in "biuf":
+                raise InvalidArgumentError(
+                    f"st.function {self.__name__}: argument {i} is an array of "
+                    f"{a.dtype}; tensor arguments are numbers")
+        key = self._key(arrays)
         if sig is not None and (len(sig) != len(key) or any(
                 s.shape is not None and not _fits(s.shape, k) for s, k in zip(sig, key))):
             raise ShapeError(f"st.function {self.__name__}: argument shapes {list(key)} do not "
@@ -964,11 +1008,14 @@ class Function:
             poly = self._polymorphic()
             if poly is not None:
                 return self._run_split(poly, arrays)
+        if python:
+            key = (key, tuple((i, _value_key(v, self._held)) for i, v in python))
         traced = self._traces.get(key)
         if traced is None:
-            specs = [TensorSpec(k, s.dtype, s.name) for k, s in zip(key, sig)] if sig else \
-                [TensorSpec(k) for k in key]
-            traced = self._traces[key] = self._trace(specs)
+            shapes = key[0] if python else key
+            specs = [TensorSpec(k, s.dtype, s.name) for k, s in zip(shapes, sig)] if sig else \
+                [TensorSpec(k) for k in shapes]
+            traced = self._traces[key] = self._trace(specs, python)
         values = [v._store.value for v in traced.variables]
         results = traced.compiled(*arrays, *values)
         for var, value in zip(traced.assigned, results[traced.n_results:]):
@@ -987,6 +1034,46 @@ def _write_back(var, value) -> None:
         var._adopt(value)
     else:
         var.assign(value)
+
+
+#: A function traced more often than this warns (:class:`RetracingWarning`), as TensorFlow
+#: does after 5 retraces.
+RETRACE_WARNING = 5
+
+
+class RetracingWarning(UserWarning):
+    """An ``st.function`` traced again and again (new shapes or Python values each call)."""
+
+
+def _python_value(a) -> bool:
+    """Whether a call argument is a Python value that is part of the trace key (as
+    ``tf.function`` keys them): bools, ints, strings, None, modules, optimizers, any other
+    object; not tensors, arrays, numpy scalars, floats or lists of floats (tensors: one
+    trace serves all their values).
+
+    >>> [_python_value(a) for a in (3, True, "relu", None, 2.5, np.float64(1.0), [1.0, 2.0])]
+    [True, True, True, True, False, False, False]
+    """
+    if isinstance(a, (Tensor, np.ndarray, np.generic, float)):
+        return False
+    if isinstance(a, (list, tuple)) and a:
+        try:
+            return np.asarray(a).dtype.kind != "f"
+        except (ValueError, TypeError):
+            return True
+    return True
+
+
+def _value_key(value, held: dict):
+    """The trace-key form of a Python value: hashable numbers, strings and None by value,
+    lists and tuples element by element, other objects by identity (``held`` keeps them
+    alive, so an identity is never reused by another object)."""
+    if value is None or isinstance(value, (bool, int, str, float, np.generic)):
+        return type(value).__name__, value
+    if isinstance(value, (list, tuple)):
+        return type(value).__name__, tuple(_value_key(v, held) for v in value)
+    held[id(value)] = value
+    return "id", id(value)
 
 
 def _fits(spec_shape: tuple, shape: tuple) -> bool:

@@ -9,6 +9,7 @@ application of primitives live in ``ops/binder.py`` and are re-exported here.
 from __future__ import annotations
 
 import itertools
+import threading
 
 import numpy as np
 import sympy as sp
@@ -114,7 +115,7 @@ class Variable(Tensor):
         self._order = next(_variable_ids)
         label = name if name else f"v{self._order}"
         node = _leaf_node(_clean_name(label), value.shape, value.dtype, self._store)
-        super().__init__(node, None, value.dtype, name=name or "Variable")
+        super().__init__(node, None, value.dtype, name=_SCOPES.prefix() + (name or "Variable"))
         self._snapshot = None
 
     @property
@@ -205,6 +206,48 @@ class Variable(Tensor):
                 f"numpy={self._body()}>")
 
     __str__ = __repr__
+
+
+class _Scopes(threading.local):
+    """This thread's stack of name scopes (full names, each ending in ``/``)."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+
+    def prefix(self) -> str:
+        return self.stack[-1] if self.stack else ""
+
+
+_SCOPES = _Scopes()
+
+
+class name_scope:  # noqa: N801 - TensorFlow's name
+    """A context manager naming the variables created inside ``scope/name`` (as
+    ``tf.name_scope``); scopes nest, and a name ending in ``/`` is a full scope name.
+    Entering gives the full scope name.
+
+    >>> import symtape as st
+    >>> with st.name_scope("dense") as scope:
+    ...     w = st.Variable(1.0, name="w")
+    >>> scope, w.name
+    ('dense/', 'dense/w:0')
+    """
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name.rstrip("/") or not all(
+                part.replace("_", "a").replace("-", "a").replace(".", "a").isalnum()
+                for part in name.rstrip("/").split("/")):
+            raise InvalidArgumentError(f"st.name_scope: {name!r} is not a valid scope name "
+                                       "(letters, digits, '_', '-', '.', parts joined by '/')")
+        self.name = name
+
+    def __enter__(self) -> str:
+        full = self.name if self.name.endswith("/") else _SCOPES.prefix() + self.name + "/"
+        _SCOPES.stack.append(full)
+        return full
+
+    def __exit__(self, *exc) -> None:
+        _SCOPES.stack.pop()
 
 
 class SymbolTensor(Tensor):

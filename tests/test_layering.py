@@ -18,7 +18,7 @@ LEVELS = {
     "sparsity": (3, 0), "batching": (3, 1),
     "tape": (4, 0), "custom": (4, 0),
     "function": (5, 0), "serialize": (5, 1), "testing": (5, 0), "optimizers": (5, 0),
-    "saved_model": (5, 1),
+    "saved_model": (5, 1), "module": (5, 0),
     "__init__": (6, 0), "__main__": (6, 0),
 }
 

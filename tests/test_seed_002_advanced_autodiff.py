@@ -121,8 +121,8 @@ def test_custom_gradient_clip_by_norm_other_values(v0, expected):
     assert t.gradient(output, v).numpy() == pytest.approx(expected, rel=1e-15)
 
 
-# Custom gradients in SavedModel (tf.Module -> plain class)
-class MyModule:
+# Custom gradients in SavedModel
+class MyModule(st.Module):
 
     def call_custom_grad(self, x):
         return clip_gradients(x)
@@ -136,7 +136,7 @@ def test_custom_gradient_through_module_method():
     assert t.gradient(output, v).numpy() == 2.0
 
 
-class SavedModule:
+class SavedModule(st.Module):
     # As in the guide: only tf.function methods are saved (the seed lost this line).
     @st.function(input_signature=[st.TensorSpec(None)])
     def call_custom_grad(self, x):

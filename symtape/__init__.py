@@ -12,7 +12,7 @@ native code.
 
 from __future__ import annotations
 
-from . import errors, linalg, nn, optimizers, random, saved_model, testing
+from . import errors, keras, linalg, nn, optimizers, random, saved_model, testing
 from . import math as math
 from .custom import (
                      RegisterGradient,
@@ -62,6 +62,6 @@ __all__ = [  # noqa: F405
     "RegisterGradient", "define_function", "get_function", "stop_gradient", "errors", "math",
     "nn", "linalg", "random", "optimizers", "saved_model", "testing", "compile", "function",
     "Function", "grad", "jacobian", "hessian", "hvp", "derivative", "TensorSpec", "SparseResult",
-    "load", "Module", "name_scope",
+    "load", "Module", "name_scope", "keras",
     *math.__all__,
 ]

@@ -1,4 +1,5 @@
-"""``st.optimizers``: SGD and Adam applying gradients to variables (as Keras optimizers)."""
+"""``st.optimizers``: SGD, Adam and RMSprop applying gradients to variables (as Keras
+optimizers)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from .errors import InvalidArgumentError
 from .math import sqrt
 from .tensor import Tensor, Variable, constant
 
-__all__ = ["SGD", "Adam"]
+__all__ = ["SGD", "Adam", "RMSprop"]
 
 
 def _pairs(grads_and_vars: Iterable) -> list[tuple]:
@@ -88,3 +89,41 @@ class Adam:
             m.assign(b1 * m + (1.0 - b1) * g)
             s.assign(b2 * s + (1.0 - b2) * g * g)
             v.assign_sub(lr * m / (sqrt(s) + self.epsilon))
+
+
+class RMSprop:
+    """RMSprop with Keras's defaults: ``s = rho s + (1 - rho) g^2``, ``v -= lr g /
+    sqrt(s + epsilon)`` (``centered``: ``s`` less the squared mean gradient; ``momentum``:
+    the steps accumulate).
+
+    >>> import symtape as st
+    >>> w = st.Variable(1.0)
+    >>> st.optimizers.RMSprop(0.1).apply_gradients([(st.constant(2.0), w)])
+    >>> round(float(w), 6)  # 1 - 0.1 * 2 / sqrt(0.1 * 4)
+    0.683772
+    """
+
+    def __init__(self, learning_rate: float = 0.001, rho: float = 0.9, momentum: float = 0.0,
+                 epsilon: float = 1e-7, centered: bool = False) -> None:
+        self.learning_rate, self.rho = float(learning_rate), float(rho)
+        self.momentum, self.epsilon, self.centered = float(momentum), float(epsilon), centered
+        self._s: dict[int, Variable] = {}
+        self._mean: dict[int, Variable] = {}
+        self._velocity: dict[int, Variable] = {}
+
+    def apply_gradients(self, grads_and_vars: Iterable) -> None:
+        rho = self.rho
+        for g, v in _pairs(grads_and_vars):
+            s = _slot(self._s, v)
+            s.assign(rho * s + (1.0 - rho) * g * g)
+            denominator = s + self.epsilon
+            if self.centered:
+                mean = _slot(self._mean, v)
+                mean.assign(rho * mean + (1.0 - rho) * g)
+                denominator = denominator - mean * mean
+            step = self.learning_rate * g / sqrt(denominator)
+            if self.momentum:
+                vel = _slot(self._velocity, v)
+                vel.assign(self.momentum * vel + step)
+                step = vel
+            v.assign_sub(step)

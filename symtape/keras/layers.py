@@ -1,0 +1,295 @@
+"""Keras layers: ``Layer`` (an ``st.Module`` whose weights are made on the first call, from
+the input's shape), ``Dense``, ``BatchNormalization``, ``Activation``, ``Flatten``,
+``Dropout``."""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+
+import numpy as np
+
+from .. import math as M
+from .. import random, recording
+from ..errors import InvalidArgumentError, ShapeError
+from ..module import Module, _snake
+from ..tensor import Tensor, Variable, constant
+from . import activations, initializers
+
+__all__ = ["Layer", "Dense", "BatchNormalization", "Activation", "Flatten", "Dropout"]
+
+_COUNTS: dict = {}
+
+
+def _unique(base: str) -> str:
+    """Keras's layer names: ``dense``, ``dense_1``, ``dense_2``..."""
+    n = next(_COUNTS.setdefault(base, itertools.count()))
+    return base if n == 0 else f"{base}_{n}"
+
+
+class Layer(Module):
+    """A module whose weights are made by :meth:`build` on the first call (from the input's
+    shape, or from ``input_shape`` given at construction: ``(None,) + input_shape``), and
+    whose :meth:`call` computes its output. ``trainable=False`` freezes its weights.
+
+    >>> import symtape as st
+    >>> class Scale(st.keras.layers.Layer):
+    ...     def build(self, input_shape):
+    ...         self.w = self.add_weight("w", input_shape[-1:], "ones")
+    ...     def call(self, x):
+    ...         return x * self.w
+    >>> layer = Scale()
+    >>> layer(np.array([[1.0, 2.0]])).numpy(), layer.w.name
+    (array([[1., 2.]]), 'scale/w:0')
+    """
+
+    def __init__(self, trainable: bool = True, name: str | None = None,
+                 input_shape: tuple | None = None, dtype=None, **kwargs) -> None:
+        if kwargs:
+            raise TypeError(f"st.keras.layers.{type(self).__name__}: unknown arguments "
+                            f"{', '.join(sorted(kwargs))}")
+        super().__init__(name=name or _unique(_snake(type(self).__name__)))
+        self._weights: list = []  # made by add_weight, in order
+        self.trainable = bool(trainable)
+        self.built = False
+        self.input_shape = None if input_shape is None else tuple(input_shape)
+        self.dtype = np.dtype(dtype or "float64")
+
+    def build(self, input_shape: tuple) -> None:
+        """Makes the weights for inputs of ``input_shape`` (batch first)."""
+
+    def call(self, inputs, training=None):
+        """The layer's output."""
+        raise NotImplementedError(f"{type(self).__name__}.call")
+
+    def add_weight(self, name: str, shape, initializer="glorot_uniform",
+                   trainable: bool = True) -> Variable:
+        """A variable of ``shape`` drawn from ``initializer`` (a name or ``shape -> array``)."""
+        shape = tuple(int(n) for n in shape)
+        value = np.asarray(initializers.get(initializer)(shape), dtype=self.dtype)
+        if value.shape != shape:
+            raise ShapeError(f"{self.name}: initializer of {name} gave shape {value.shape}, "
+                             f"not {shape}")
+        with self.name_scope:
+            var = Variable(value, trainable=trainable, name=name)
+        self._weights.append(var)
+        return var
+
+    def __call__(self, inputs, training=None, **kwargs):
+        x = self._input(inputs)
+        if not self.built:
+            self.build(tuple(x.shape))
+            self.built = True
+        if "training" in inspect.signature(self.call).parameters:
+            kwargs["training"] = training
+        return self.call(x, **kwargs)
+
+    def _input(self, inputs) -> Tensor:
+        """Inputs as tensors of the layer's dtype (Keras casts float inputs)."""
+        if not isinstance(inputs, Tensor):
+            inputs = constant(np.asarray(inputs, dtype=self.dtype))
+        elif inputs.dtype != self.dtype and inputs.dtype.kind in "fiu":
+            inputs = M.cast(inputs, self.dtype)
+        return inputs
+
+    def _sublayers(self) -> list:
+        """The layers in this layer's attributes, in the order they were set (lists and
+        dicts in their order), each once."""
+        out, seen = [], set()
+        stack = list(reversed(list(vars(self).values())))
+        while stack:
+            v = stack.pop()
+            if isinstance(v, Layer):
+                if id(v) not in seen and v is not self:
+                    seen.add(id(v))
+                    out.append(v)
+            elif isinstance(v, dict):
+                stack.extend(reversed(list(v.values())))
+            elif isinstance(v, (list, tuple)):
+                stack.extend(reversed(v))
+        return out
+
+    @property
+    def trainable_variables(self) -> tuple:
+        """Trainable weights, Keras's order: this layer's in the order made, then each
+        sublayer's (none when frozen)."""
+        if not self.trainable:
+            return ()
+        return _once([v for v in self._weights if v.trainable] + [
+            v for layer in self._sublayers() for v in layer.trainable_variables])
+
+    @property
+    def non_trainable_variables(self) -> tuple:
+        """The other weights (all of them when frozen)."""
+        return _once([v for v in self._weights if not (self.trainable and v.trainable)] + [
+            v for layer in self._sublayers() for v in (
+                layer.non_trainable_variables if self.trainable else layer.variables)])
+
+    @property
+    def variables(self) -> tuple:
+        """The trainable weights, then the others (Keras's ``weights``)."""
+        return _once(list(self.trainable_variables) + list(self.non_trainable_variables))
+
+    @property
+    def weights(self) -> list:
+        """All the weights (Keras's name for :attr:`variables`)."""
+        return list(self.variables)
+
+    def count_params(self) -> int:
+        """The number of weights' elements."""
+        return int(sum(v.size for v in self.variables))
+
+
+def _once(values: list) -> tuple:
+    seen, out = set(), []
+    for v in values:
+        if id(v) not in seen:
+            seen.add(id(v))
+            out.append(v)
+    return tuple(out)
+
+
+class Dense(Layer):
+    """``activation(inputs @ kernel + bias)`` over the last axis of the inputs.
+
+    >>> import symtape as st
+    >>> st.random.set_seed(0)
+    >>> layer = st.keras.layers.Dense(2, activation="relu", use_bias=False)
+    >>> layer(np.ones((3, 4))).shape, layer.kernel.shape, layer.bias
+    ((3, 2), (4, 2), None)
+    """
+
+    def __init__(self, units: int, activation=None, use_bias: bool = True,
+                 kernel_initializer="glorot_uniform", bias_initializer="zeros",
+                 **kwargs) -> None:
+        super().__init__(**kwargs)
+        if int(units) <= 0:
+            raise InvalidArgumentError(f"st.keras.layers.Dense: units must be positive, got "
+                                       f"{units}")
+        self.units = int(units)
+        self.activation = activations.get(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer = kernel_initializer
+        self.bias_initializer = bias_initializer
+        self.kernel = self.bias = None
+
+    def build(self, input_shape: tuple) -> None:
+        if not input_shape or input_shape[-1] is None:
+            raise ShapeError(f"{self.name}: the last axis of the inputs must be known, got "
+                             f"shape {input_shape}")
+        self.kernel = self.add_weight("kernel", (input_shape[-1], self.units),
+                                      self.kernel_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.units,), self.bias_initializer)
+
+    def call(self, inputs):
+        if inputs.shape[-1] != self.kernel.shape[0]:
+            raise ShapeError(f"{self.name}: inputs of shape {inputs.shape}; the layer was "
+                             f"built for a last axis of {self.kernel.shape[0]}")
+        y = M.matmul(inputs, self.kernel) if len(inputs.shape) == 2 else \
+            M.tensordot(inputs, self.kernel, 1)
+        if self.bias is not None:
+            y = y + self.bias
+        return self.activation(y)
+
+
+class BatchNormalization(Layer):
+    """``gamma * (x - mean) / sqrt(var + epsilon) + beta`` over every axis but ``axis``:
+    with ``training=True`` the batch's mean and (biased) variance, which also move the
+    moving statistics (``moving = moving * momentum + batch * (1 - momentum)``, assignments
+    an ``st.function`` step carries); otherwise the moving statistics.
+
+    >>> import symtape as st
+    >>> bn = st.keras.layers.BatchNormalization()
+    >>> x = np.array([[1.0, 2.0], [3.0, 6.0]])
+    >>> np.round(bn(x, training=True).numpy(), 2)
+    array([[-1., -1.],
+           [ 1.,  1.]])
+    >>> bn.moving_mean.numpy()
+    array([0.02, 0.04])
+    """
+
+    def __init__(self, axis: int = -1, momentum: float = 0.99, epsilon: float = 1e-3,
+                 center: bool = True, scale: bool = True, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.axis = int(axis)
+        self.momentum, self.epsilon = float(momentum), float(epsilon)
+        self.center, self.scale = bool(center), bool(scale)
+        self.gamma = self.beta = None
+
+    def build(self, input_shape: tuple) -> None:
+        rank = len(input_shape)
+        if not -rank <= self.axis < rank:
+            raise ShapeError(f"{self.name}: axis {self.axis} is out of range for inputs of "
+                             f"shape {input_shape}")
+        n = (input_shape[self.axis],)
+        if self.scale:
+            self.gamma = self.add_weight("gamma", n, "ones")
+        if self.center:
+            self.beta = self.add_weight("beta", n, "zeros")
+        self.moving_mean = self.add_weight("moving_mean", n, "zeros", trainable=False)
+        self.moving_variance = self.add_weight("moving_variance", n, "ones", trainable=False)
+
+    def call(self, inputs, training=None):
+        rank = len(inputs.shape)
+        axis = self.axis % rank
+        axes = [a for a in range(rank) if a != axis]
+        shape = [inputs.shape[a] if a == axis else 1 for a in range(rank)]
+        if training:
+            mean = M.reduce_mean(inputs, axis=axes)
+            var = M.reduce_mean(M.square(inputs - M.reshape(mean, shape)), axis=axes)
+            m = self.momentum
+            self.moving_mean.assign(self.moving_mean * m + mean * (1.0 - m))
+            self.moving_variance.assign(self.moving_variance * m + var * (1.0 - m))
+        else:
+            mean, var = self.moving_mean, self.moving_variance
+        inv = M.rsqrt(var + self.epsilon)
+        if self.gamma is not None:
+            inv = inv * self.gamma
+        y = (inputs - M.reshape(mean, shape)) * M.reshape(inv, shape)
+        return y + M.reshape(self.beta, shape) if self.beta is not None else y
+
+
+class Activation(Layer):
+    """An activation as a layer (``Activation("softmax")``)."""
+
+    def __init__(self, activation, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.activation = activations.get(activation)
+
+    def call(self, inputs):
+        return self.activation(inputs)
+
+
+class Flatten(Layer):
+    """Each example's axes as one: ``(batch, ...)`` to ``(batch, n)``."""
+
+    def call(self, inputs):
+        batch = inputs.shape[0] if inputs.shape else 1
+        return M.reshape(inputs, (batch, -1))
+
+
+class Dropout(Layer):
+    """With ``training=True``, zeros a share ``rate`` of the elements and scales the others
+    by ``1 / (1 - rate)``; the identity otherwise. The mask is drawn eagerly from
+    ``st.random`` (``seed``: its own stream), so a traced step (``st.function``) refuses
+    ``training=True``: its mask would be frozen into the compiled code."""
+
+    def __init__(self, rate: float, seed: int | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if not 0.0 <= float(rate) < 1.0:
+            raise InvalidArgumentError(f"st.keras.layers.Dropout: rate must be in [0, 1), "
+                                       f"got {rate}")
+        self.rate, self.seed = float(rate), seed
+
+    def call(self, inputs, training=None):
+        if not training or self.rate == 0.0:
+            return inputs
+        if recording.current_trace() is not None:
+            raise InvalidArgumentError(
+                f"{self.name}: Dropout with training=True inside st.function is not "
+                "supported (the mask would be drawn once, at tracing, and reused by every "
+                "call); apply it eagerly, or pass training=False")
+        keep = random.uniform(inputs.shape, dtype=inputs.dtype.name, seed=self.seed).numpy() \
+            >= self.rate
+        return inputs * constant(keep / (1.0 - self.rate))

@@ -1,0 +1,313 @@
+"""``st.keras``: layers, Sequential, losses, optimizers, utilities and the MNIST reader,
+against numpy references; the seeds' Keras-layer examples with only the import changed;
+models trained eagerly and under ``st.function`` alike."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from numpy.testing import assert_allclose
+from seed_helpers import blobs
+
+import symtape as st
+from symtape.keras.layers import BatchNormalization, Dropout
+
+keras = st.keras
+
+
+def _relu(x):
+    return np.maximum(x, 0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# Layers
+# --------------------------------------------------------------------------------------------
+
+
+def test_dense_is_activation_of_an_affine_map():
+    st.random.set_seed(3)
+    layer = keras.layers.Dense(10, activation=st.nn.relu)
+    x = np.random.default_rng(0).normal(size=(7, 5))
+    y = layer(x)
+    assert layer.kernel.shape == (5, 10) and layer.bias.shape == (10,)
+    assert_allclose(y.numpy(), _relu(x @ layer.kernel.numpy() + layer.bias.numpy()),
+                    rtol=1e-14)
+    limit = np.sqrt(6.0 / 15.0)  # glorot uniform
+    assert np.abs(layer.kernel.numpy()).max() <= limit
+    assert [v.name for v in layer.trainable_variables] == [
+        f"{layer.name}/kernel:0", f"{layer.name}/bias:0"]
+    x3 = np.ones((2, 4, 5))  # any leading axes
+    assert layer(x3).shape == (2, 4, 10)
+    with pytest.raises(st.errors.ShapeError, match="last axis"):
+        layer(np.ones((2, 4)))
+
+
+def test_layer_names_are_unique_and_frozen_layers_have_no_trainable_weights():
+    a, b = keras.layers.Dense(2), keras.layers.Dense(2)
+    assert a.name != b.name and b.name.startswith("dense")
+    model = keras.Sequential([a, b])
+    model(np.ones((1, 3)))
+    a.trainable = False
+    assert [v.shape for v in model.trainable_variables] == [(2, 2), (2,)]
+    assert len(model.non_trainable_variables) == 2 and len(model.variables) == 4
+    assert model.count_params() == 3 * 2 + 2 + 2 * 2 + 2
+    with pytest.raises(st.errors.InvalidArgumentError, match="activation"):
+        keras.layers.Dense(2, activation="nope")
+    with pytest.raises(st.errors.InvalidArgumentError, match="not a layer"):
+        keras.Sequential([lambda x: x])
+
+
+def test_batch_normalization_training_and_inference():
+    x = np.random.default_rng(1).normal(size=(6, 3)) * 2 + 1
+    bn = BatchNormalization(momentum=0.9, epsilon=1e-3)
+    got = bn(x, training=True).numpy()
+    mean, var = x.mean(0), x.var(0)
+    assert_allclose(got, (x - mean) / np.sqrt(var + 1e-3), rtol=1e-12)
+    assert_allclose(bn.moving_mean.numpy(), 0.1 * mean, rtol=1e-12)
+    assert_allclose(bn.moving_variance.numpy(), 0.9 + 0.1 * var, rtol=1e-12)
+    inference = bn(x).numpy()  # training=None: the moving statistics
+    assert_allclose(inference, (x - 0.1 * mean) / np.sqrt(0.9 + 0.1 * var + 1e-3),
+                    rtol=1e-12)
+    assert [v.name.split("/")[-1] for v in bn.variables] == [
+        "gamma:0", "beta:0", "moving_mean:0", "moving_variance:0"]
+    images = np.random.default_rng(2).normal(size=(4, 5, 5, 2))
+    out = BatchNormalization(axis=-1)(images, training=True).numpy()
+    assert_allclose(out.mean(axis=(0, 1, 2)), 0.0, atol=1e-12)
+
+
+def test_flatten_activation_dropout():
+    x = np.arange(24.0).reshape(2, 3, 4)
+    assert keras.layers.Flatten()(x).shape == (2, 12)
+    assert_allclose(keras.layers.Activation("softmax")(x).numpy().sum(-1), 1.0)
+    drop = Dropout(0.5, seed=1)
+    assert drop(x) is not None and np.array_equal(drop(x).numpy(), x)
+    y = drop(np.ones((1000,)), training=True).numpy()
+    assert set(np.unique(y)) <= {0.0, 2.0} and 400 < (y == 0).sum() < 600
+    with pytest.raises(st.errors.InvalidArgumentError, match="st.function"):
+        st.function(lambda v: drop(v, training=True))(np.ones(3))
+    with pytest.raises(st.errors.InvalidArgumentError, match="rate"):
+        Dropout(1.0)
+
+
+def test_sequential_built_from_input_shape():
+    st.random.set_seed(0)
+    model = keras.Sequential([keras.layers.Dense(4, activation="tanh", input_shape=(3,)),
+                              keras.layers.Dense(2)])
+    assert model.built and [v.shape for v in model.trainable_variables] == [
+        (3, 4), (4,), (4, 2), (2,)]
+    x = np.ones((5, 3))
+    k1, b1, k2, b2 = (v.numpy() for v in model.trainable_variables)
+    assert_allclose(model(x).numpy(), np.tanh(x @ k1 + b1) @ k2 + b2, rtol=1e-14)
+
+
+# --------------------------------------------------------------------------------------------
+# Losses, optimizers, utilities, data
+# --------------------------------------------------------------------------------------------
+
+
+def test_losses_against_numpy():
+    rng = np.random.default_rng(4)
+    logits = rng.normal(size=(5, 3))
+    p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+    labels = rng.integers(0, 3, 5)
+    y = np.eye(3)[labels]
+    want = -(y * np.log(p)).sum(-1)
+    L = keras.losses
+    assert_allclose(L.categorical_crossentropy(y, p).numpy(), want, rtol=1e-12)
+    assert_allclose(L.categorical_crossentropy(y, logits, from_logits=True).numpy(), want,
+                    rtol=1e-12)
+    assert_allclose(L.sparse_categorical_crossentropy(labels, p).numpy(), want, rtol=1e-12)
+    assert float(L.CategoricalCrossentropy()(y, p)) == pytest.approx(want.mean(), rel=1e-12)
+    # probabilities are clipped: a zero probability costs -log(1e-7), not inf
+    assert float(L.categorical_crossentropy([[1.0, 0.0]], [[0.0, 1.0]])[0]) == \
+        pytest.approx(-np.log(1e-7), rel=1e-6)
+    t = rng.normal(size=(5, 3))
+    assert_allclose(L.mean_squared_error(t, logits).numpy(), ((logits - t) ** 2).mean(-1),
+                    rtol=1e-12)
+    z = rng.integers(0, 2, (5, 3)).astype(float)
+    s = 1 / (1 + np.exp(-logits))
+    bce = -(z * np.log(s) + (1 - z) * np.log(1 - s)).mean(-1)
+    assert_allclose(L.binary_crossentropy(z, s).numpy(), bce, rtol=1e-9)
+    assert_allclose(L.binary_crossentropy(z, logits, from_logits=True).numpy(), bce,
+                    rtol=1e-9)
+
+
+@pytest.mark.parametrize("centered,momentum", [(False, 0.0), (True, 0.0), (False, 0.5)])
+def test_rmsprop_against_its_update_rule(centered, momentum):
+    w = st.Variable(np.array([1.0, -2.0]))
+    opt = keras.optimizers.RMSprop(0.01, rho=0.8, momentum=momentum, centered=centered)
+    ref, s, mg, vel = w.numpy().copy(), np.zeros(2), np.zeros(2), np.zeros(2)
+    for k in range(4):
+        g = np.array([0.5 + k, -1.0])
+        opt.apply_gradients([(st.constant(g), w)])
+        s = 0.8 * s + 0.2 * g * g
+        den = s + 1e-7
+        if centered:
+            mg = 0.8 * mg + 0.2 * g
+            den = den - mg * mg
+        step = 0.01 * g / np.sqrt(den)
+        if momentum:
+            vel = momentum * vel + step
+            step = vel
+        ref = ref - step
+    assert_allclose(w.numpy(), ref, rtol=1e-12)
+
+
+def test_to_categorical():
+    assert keras.utils.to_categorical([2, 0]).tolist() == [[0, 0, 1], [1, 0, 0]]
+    assert keras.utils.to_categorical(np.array([[1], [0]]), 2).shape == (2, 2)
+    with pytest.raises(st.errors.InvalidArgumentError, match=r"in \[0, 3\)"):
+        keras.utils.to_categorical([3], 3)
+    with pytest.raises(st.errors.InvalidArgumentError, match="integers"):
+        keras.utils.to_categorical([0.5])
+
+
+def test_mnist_reads_the_cached_file_and_refuses_anything_else(tmp_path, monkeypatch):
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="does not download"):
+        keras.datasets.mnist.load_data()
+    (tmp_path / "datasets").mkdir()
+    file = tmp_path / "datasets" / "mnist.npz"
+    rng = np.random.default_rng(5)
+    np.savez(file, x_train=rng.integers(0, 255, (3, 28, 28), dtype=np.uint8),
+             y_train=np.array([1, 2, 3], np.uint8), x_test=np.zeros((1, 28, 28), np.uint8),
+             y_test=np.zeros(1, np.uint8))
+    (x, y), (xt, yt) = keras.datasets.mnist.load_data()
+    assert x.shape == (3, 28, 28) and y.tolist() == [1, 2, 3] and xt.shape == (1, 28, 28)
+    np.savez(file, x_train=np.array([object()], dtype=object), y_train=y, x_test=xt,
+             y_test=yt)  # a pickle inside: never loaded
+    with pytest.raises(st.errors.SerializationError, match="not an MNIST archive"):
+        keras.datasets.mnist.load_data()
+    np.savez(file, x_train=x[:2], y_train=y, x_test=xt, y_test=yt)
+    with pytest.raises(st.errors.SerializationError, match="differ in length"):
+        keras.datasets.mnist.load_data()
+    file.write_bytes(b"not a zip file")
+    with pytest.raises(st.errors.SerializationError):
+        keras.datasets.mnist.load_data()
+
+
+# --------------------------------------------------------------------------------------------
+# The seed's examples with Keras layers (advanced autodiff guide)
+# --------------------------------------------------------------------------------------------
+
+
+def test_seed_input_gradient_regularization():
+    st.random.set_seed(6)
+    x = st.random.normal([7, 5])
+
+    layer = st.keras.layers.Dense(10, activation=st.nn.relu)
+    with st.GradientTape() as t2:
+        # The inner tape only takes the gradient with respect to the input,
+        # not the variables.
+        with st.GradientTape(watch_accessed_variables=False) as t1:
+            t1.watch(x)  # (the guide's x is watched this way in its first listing)
+            y = layer(x)
+            out = st.reduce_sum(layer(x)**2)
+        # 1. Calculate the input gradient.
+        g1 = t1.gradient(out, x)
+        # 2. Calculate the magnitude of the input gradient.
+        g1_mag = st.norm(g1)
+
+    # 3. Calculate the gradient of the magnitude with respect to the model.
+    dg1_mag = t2.gradient(g1_mag, layer.trainable_variables)
+    assert [var.shape for var in dg1_mag] == [(5, 10), (10,)]
+    assert y.shape == (7, 10)
+
+    def magnitude(k):
+        z = x.numpy() @ k + layer.bias.numpy()
+        g = (2 * _relu(z) * (z > 0)) @ k.T
+        return np.linalg.norm(g)
+
+    k0, h = layer.kernel.numpy(), 1e-6
+    for i, j in [(0, 0), (2, 7), (4, 9)]:
+        e = np.zeros_like(k0)
+        e[i, j] = h
+        fd = (magnitude(k0 + e) - magnitude(k0 - e)) / (2 * h)
+        assert float(dg1_mag[0].numpy()[i, j]) == pytest.approx(fd, rel=1e-6, abs=1e-9)
+
+
+def test_seed_jacobian_of_a_layer_sums_to_its_gradient():
+    st.random.set_seed(7)
+    x = st.random.normal([7, 5])
+    layer = st.keras.layers.Dense(10, activation=st.nn.relu)
+
+    with st.GradientTape(persistent=True) as tape:
+        y = layer(x)
+
+    j = tape.jacobian(y, layer.kernel)
+    assert j.shape == (7, 10, 5, 10)
+    g = tape.gradient(y, layer.kernel)
+    j_sum = st.reduce_sum(j, axis=[0, 1])
+    delta = st.reduce_max(abs(g - j_sum)).numpy()
+    assert delta < 1e-12
+
+
+def test_seed_batch_jacobian_through_batch_normalization_is_not_diagonal():
+    st.random.set_seed(8)
+    x = st.random.normal([7, 5])
+
+    layer1 = st.keras.layers.Dense(8, activation=st.nn.elu)
+    bn = st.keras.layers.BatchNormalization()
+    layer2 = st.keras.layers.Dense(6, activation=st.nn.elu)
+
+    with st.GradientTape(persistent=True, watch_accessed_variables=False) as tape:
+        tape.watch(x)
+        y = layer1(x)
+        y = bn(y, training=True)
+        y = layer2(y)
+
+    j = tape.jacobian(y, x)
+    assert j.shape == (7, 6, 7, 5)
+    off = np.abs(j.numpy()[0, :, 1, :]).max()  # example 1 moves example 0 (batch statistics)
+    assert off > 1e-6
+    jb = tape.batch_jacobian(y, x)
+    assert jb.shape == (7, 6, 5)
+
+
+# --------------------------------------------------------------------------------------------
+# Training: eager and compiled alike
+# --------------------------------------------------------------------------------------------
+
+
+def _model(seed):
+    st.random.set_seed(seed)
+    return keras.Sequential([keras.layers.Dense(16, input_shape=(8,)),
+                             keras.layers.BatchNormalization(),
+                             keras.layers.Activation("relu"),
+                             keras.layers.Dense(4),
+                             keras.layers.Activation("softmax")])
+
+
+def test_sequential_with_batch_norm_trains_compiled_as_eagerly():
+    """The seed's custom training step (categorical cross-entropy of softmax outputs,
+    Adam), BatchNormalization in training mode: compiled with a None batch (one trace for
+    every batch size) and eagerly, equal weights and moving statistics, loss falling."""
+    x, labels = blobs(np.random.default_rng(9), 96, 8, 4)
+    y = keras.utils.to_categorical(labels, 4)
+    runs = []
+    for compiled in (True, False):
+        model, opt = _model(10), keras.optimizers.Adam(1e-2)
+
+        def step(X, y):
+            with st.GradientTape() as tape:
+                pred = model(X, training=True)
+                loss = keras.losses.categorical_crossentropy(y, pred)
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return st.reduce_mean(loss)
+
+        if compiled:
+            step = st.function(step, input_signature=[st.TensorSpec((None, 8)),
+                                                      st.TensorSpec((None, 4))])
+        losses = []
+        for epoch in range(6):
+            for i in range(0, 96, 32 if epoch % 2 else 24):  # two batch sizes
+                losses.append(float(step(x[i:i + 32], y[i:i + 32])))
+        runs.append((model, losses, step))
+    (cm, closses, cstep), (em, elosses, _) = runs
+    assert_allclose(closses, elosses, rtol=1e-9)
+    for a, b in zip(cm.variables, em.variables):  # (the first bias's gradient is rounding
+        assert_allclose(a.numpy(), b.numpy(), rtol=1e-8, atol=1e-9)  # only: BN cancels it)
+    assert cstep.traced_signatures == [((None, 8), (None, 4))]
+    assert np.mean(closses[-4:]) < np.mean(closses[:4])
+    assert not np.allclose(cm.layers[1].moving_mean.numpy(), 0.0)

@@ -329,6 +329,36 @@ def _affine(offsets: np.ndarray) -> tuple | None:
                                                      offsets) else None
 
 
+def _finer_affine(offsets: np.ndarray):
+    """``(shape, (offset, strides))`` when ``offsets`` is affine once some axes are split
+    where their step changes: the windows of an image side by side, ``((n, i, j), (p, q,
+    c))`` flattened to two axes, are affine over ``(n, i, j, p, (q, c))``; None otherwise.
+
+    >>> x = np.arange(25).reshape(5, 5)
+    >>> cols = np.stack([x[i:i + 3, j:j + 3].reshape(-1) for i in range(3) for j in range(3)])
+    >>> _finer_affine(cols)
+    ((3, 3, 3, 3), (0, (5, 1, 5, 1)))
+    """
+    shape = tuple(offsets.shape)
+    for _ in range(2 * len(shape) + 4):
+        aff = _affine(offsets.reshape(shape))
+        if aff is not None:
+            return shape, aff
+        arr = offsets.reshape(shape)
+        for d, n in enumerate(shape):
+            if n < 3:
+                continue
+            line = arr[tuple(slice(None) if e == d else 0 for e in range(len(shape)))]
+            steps = np.diff(line)
+            run = int(np.argmax(steps != steps[0])) + 1 if (steps != steps[0]).any() else n
+            if run < n and n % run == 0:
+                shape = shape[:d] + (n // run, run) + shape[d + 1:]
+                break
+        else:
+            return None
+    return None
+
+
 def _copy_body(n: int, boolean: bool) -> Plan:
     """The plan copying ``n`` elements (identity, element ``k`` to element ``k``)."""
     from .codegen.plan import ArgLayout
@@ -480,11 +510,22 @@ class _Planner:
         n = per.size
         starts = _runs(per.reshape(-1))
         by_runs = len(starts) <= MAX_RUNS and n >= RUN_LENGTH * len(starts)
-        if n > UNROLL_LIMIT and not by_runs:
+        if n > UNROLL_LIMIT and not by_runs and _finer_affine(per) is None:
             raise Unplannable(f"a gather of {n} elements in {len(starts)} pieces")
         boolean = self.buffers[buf].boolean
+        finer = None if by_runs or n <= UNROLL_LIMIT else _finer_affine(per)
+        if finer is not None and batched:
+            self.point_stride(offsets)  # (raises when points are placed irregularly)
         new = self.add_buffer(Buffer("temp", -1, n, boolean), batched) if into is None \
             else into
+        if finer is not None:  # one copy loop over a finer index space (windows of images)
+            shape, (start, strides) = finer
+            step = (self.point_stride(offsets),) if batched else ()
+            out_step = (n,) if batched else ()
+            dst = _affine(_flat(shape))
+            self.block(shape, _copy_body(1, boolean), (Access(buf, start, step + strides),),
+                       (Access(new, dst[0], out_step + dst[1]),), batched=batched)
+            return new, _flat(offsets.shape)
         if by_runs:
             step = (self.point_stride(offsets),) if batched else ()
             out_step = (n,) if batched else ()

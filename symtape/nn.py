@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import functools
 
+import math as _pymath
+
+import numpy as np
+
+from . import math as M
 from . import ops
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, ShapeError
 from .math import _entry
 from .math import sigmoid, softplus, tanh  # TensorFlow exposes these under tf.nn too
+from .tensor import Tensor, constant
 
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax",
            "sigmoid_cross_entropy_with_logits", "softmax_cross_entropy_with_logits", "l2_loss",
-           "sigmoid", "softplus", "tanh"]
+           "sigmoid", "softplus", "tanh", "conv2d", "max_pool2d", "avg_pool2d", "moments"]
 
 
 #: ``name -> composite`` of this module (the op-table test asks for a row per entry).
@@ -133,3 +139,173 @@ def l2_loss(t, name=None):
     """
     return ops.divide.bind(ops.reduce_sum.bind(ops.square.bind(t), axis=None), 2)
 
+
+
+# --------------------------------------------------------------------------------------------
+# Convolutions and pooling (NHWC), as compositions of slices, pads and one matrix product
+# --------------------------------------------------------------------------------------------
+
+
+def _pair_arg(value, what: str, name: str) -> tuple:
+    """``(h, w)`` of an int, a pair, or TensorFlow's ``[1, h, w, 1]``."""
+    v = [value] * 2 if isinstance(value, (int, np.integer)) else list(value)
+    if len(v) == 4:
+        if v[0] != 1 or v[3] != 1:
+            raise InvalidArgumentError(f"st.nn.{what}: {name} over the batch or the channels "
+                                       f"must be 1, got {value}")
+        v = v[1:3]
+    if len(v) == 1:
+        v = v * 2
+    if len(v) != 2 or any(int(k) < 1 for k in v):
+        raise InvalidArgumentError(f"st.nn.{what}: {name} must be positive ints (one, two, or "
+                                   f"[1, h, w, 1]), got {value}")
+    return int(v[0]), int(v[1])
+
+
+def _windows(x: Tensor, size: tuple, strides: tuple, padding, what: str,
+             fill: float = 0.0) -> tuple:
+    """The input padded as ``padding`` says (``'SAME'``, ``'VALID'``, or explicit
+    ``[[0, 0], [top, bottom], [left, right], [0, 0]]``; padded with ``fill``) and the
+    output's height and width: ``(padded, oh, ow, pads)``."""
+    if len(x.shape) != 4:
+        raise ShapeError(f"st.nn.{what}: input must be NHWC (rank 4), got shape {x.shape}")
+    (_, h, w, _), (kh, kw), (sh, sw) = x.shape, size, strides
+    if isinstance(padding, str) and padding.upper() in ("SAME", "VALID"):
+        if padding.upper() == "SAME":
+            oh, ow = -(-h // sh), -(-w // sw)
+            ph, pw = max((oh - 1) * sh + kh - h, 0), max((ow - 1) * sw + kw - w, 0)
+            pads = [[0, 0], [ph // 2, ph - ph // 2], [pw // 2, pw - pw // 2], [0, 0]]
+        else:
+            pads = [[0, 0]] * 4
+    else:
+        try:
+            pads = [[int(a), int(b)] for a, b in padding]
+        except (TypeError, ValueError):
+            pads = None
+        if pads is None or len(pads) != 4 or pads[0] != [0, 0] or pads[3] != [0, 0] or \
+                min(min(p) for p in pads) < 0:
+            raise InvalidArgumentError(f"st.nn.{what}: padding must be 'SAME', 'VALID' or "
+                                       f"[[0, 0], [top, bottom], [left, right], [0, 0]], got "
+                                       f"{padding!r}")
+    hp, wp = h + sum(pads[1]), w + sum(pads[2])
+    oh, ow = (hp - kh) // sh + 1, (wp - kw) // sw + 1
+    if oh < 1 or ow < 1:
+        raise ShapeError(f"st.nn.{what}: a {kh}x{kw} window does not fit an input of "
+                         f"{h}x{w} with padding {padding!r}")
+    if any(any(p) for p in pads):
+        x = M.pad(x, pads, constant_values=fill)
+    return x, oh, ow, pads
+
+
+def _patch(x: Tensor, i: int, j: int, oh: int, ow: int, strides: tuple) -> Tensor:
+    """The ``(i, j)`` element of every window: ``x[:, i::sh, j::sw, :]`` cut to the output."""
+    sh, sw = strides
+    return x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :]
+
+
+@_composite("conv2d")
+def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC", dilations=None,
+           name=None):
+    """2-D convolution (cross-correlation, as TensorFlow's): ``out[n, i, j, o] = sum over
+    (p, q, c) of x[n, i*sh + p, j*sw + q, c] * filters[p, q, c, o]`` for NHWC ``input`` and
+    HWIO ``filters``; ``padding`` ``'SAME'`` (TensorFlow's split: the extra row and column
+    after), ``'VALID'`` or explicit. Computed as one matrix product of the windows' elements
+    side by side with the flattened filters, so its derivatives are those of slices, a
+    concatenation and a matrix product.
+
+    >>> import symtape as st
+    >>> x = st.reshape(st.range(1.0, 10.0), (1, 3, 3, 1))
+    >>> st.nn.conv2d(x, st.ones((2, 2, 1, 1)), 1, "VALID").numpy()[0, :, :, 0]
+    array([[12., 16.],
+           [24., 28.]])
+    """
+    if data_format != "NHWC":
+        raise InvalidArgumentError(f"st.nn.conv2d: data_format {data_format!r}: only NHWC")
+    if dilations not in (None, 1, [1, 1], (1, 1), [1, 1, 1, 1], (1, 1, 1, 1)):
+        raise InvalidArgumentError("st.nn.conv2d: dilations other than 1 are not supported")
+    x = input if isinstance(input, Tensor) else constant(input)
+    k = filters if isinstance(filters, Tensor) else constant(filters)
+    if len(k.shape) != 4:
+        raise ShapeError(f"st.nn.conv2d: filters must be HWIO (rank 4), got shape {k.shape}")
+    kh, kw, c, o = k.shape
+    if len(x.shape) == 4 and x.shape[3] != c:
+        raise ShapeError(f"st.nn.conv2d: the input has {x.shape[3]} channels, the filters "
+                         f"take {c}")
+    st_ = _pair_arg(strides, "conv2d", "strides")
+    x, oh, ow, _ = _windows(x, (kh, kw), st_, padding, "conv2d")
+    parts = [_patch(x, i, j, oh, ow, st_) for i in range(kh) for j in range(kw)]
+    cols = parts[0] if len(parts) == 1 else M.concat(parts, axis=-1)
+    n = x.shape[0]
+    flat = M.reshape(cols, (n * oh * ow, kh * kw * c))
+    out = M.matmul(flat, M.reshape(k, (kh * kw * c, o)))
+    return M.reshape(out, (n, oh, ow, o))
+
+
+def _pool(x, ksize, strides, padding, what: str, fill: float):
+    x = x if isinstance(x, Tensor) else constant(x)
+    size = _pair_arg(ksize, what, "ksize")
+    st_ = _pair_arg(size if strides is None else strides, what, "strides")
+    xp, oh, ow, pads = _windows(x, size, st_, padding, what, fill)
+    return [_patch(xp, i, j, oh, ow, st_) for i in range(size[0]) for j in range(size[1])], \
+        (x.shape, size, st_, oh, ow, pads)
+
+
+@_composite("max_pool2d")
+def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):
+    """The maximum of each window (NHWC); the gradient goes to the first maximum of a
+    window, as TensorFlow's.
+
+    >>> import symtape as st
+    >>> x = st.reshape(st.range(1.0, 17.0), (1, 4, 4, 1))
+    >>> st.nn.max_pool2d(x, 2, 2, "VALID").numpy()[0, :, :, 0]
+    array([[ 6.,  8.],
+           [14., 16.]])
+    """
+    if data_format != "NHWC":
+        raise InvalidArgumentError(f"st.nn.max_pool2d: data_format {data_format!r}: only NHWC")
+    parts, _ = _pool(input, ksize, strides, padding, "max_pool2d", -np.inf)
+    out = parts[0]
+    for p in parts[1:]:
+        out = M.maximum(out, p)
+    return out
+
+
+@_composite("avg_pool2d")
+def avg_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):
+    """The mean of each window (NHWC); with ``'SAME'`` padding, of its elements inside the
+    input only, as TensorFlow's.
+
+    >>> import symtape as st
+    >>> x = st.reshape(st.range(1.0, 10.0), (1, 3, 3, 1))
+    >>> st.nn.avg_pool2d(x, 2, 2, "SAME").numpy()[0, :, :, 0]
+    array([[3. , 4.5],
+           [7.5, 9. ]])
+    """
+    if data_format != "NHWC":
+        raise InvalidArgumentError(f"st.nn.avg_pool2d: data_format {data_format!r}: only NHWC")
+    parts, (shape, size, st_, oh, ow, pads) = _pool(input, ksize, strides, padding,
+                                                    "avg_pool2d", 0.0)
+    total = parts[0]
+    for p in parts[1:]:
+        total = total + p
+    inside = np.zeros((shape[1] + sum(pads[1]), shape[2] + sum(pads[2])))
+    inside[pads[1][0]:pads[1][0] + shape[1], pads[2][0]:pads[2][0] + shape[2]] = 1.0
+    count = sum(inside[i:i + (oh - 1) * st_[0] + 1:st_[0], j:j + (ow - 1) * st_[1] + 1:st_[1]]
+                for i in range(size[0]) for j in range(size[1]))
+    if np.all(count == _pymath.prod(size)):
+        return total / float(_pymath.prod(size))
+    return total / constant(count.reshape(1, oh, ow, 1).astype(total.dtype))
+
+
+@_composite("moments")
+def moments(x, axes, shift=None, keepdims=False, name=None):
+    """``(mean, variance)`` over ``axes`` (the biased variance, as TensorFlow's).
+
+    >>> import symtape as st
+    >>> m, v = st.nn.moments(st.constant([1.0, 2.0, 3.0, 6.0]), axes=[0])
+    >>> float(m), float(v)
+    (3.0, 3.5)
+    """
+    mean = M.reduce_mean(x, axis=axes, keepdims=True)
+    var = M.reduce_mean(M.square(x - mean), axis=axes, keepdims=keepdims)
+    return (mean if keepdims else M.reshape(mean, var.shape)), var

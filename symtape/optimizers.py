@@ -30,7 +30,7 @@ def _slot(slots: dict, v: Variable) -> Variable:
     from call to call), zeros at first."""
     slot = slots.get(v._id)
     if slot is None:
-        slot = slots[v._id] = Variable(np.zeros(v.shape, dtype=v.dtype))
+        slot = slots[v._id] = Variable(np.zeros(v.shape, dtype=v.dtype), trainable=False)
     return slot
 
 
@@ -76,7 +76,7 @@ class Adam:
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
         self._m: dict[int, Variable] = {}
         self._v: dict[int, Variable] = {}
-        self.iterations = Variable(0.0, name="iterations")
+        self.iterations = Variable(0.0, name="iterations", trainable=False)
 
     def apply_gradients(self, grads_and_vars: Iterable) -> None:
         pairs = _pairs(grads_and_vars)

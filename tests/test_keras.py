@@ -311,3 +311,113 @@ def test_sequential_with_batch_norm_trains_compiled_as_eagerly():
     assert cstep.traced_signatures == [((None, 8), (None, 4))]
     assert np.mean(closses[-4:]) < np.mean(closses[:4])
     assert not np.allclose(cm.layers[1].moving_mean.numpy(), 0.0)
+
+
+# --------------------------------------------------------------------------------------------
+# The seed's Sequential CNN and custom training loop (scaled down: 8x8 images, fewer filters)
+# --------------------------------------------------------------------------------------------
+
+from symtape.keras.layers import (  # noqa: E402 - the seed's imports, as it writes them
+    Activation,
+    Conv2D,
+    Dense,
+    Flatten,
+    MaxPooling2D,
+)
+from symtape.keras.losses import categorical_crossentropy  # noqa: E402
+from symtape.keras.models import Sequential  # noqa: E402
+from symtape.keras.optimizers import Adam  # noqa: E402
+from symtape.keras.utils import to_categorical  # noqa: E402
+
+
+def build_model(width, height, depth, classes):
+    # initialize the input shape and channels dimension to be
+    # "channels last" ordering
+    inputShape = (height, width, depth)
+    chanDim = -1
+
+    # build the model using Keras' Sequential API
+    model = Sequential([
+        # CONV => RELU => BN => POOL layer set
+        Conv2D(4, (3, 3), padding="same", input_shape=inputShape),
+        Activation("relu"),
+        BatchNormalization(axis=chanDim),
+        MaxPooling2D(pool_size=(2, 2)),
+
+        # (CONV => RELU => BN) * 2 => POOL layer set
+        Conv2D(6, (3, 3), padding="same"),
+        Activation("relu"),
+        BatchNormalization(axis=chanDim),
+        MaxPooling2D(pool_size=(2, 2)),
+
+        # first (and only) set of FC => RELU layers
+        Flatten(),
+        Dense(16),
+        Activation("relu"),
+        BatchNormalization(),
+        Dropout(0.5),
+
+        # softmax classifier
+        Dense(classes),
+        Activation("softmax")
+    ])
+
+    # return the built model to the calling function
+    return model
+
+
+def _digits(n, rng):
+    """An offline stand-in for MNIST: 8x8 images of three classes (a bar in a different
+    place each), noisy, as uint8 pixels and integer labels."""
+    labels = rng.integers(0, 3, n)
+    x = rng.integers(0, 60, (n, 8, 8)).astype(np.uint8)
+    for k, c in enumerate(labels):
+        x[k, 2 * c + 1:2 * c + 3, :] = 230
+    return x, labels
+
+
+def test_seed_cnn_custom_training_loop_compiled_and_eager():
+    rng = np.random.default_rng(11)
+    trainX, trainY = _digits(96, rng)
+    trainX = np.expand_dims(trainX, axis=-1)
+    trainX = trainX.astype("float64") / 255.0
+    trainY = to_categorical(trainY, 3)
+    EPOCHS, BS, INIT_LR = 4, 16, 1e-2
+    histories, models = [], []
+    for compiled in (True, False):
+        st.random.set_seed(12)
+        model = build_model(8, 8, 1, 3)
+        opt = Adam(lr=INIT_LR, decay=INIT_LR / EPOCHS)
+
+        def step(X, y):
+            # keep track of our gradients
+            with st.GradientTape() as tape:
+                # make a prediction using the model and then calculate the
+                # loss
+                pred = model(X)
+                loss = categorical_crossentropy(y, pred)
+
+            # calculate the gradients using our tape and then update the
+            # model weights
+            grads = tape.gradient(loss, model.trainable_variables)
+            opt.apply_gradients(zip(grads, model.trainable_variables))
+            return st.reduce_mean(loss)
+
+        if compiled:
+            step = st.function(step)
+        numUpdates = int(trainX.shape[0] / BS)
+        losses = []
+        for epoch in range(0, EPOCHS):
+            for i in range(0, numUpdates):
+                start = i * BS
+                end = start + BS
+                losses.append(float(step(trainX[start:end], trainY[start:end])))
+        histories.append(losses)
+        models.append(model)
+    assert_allclose(histories[0], histories[1], rtol=1e-9)
+    for a, b in zip(models[0].variables, models[1].variables):
+        assert_allclose(a.numpy(), b.numpy(), rtol=1e-8, atol=1e-10)
+    first, last = np.mean(histories[0][:numUpdates]), np.mean(histories[0][-numUpdates:])
+    assert last < 0.8 * first
+    pred = models[0](trainX).numpy().argmax(-1)
+    assert (pred == trainY.argmax(-1)).mean() > 0.8

@@ -258,6 +258,45 @@ row("pad_reflect", lambda x: st.pad(x, [[1, 1], [2, 0]], mode="REFLECT"), [Arg((
 row("linspace", lambda a, b: st.linspace(a, b, 4), [Arg(()), Arg(())],
     lambda a, b: np.linspace(a, b, 4))
 
+# ---- convolution and pooling (NHWC) ---------------------------------------------------------
+
+
+def np_conv2d(x, k, strides, pads):
+    """Cross-correlation by its definition, on an explicitly padded input."""
+    x = np.pad(x, [(0, 0), pads[0], pads[1], (0, 0)])
+    kh, kw, _, o = k.shape
+    sh, sw = strides
+    oh, ow = (x.shape[1] - kh) // sh + 1, (x.shape[2] - kw) // sw + 1
+    out = np.zeros((x.shape[0], oh, ow, o))
+    for i in range(oh):
+        for j in range(ow):
+            win = x[:, i * sh:i * sh + kh, j * sw:j * sw + kw, :]
+            out[:, i, j, :] = np.einsum("npqc,pqco->no", win, k)
+    return out
+
+
+def np_pool(x, size, strides, pads, reduce, fill):
+    x = np.pad(x, [(0, 0), pads[0], pads[1], (0, 0)], constant_values=fill)
+    (kh, kw), (sh, sw) = size, strides
+    oh, ow = (x.shape[1] - kh) // sh + 1, (x.shape[2] - kw) // sw + 1
+    return np.stack([np.stack([reduce(x[:, i * sh:i * sh + kh, j * sw:j * sw + kw, :],
+                                      axis=(1, 2)) for j in range(ow)], 1)
+                     for i in range(oh)], 1)
+
+
+# (small: the compiled-code checks take its element view; tests/test_keras.py has a CNN)
+row("conv2d", lambda x, k: st.nn.conv2d(x, k, [1, 2, 1, 1], "SAME"),
+    [Arg((1, 3, 3, 2)), Arg((2, 3, 2, 1))],
+    lambda x, k: np_conv2d(x, k, (2, 1), [(0, 1), (1, 1)]))
+row("max_pool2d", lambda x: st.nn.max_pool2d(x, 2, [1, 2, 1, 1], "SAME"),
+    [Arg((2, 4, 3, 2))],
+    lambda x: np_pool(x, (2, 2), (2, 1), [(0, 0), (0, 1)], np.max, -np.inf))
+row("avg_pool2d", lambda x: st.nn.avg_pool2d(x, [2, 3], 2, "SAME"), [Arg((1, 5, 5, 2))],
+    lambda x: np_pool(x, (2, 3), (2, 2), [(0, 1), (1, 1)], np.sum, 0.0)
+    / np_pool(np.ones_like(x), (2, 3), (2, 2), [(0, 1), (1, 1)], np.sum, 0.0))
+row("moments", lambda x: st.nn.moments(x, axes=[0, 1])[1], [Arg((3, 2, 2))],
+    lambda x: x.var(axis=(0, 1)))
+
 # ---- creation (no inputs) ------------------------------------------------------------------
 row("zeros", lambda: st.zeros([2, 3]), [], lambda: np.zeros((2, 3)))
 row("ones", lambda: st.ones([2]), [], lambda: np.ones(2))

@@ -10,13 +10,14 @@ import itertools
 import numpy as np
 
 from .. import math as M
-from .. import random, recording
+from .. import nn, random, recording
 from ..errors import InvalidArgumentError, ShapeError
 from ..module import Module, _snake
 from ..tensor import Tensor, Variable, constant
 from . import activations, initializers
 
-__all__ = ["Layer", "Dense", "BatchNormalization", "Activation", "Flatten", "Dropout"]
+__all__ = ["Layer", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D",
+           "BatchNormalization", "Activation", "Flatten", "Dropout"]
 
 _COUNTS: dict = {}
 
@@ -191,6 +192,92 @@ class Dense(Layer):
         if self.bias is not None:
             y = y + self.bias
         return self.activation(y)
+
+
+def _pair(value, what: str) -> tuple:
+    v = (value, value) if isinstance(value, (int, np.integer)) else tuple(value)
+    if len(v) != 2 or any(int(k) < 1 for k in v):
+        raise InvalidArgumentError(f"st.keras.layers.{what}: expected a positive int or a "
+                                   f"pair of them, got {value!r}")
+    return int(v[0]), int(v[1])
+
+
+def _padding(value, what: str) -> str:
+    if not isinstance(value, str) or value.lower() not in ("same", "valid"):
+        raise InvalidArgumentError(f"st.keras.layers.{what}: padding must be 'same' or "
+                                   f"'valid', got {value!r}")
+    return value.upper()
+
+
+class Conv2D(Layer):
+    """``activation(conv2d(inputs, kernel) + bias)`` over NHWC images (``st.nn.conv2d``).
+
+    >>> import symtape as st
+    >>> st.random.set_seed(0)
+    >>> conv = st.keras.layers.Conv2D(4, (3, 3), padding="same")
+    >>> conv(np.ones((2, 5, 5, 1))).shape, conv.kernel.shape
+    ((2, 5, 5, 4), (3, 3, 1, 4))
+    """
+
+    def __init__(self, filters: int, kernel_size, strides=(1, 1), padding: str = "valid",
+                 activation=None, use_bias: bool = True, kernel_initializer="glorot_uniform",
+                 bias_initializer="zeros", data_format: str | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if data_format not in (None, "channels_last"):
+            raise InvalidArgumentError("st.keras.layers.Conv2D: only channels_last images")
+        if int(filters) <= 0:
+            raise InvalidArgumentError(f"st.keras.layers.Conv2D: filters must be positive, "
+                                       f"got {filters}")
+        self.filters = int(filters)
+        self.kernel_size = _pair(kernel_size, "Conv2D")
+        self.strides = _pair(strides, "Conv2D")
+        self.padding = _padding(padding, "Conv2D")
+        self.activation = activations.get(activation)
+        self.use_bias = bool(use_bias)
+        self.kernel_initializer, self.bias_initializer = kernel_initializer, bias_initializer
+        self.kernel = self.bias = None
+
+    def build(self, input_shape: tuple) -> None:
+        if len(input_shape) != 4:
+            raise ShapeError(f"{self.name}: inputs must be NHWC images (rank 4), got shape "
+                             f"{input_shape}")
+        self.kernel = self.add_weight("kernel", self.kernel_size + (input_shape[-1],
+                                                                    self.filters),
+                                      self.kernel_initializer)
+        if self.use_bias:
+            self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer)
+
+    def call(self, inputs):
+        y = nn.conv2d(inputs, self.kernel, self.strides, self.padding)
+        if self.bias is not None:
+            y = y + self.bias
+        return self.activation(y)
+
+
+class MaxPooling2D(Layer):
+    """The maximum of each ``pool_size`` window (``strides`` default: the pool size)."""
+
+    _pool = staticmethod(nn.max_pool2d)
+
+    def __init__(self, pool_size=(2, 2), strides=None, padding: str = "valid",
+                 data_format: str | None = None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        if data_format not in (None, "channels_last"):
+            raise InvalidArgumentError(f"st.keras.layers.{type(self).__name__}: only "
+                                       "channels_last images")
+        self.pool_size = _pair(pool_size, type(self).__name__)
+        self.strides = self.pool_size if strides is None else _pair(strides,
+                                                                    type(self).__name__)
+        self.padding = _padding(padding, type(self).__name__)
+
+    def call(self, inputs):
+        return type(self)._pool(inputs, self.pool_size, self.strides, self.padding)
+
+
+class AveragePooling2D(MaxPooling2D):
+    """The mean of each ``pool_size`` window."""
+
+    _pool = staticmethod(nn.avg_pool2d)
 
 
 class BatchNormalization(Layer):

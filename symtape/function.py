@@ -23,7 +23,7 @@ from . import graph as G
 from . import batching, nest, ops, recording, sparsity, taylor
 from . import loopnest
 from .codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
-from .errors import InvalidArgumentError, ShapeError, UnboundLeafError
+from .errors import InvalidArgumentError, LoweringError, ShapeError, UnboundLeafError
 from .tape import GradientTape, UnconnectedGradients
 from .ops.binder import adopt, constant
 from .tensor import Tensor, symbol
@@ -1129,7 +1129,14 @@ def _loop_compiled(outputs: list, inputs: list, opts: dict, points: int = 0,
         plan = loopnest.plan_loops(nodes, [t._node for t in inputs],
                                    threads=os.cpu_count() or 1 if threads is None else threads,
                                    points=points, shared=shared)
-    except loopnest.Unplannable:
+    except loopnest.Unplannable as e:
+        atoms = loopnest.element_estimate(nodes)
+        if atoms > loopnest.LOOP_ALWAYS_ATOMS:  # building it would take minutes and gigabytes
+            raise LoweringError(
+                f"{opts.get('name') or 'the function'}: a tensor op has no loop form ({e}) "
+                f"and the element view would have about {atoms:,} atoms (more than "
+                f"{loopnest.LOOP_ALWAYS_ATOMS:,}): too large to compile element by "
+                "element. Compile smaller pieces, or use eager evaluation") from None
         return None
     return compile_plan(plan, **opts).with_element_view(
         lambda: ([t._atoms for t in outputs], [t._atoms for t in inputs]))

@@ -40,7 +40,7 @@ from .ops.reductions import Reduction
 from .ops.structural import GatherFlat, ScatterAdd, Structural
 
 __all__ = ["LOOP_MIN_ATOMS", "UNROLL_LIMIT", "FOLD_PROBE_ATOMS", "worth_looping",
-           "plan_loops"]
+           "plan_loops", "element_estimate"]
 
 #: Functions whose element view would have more atoms than this are planned as loop nests.
 LOOP_MIN_ATOMS = 20_000
@@ -110,6 +110,26 @@ def worth_looping(outputs: Sequence[N.Node], limit: int | None = None,
     False
     """
     limit = LOOP_MIN_ATOMS if limit is None else limit
+    total, blocks, terms, seeded, scatters = _estimate(outputs)
+    if seeded:
+        # a batched sweep (a Jacobian, a Hessian): its element view holds only what each
+        # one-hot seed reaches (three terms a row of a banded Hessian, the pairs of one body
+        # in an N-body one), where loops would compute every seed's rows densely
+        return total > LOOP_ALWAYS_ATOMS
+    if points and terms >= POINT_LOOP_MATMUL_TERMS and blocks <= POINT_LOOP_MAX_BLOCKS:
+        return True  # each point's matrix-vector products become products over the chunk
+    if total <= limit:
+        return False
+    # LLVM spends some 10-15 ms on each block: thousands of small tensor ops (a Hessian's
+    # sweeps over 60 coordinates) compile faster as their element view
+    if not (blocks <= LOOP_MAX_BLOCKS or total > LOOP_ALWAYS_ATOMS):
+        return False
+    return not scatters or total > FOLD_PROBE_ATOMS or not _folds_away(outputs, total)
+
+
+def _estimate(outputs: Sequence[N.Node]) -> tuple:
+    """``(atoms, tensor ops, matrix-product terms, seeded, scatters)`` of the element view
+    under ``outputs`` not built yet (estimated from the tensor sizes)."""
     total, blocks, terms, seeded, scatters, seen = 0, 0, 0, False, False, set()
     stack = list(outputs)
     while stack:
@@ -127,20 +147,19 @@ def worth_looping(outputs: Sequence[N.Node], limit: int | None = None,
             blocks += 1
             terms += cost if isinstance(node.prim, MatMul) else 0
         stack.extend(node.inputs)
-    if seeded:
-        # a batched sweep (a Jacobian, a Hessian): its element view holds only what each
-        # one-hot seed reaches (three terms a row of a banded Hessian, the pairs of one body
-        # in an N-body one), where loops would compute every seed's rows densely
-        return total > LOOP_ALWAYS_ATOMS
-    if points and terms >= POINT_LOOP_MATMUL_TERMS and blocks <= POINT_LOOP_MAX_BLOCKS:
-        return True  # each point's matrix-vector products become products over the chunk
-    if total <= limit:
-        return False
-    # LLVM spends some 10-15 ms on each block: thousands of small tensor ops (a Hessian's
-    # sweeps over 60 coordinates) compile faster as their element view
-    if not (blocks <= LOOP_MAX_BLOCKS or total > LOOP_ALWAYS_ATOMS):
-        return False
-    return not scatters or total > FOLD_PROBE_ATOMS or not _folds_away(outputs, total)
+    return total, blocks, terms, seeded, scatters
+
+
+def element_estimate(outputs: Sequence[N.Node]) -> int:
+    """The atoms the element view under ``outputs`` would have (a matrix product counts its
+    terms): what compiling it element by element would build.
+
+    >>> import symtape as st
+    >>> x = st.symbol("x", shape=(3, 4))
+    >>> element_estimate([st.matmul(x, st.transpose(x))._node])  # 3x3 of 4, x, x^T
+    60
+    """
+    return _estimate(outputs)[0]
 
 
 #: Below this many atoms (estimated from the tensor sizes), a function the estimate would
@@ -356,6 +375,25 @@ def _finer_affine(offsets: np.ndarray):
                 break
         else:
             return None
+    return None
+
+
+def _finer_pair(src: np.ndarray, dst: np.ndarray):
+    """``(shape, src affine, dst affine)`` when both 1-D arrays of places are affine over
+    one finer shape (found from either of them); None otherwise.
+
+    >>> dst = np.array([0, 2, 8, 10, 16, 18])  # every other place of a 3x8 grid
+    >>> _finer_pair(np.arange(6), dst)
+    ((3, 2), (0, (2, 1)), (0, (8, 2)))
+    """
+    for a, b in ((dst, src), (src, dst)):
+        found = _finer_affine(a)
+        if found is None:
+            continue
+        shape, aff_a = found
+        aff_b = _affine(b.reshape(shape))
+        if aff_b is not None:
+            return (shape, aff_b, aff_a) if a is dst else (shape, aff_a, aff_b)
     return None
 
 
@@ -640,6 +678,12 @@ class _Planner:
                 self.block(src.shape, _copy_body(1, boolean), ins, outs, batched=batched)
                 continue
             src, dst = src.reshape(-1), dst.reshape(-1)
+            finer = _finer_pair(src, dst) if src.size > UNROLL_LIMIT else None
+            if finer is not None:  # affine over a finer index space (a strided scatter)
+                shape, (s0, ss), (d0, ds) = finer
+                self.block(shape, _copy_body(1, boolean), (Access(buf, s0, step + ss),),
+                           (Access(loc[0], d0, out_step + ds),), batched=batched)
+                continue
             if src.size > UNROLL_LIMIT:
                 raise Unplannable(f"{node.prim.name}: a part of {src.size} scattered elements")
             ins = (Access(buf, 0, step, tuple(int(k) for k in src)),)
@@ -656,8 +700,8 @@ class _Planner:
             outs = (Access(loc[0], aff[0], out_step + aff[1]),)
             self.block((places.size,), _zero_body(1, boolean), (), outs, batched=batched)
             return
-        if places.size > UNROLL_LIMIT:
-            raise Unplannable(f"zeros at {places.size} scattered places")
+        if places.size > UNROLL_LIMIT:  # (a strided scatter's gaps): zero it all, the
+            return self.zeroed(loc, np.arange(size), size, batched, boolean)  # parts follow
         outs = (Access(loc[0], 0, out_step, tuple(int(k) for k in places)),)
         self.block((), _zero_body(places.size, boolean), (), outs, batched=batched)
 

@@ -537,3 +537,43 @@ def test_shared_arguments_of_a_chunked_plan_are_read_in_place():
                                rtol=1e-13, atol=1e-14)  # leading ones broadcast
     with pytest.raises(st.errors.ShapeError, match="one array for all points"):
         f(xs[:2], np.stack([wv, wv]), 1.0)
+
+
+def test_image_windows_and_strided_scatters_are_loops():
+    """A convolution's windows side by side and a pooling's strided scatters (its
+    gradient), larger than an unrolled copy may be, copy in single loops over finer index
+    spaces: the compiled gradients equal the eager ones."""
+    rng = np.random.default_rng(3)
+    x = st.Variable(rng.normal(size=(3, 24, 24, 2)))
+    k = st.Variable(rng.normal(size=(3, 3, 2, 3)))
+
+    def loss():
+        y = st.nn.conv2d(x, k, 1, "SAME")
+        return st.reduce_sum(st.nn.max_pool2d(st.tanh(y), 2, 2) ** 2)
+
+    def grads():
+        with st.GradientTape() as t:
+            value = loss()
+        return [value] + t.gradient(value, [x, k])
+
+    step = st.function(grads)
+    got = step()
+    plan = step.get_concrete_function().plan
+    assert isinstance(plan, LoopPlan)
+    assert max(len(a.core) for b in plan.blocks for a in b.ins + b.outs) <= \
+        loopnest.UNROLL_LIMIT
+    for a, b in zip(got, grads()):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_a_huge_function_without_loop_form_is_refused_not_built(monkeypatch):
+    """When the loop planner fails and the element view would be huge, compiling raises
+    a LoweringError naming both, instead of building millions of atoms."""
+    def refuse(*args, **kwargs):
+        raise loopnest.Unplannable("an op with no loop form")
+
+    monkeypatch.setattr(loopnest, "plan_loops", refuse)
+    monkeypatch.setattr(loopnest, "LOOP_ALWAYS_ATOMS", 1000)
+    f = st.function(lambda a: st.matmul(a, a))
+    with pytest.raises(LoweringError, match="no loop form.*element view would have about"):
+        f(np.ones((200, 200)))

@@ -1,0 +1,254 @@
+"""Training steps of the seeds' models: symtape against TensorFlow (when importable) or JAX.
+
+1. The custom-training tutorial's Sequential CNN (six 3x3 convolutions of 16-64 filters
+   with ReLU, BatchNormalization and 2x2 max pooling, Dense 256, softmax) on 28x28x1
+   images, batch 64, categorical cross-entropy and Adam: ``st.function`` compiled step
+   against ``tf.function`` (or JAX ``jit`` of the same network in float64).
+2. The MNIST MLP with gradient clipping and Adam (784-128-10, batch 128), eager: symtape's
+   eager step against TensorFlow eager (or JAX without ``jit``, op by op).
+
+Data are random images (no download). Compile time is the first call; step times are the
+best and median of repeated calls; after them both tools' first convolution kernels are
+checked to agree. Targets (issue): compiled CNN step <= 2x TensorFlow's
+``tf.function`` step; MLP eager step <= 2x TensorFlow eager.
+
+    pip install -e ".[bench]" && python benchmarks/train.py [--steps K] [--batch B]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import numpy as np
+
+os.environ.setdefault("SYMTAPE_CACHE_DIR", tempfile.mkdtemp(prefix="symtape-bench-"))
+
+import symtape as st  # noqa: E402 - the cache directory must be chosen first
+from symtape.keras.layers import (  # noqa: E402
+    Activation,
+    BatchNormalization,
+    Conv2D,
+    Dense,
+    Dropout,
+    Flatten,
+    MaxPooling2D,
+)
+from symtape.keras.losses import categorical_crossentropy  # noqa: E402
+from symtape.keras.models import Sequential  # noqa: E402
+from symtape.keras.optimizers import Adam  # noqa: E402
+
+FILTERS = (16, 32, 32, 64, 64, 64)
+POOL_AFTER = (0, 2, 5)
+
+
+def build_model(width, height, depth, classes):
+    """The tutorial's model, as it writes it (its layer sets in one list)."""
+    layers = []
+    for i, f in enumerate(FILTERS):
+        kw = {"input_shape": (height, width, depth)} if i == 0 else {}
+        layers += [Conv2D(f, (3, 3), padding="same", **kw), Activation("relu"),
+                   BatchNormalization(axis=-1)]
+        if i in POOL_AFTER:
+            layers.append(MaxPooling2D(pool_size=(2, 2)))
+    layers += [Flatten(), Dense(256), Activation("relu"), BatchNormalization(), Dropout(0.5),
+               Dense(classes), Activation("softmax")]
+    return Sequential(layers)
+
+
+def timed(fn, steps: int) -> tuple:
+    out = []
+    for _ in range(steps):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return min(out), float(np.median(out))
+
+
+def peer() -> tuple:
+    """``('TensorFlow', tf)``, ``('JAX', jax)`` or ``(None, None)``."""
+    try:
+        import tensorflow as tf  # noqa: F401
+        return "TensorFlow", tf
+    except ImportError:
+        pass
+    try:
+        import jax
+        jax.config.update("jax_enable_x64", True)
+        return "JAX", jax
+    except ImportError:
+        return None, None
+
+
+def jax_cnn(jax, params_of, x, y):
+    """The same CNN step (inference-mode BatchNormalization, as the tutorial's
+    ``model(X)`` runs it; Adam) jitted in float64 over symtape's initial weights."""
+    import jax.numpy as jnp
+
+    def forward(p, x):
+        h, k = x, 0
+        for i in range(len(FILTERS)):
+            w, b, g, be, mm, mv = p[k:k + 6]
+            k += 6
+            h = jax.lax.conv_general_dilated(h, w, (1, 1), "SAME",
+                                             dimension_numbers=("NHWC", "HWIO", "NHWC")) + b
+            h = jnp.maximum(h, 0.0)
+            h = (h - mm) / jnp.sqrt(mv + 1e-3) * g + be
+            if i in POOL_AFTER:
+                h = jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1),
+                                          "VALID")
+        h = h.reshape(h.shape[0], -1)
+        w, b, g, be, mm, mv, w2, b2 = p[k:k + 8]
+        h = jnp.maximum(h @ w + b, 0.0)
+        h = (h - mm) / jnp.sqrt(mv + 1e-3) * g + be
+        return jax.nn.softmax(h @ w2 + b2)
+
+    def loss(p, x, y):
+        pred = forward(p, x)
+        pred = jnp.clip(pred / pred.sum(-1, keepdims=True), 1e-7, 1 - 1e-7)
+        return jnp.sum(-jnp.sum(y * jnp.log(pred), -1))
+
+    trainable = [i for i, (_, t) in enumerate(params_of) if t]
+
+    @jax.jit
+    def step(p, m, s, t, x, y):
+        g = jax.grad(lambda q: loss([*q], x, y))(p)
+        t = t + 1.0
+        lr = 1e-3 * jnp.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
+        out_p, out_m, out_s = list(p), list(m), list(s)
+        for i in trainable:
+            out_m[i] = 0.9 * m[i] + 0.1 * g[i]
+            out_s[i] = 0.999 * s[i] + 0.001 * g[i] * g[i]
+            out_p[i] = p[i] - lr * out_m[i] / (jnp.sqrt(out_s[i]) + 1e-7)
+        return out_p, out_m, out_s, t
+
+    p = [jnp.asarray(v) for v, _ in params_of]
+    state = [p, [jnp.zeros_like(a) for a in p], [jnp.zeros_like(a) for a in p], 0.0]
+    t0 = time.perf_counter()
+    state = list(jax.block_until_ready(step(*state, x, y)))
+    compile_s = time.perf_counter() - t0
+
+    def call():
+        nonlocal state
+        state = list(jax.block_until_ready(step(*state, x, y)))
+
+    return compile_s, call, lambda: np.asarray(state[0][0])
+
+
+def cnn(args) -> None:
+    rng = np.random.default_rng(0)
+    x = rng.random((args.batch, 28, 28, 1))
+    y = np.eye(10)[rng.integers(0, 10, args.batch)]
+    st.random.set_seed(0)
+    model = build_model(28, 28, 1, 10)
+    opt = Adam(lr=1e-3)
+    order = [(v.numpy(), v.trainable) for layer in model.layers for v in layer.variables]
+
+    def step(X, y):
+        with st.GradientTape() as tape:
+            pred = model(X)
+            loss = categorical_crossentropy(y, pred)
+        grads = tape.gradient(loss, model.trainable_variables)
+        opt.apply_gradients(zip(grads, model.trainable_variables))
+
+    fn = st.function(step)
+    t = time.perf_counter()
+    fn(x, y)
+    compile_s = time.perf_counter() - t
+    best, median = timed(lambda: fn(x, y), args.steps)
+    print(f"Sequential CNN (6 conv, BN, pool; Dense 256), 28x28x1, batch {args.batch}, float64")
+    print(f"  symtape st.function compile {compile_s:8.2f} s   step {best * 1e3:8.2f} ms best, "
+          f"{median * 1e3:.2f} median")
+    name, mod = peer()
+    if name == "JAX":
+        pcompile, call, first_kernel = jax_cnn(mod, order, x, y)
+        pbest, pmedian = timed(call, args.steps)
+        # the same number of steps from the same weights: the same first kernel
+        np.testing.assert_allclose(model.layers[0].kernel.numpy(), first_kernel(),
+                                   rtol=1e-6, atol=1e-9)
+        print(f"  JAX jit compile             {pcompile:8.2f} s   step {pbest * 1e3:8.2f} ms "
+              f"best, {pmedian * 1e3:.2f} median")
+        print(f"  symtape / JAX step: {best / pbest:.2f}x best, {median / pmedian:.2f}x median"
+              "   target <= 2x TensorFlow tf.function")
+    elif name is None:
+        print("  neither TensorFlow nor JAX is installed: pip install -e \".[bench]\"")
+    else:
+        print("  TensorFlow is importable: its step is not scripted here yet")
+
+
+def mlp_eager(args) -> None:
+    rng = np.random.default_rng(1)
+    x = rng.random((128, 784))
+    y = np.eye(10)[rng.integers(0, 10, 128)]
+    init = [rng.normal(size=(784, 128)) * 0.05, np.zeros(128), rng.normal(size=(128, 10)) * 0.1,
+            np.zeros(10)]
+
+    class MLP(st.Module):
+        def __init__(self):
+            self.w1, self.b1, self.w2, self.b2 = (st.Variable(a) for a in init)
+
+        def __call__(self, x):
+            h1 = st.nn.relu(st.matmul(x, self.w1) + self.b1)
+            return st.matmul(h1, self.w2) + self.b2
+
+    model, optimizer = MLP(), st.optimizers.Adam(0.001)
+
+    def train_step():
+        with st.GradientTape() as tape:
+            loss = st.reduce_mean(st.nn.softmax_cross_entropy_with_logits(y, model(x)))
+        vars = [model.w1, model.b1, model.w2, model.b2]
+        grads = [st.clip_by_norm(g, 1.0) for g in tape.gradient(loss, vars)]
+        optimizer.apply_gradients(zip(grads, vars))
+        return loss
+
+    train_step()
+    best, median = timed(train_step, args.steps)
+    print("MNIST MLP 784-128-10 (clipping, Adam), batch 128, eager")
+    print(f"  symtape eager step          {best * 1e3:8.2f} ms best, {median * 1e3:.2f} median")
+    name, mod = peer()
+    if name != "JAX":
+        return
+    import jax.numpy as jnp
+
+    def loss_fn(p):
+        h = jnp.maximum(x @ p[0] + p[1], 0.0)
+        z = h @ p[2] + p[3]
+        z = z - z.max(-1, keepdims=True)
+        return jnp.mean(-jnp.sum(y * (z - jnp.log(jnp.exp(z).sum(-1, keepdims=True))), -1))
+
+    p = [jnp.asarray(a) for a in init]
+    m = [jnp.zeros_like(a) for a in p]
+    s = [jnp.zeros_like(a) for a in p]
+    t = [0.0]
+    grad = mod.value_and_grad(loss_fn)
+
+    def jax_step():  # op by op, no jit: the eager peer
+        _, g = grad(p)
+        g = [gi * jnp.minimum(1.0, 1.0 / jnp.sqrt(jnp.sum(gi * gi))) for gi in g]
+        t[0] += 1
+        lr = 1e-3 * np.sqrt(1 - 0.999 ** t[0]) / (1 - 0.9 ** t[0])
+        for i in range(4):
+            m[i] = 0.9 * m[i] + 0.1 * g[i]
+            s[i] = 0.999 * s[i] + 0.001 * g[i] * g[i]
+            p[i] = p[i] - lr * m[i] / (jnp.sqrt(s[i]) + 1e-7)
+        mod.block_until_ready(p)
+
+    jax_step()
+    pbest, pmedian = timed(jax_step, args.steps)
+    print(f"  JAX eager (no jit) step     {pbest * 1e3:8.2f} ms best, {pmedian * 1e3:.2f} median")
+    print(f"  symtape / JAX eager: {best / pbest:.2f}x best   target <= 2x TensorFlow eager")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--batch", type=int, default=64)
+    args = ap.parse_args()
+    mlp_eager(args)
+    cnn(args)
+
+
+if __name__ == "__main__":
+    main()

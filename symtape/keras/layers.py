@@ -60,8 +60,10 @@ class Layer(Module):
         """Makes the weights for inputs of ``input_shape`` (batch first)."""
 
     def call(self, inputs, training=None):
-        """The layer's output."""
-        raise NotImplementedError(f"{type(self).__name__}.call")
+        """The layer's output: every layer class defines it (as in Keras, where the base
+        class has none)."""
+        raise NotImplementedError(f"st.keras.layers.Layer: {type(self).__name__} defines no "
+                                  "call(inputs); a layer subclass computes its output there")
 
     def add_weight(self, name: str, shape, initializer="glorot_uniform",
                    trainable: bool = True) -> Variable:

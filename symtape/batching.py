@@ -345,7 +345,18 @@ class _Splitter:
                            [True] * (len(keep) + len(every)),
                            [sources[i] for i in keep] + [("total", r) for r in every],
                            [slot for _, slot in last], False)
-        return Split(passes, post)
+        return Split([_used(p) for p in passes], post and _used(post))
+
+
+def _used(prog: Program) -> Program:
+    """``prog`` with only the inputs its outputs read (and every argument with the batch:
+    the batch's size comes from them)."""
+    read = {id(n) for n in N.ancestries([t._node for t in prog.outputs])}
+    keep = [i for i, t in enumerate(prog.inputs)
+            if id(t._node) in read or not prog.shared[i]]
+    return prog._replace(inputs=[prog.inputs[i] for i in keep],
+                         shared=[prog.shared[i] for i in keep],
+                         sources=[prog.sources[i] for i in keep])
 
 
 def _key(values: np.ndarray) -> tuple:

@@ -237,3 +237,16 @@ def test_totals_need_a_plan_over_points():
     x = st.symbol("x", shape=(1, 2))
     with pytest.raises(ValueError, match="over points"):
         loopnest.plan_loops([st.reduce_sum(x)._node], [x._node], totals=["sum"])
+
+
+def test_programs_read_only_what_they_use_but_keep_the_batch():
+    """A result per example that reads no argument still has the batch's size; each
+    program is given only the inputs it reads."""
+    f = st.function(lambda x, s: (st.ones_like(x) * 2.0, st.reduce_sum(x) * s),
+                    input_signature=[st.TensorSpec((None, 2)), st.TensorSpec(())])
+    for n in (3, 0, 5):
+        twos, total = f(np.arange(2.0 * n).reshape(n, 2), 2.0)
+        assert twos.shape == (n, 2) and float(total) == 2 * n * (2 * n - 1)
+    first, post = f._poly.steps
+    assert ("arg", 0) in first.sources and ("arg", 1) not in first.sources
+    assert ("arg", 0) not in post.sources and ("arg", 1) in post.sources

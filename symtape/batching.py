@@ -33,7 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from . import nodes as N
-from . import ops, recording, sparsity
+from . import loopnest, ops, recording, sparsity
 from .ops.binder import exact_constant
 from .ops.linalg import MatMul
 from .ops.reductions import Reduction
@@ -46,11 +46,6 @@ __all__ = ["SIZES", "Program", "Split", "split", "same_params"]
 #: and read again from the last two, which must agree (a constant equal at 2 and 3 by
 #: chance, ``min(B, 3)``, is not taken as fixed).
 SIZES = (2, 3, 5)
-
-#: The reductions a total may be, and the reduction over examples its terms combine by.
-_TOTAL_OF = {"reduce_sum": "sum", "reduce_mean": "sum", "reduce_max": "max",
-             "reduce_min": "min"}
-
 
 class Program(NamedTuple):
     """One compiled step of a split function: ``outputs`` (tensors of the one-example
@@ -203,8 +198,9 @@ class _Match:
         prim = c.prim
         if c.dtype.kind != "f":
             raise _Refused
-        if isinstance(prim, Reduction) and prim.name in _TOTAL_OF and 0 in c.params["axis"]:
-            return _TOTAL_OF[prim.name], prim.name == "reduce_mean"
+        if isinstance(prim, Reduction) and prim.name in loopnest.TOTAL_OF and \
+                0 in c.params["axis"]:
+            return loopnest.TOTAL_OF[prim.name], prim.name == "reduce_mean"
         if isinstance(prim, MatMul) and c.params["transpose_a"] and \
                 not c.params["transpose_b"] and len(c.shape) == 2 and \
                 all(self.lead[id(i)] for i in c.inputs):

@@ -899,9 +899,9 @@ class Function:
 
     def _split_compiled(self, parts: batching.Split, large: tuple) -> _SplitTraced | bool:
         """The compiled passes and post program of a function split over its examples;
-        False when a pass that sums over the examples has no loop plan. A pass that does not
-        compiles as any function of one point over chunks of points (its element view when
-        small)."""
+        False when a pass that sums over the examples has no loop plan. A pass without
+        totals compiles as any function of one point over chunks of points (its element
+        view when small)."""
         _, flat, assigned, read, structure = large
         dtype = self._dtype or _common_dtype(self.input_signature)
         steps = []
@@ -986,12 +986,11 @@ class Function:
         if kwargs:
             args = self._positional(args, kwargs)
         sig = self.input_signature
-        if sig is None:
-            python = tuple((i, a) for i, a in enumerate(args) if _python_value(a))
-            if python:
-                args = [a for a in args if not _python_value(a)]
-        else:
-            python = ()
+        python = () if sig is not None else tuple(
+            (i, a) for i, a in enumerate(args) if _python_value(a))
+        if python:
+            keyed = {i for i, _ in python}
+            args = [a for i, a in enumerate(args) if i not in keyed]
         arrays = [np.asarray(a.numpy() if isinstance(a, Tensor) else a) for a in args]
         for i, a in enumerate(arrays):
             if a.dtype.kind not in "biuf":

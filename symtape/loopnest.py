@@ -40,7 +40,7 @@ from .ops.reductions import Reduction
 from .ops.structural import GatherFlat, ScatterAdd, Structural
 
 __all__ = ["LOOP_MIN_ATOMS", "UNROLL_LIMIT", "FOLD_PROBE_ATOMS", "worth_looping",
-           "plan_loops", "element_estimate"]
+           "plan_loops", "element_estimate", "TOTAL_OF"]
 
 #: Functions whose element view would have more atoms than this are planned as loop nests.
 LOOP_MIN_ATOMS = 20_000
@@ -224,7 +224,7 @@ def _reduced_total(node: N.Node, kind: str) -> bool:
     """Whether a total of ``kind`` over points of ``node`` may accumulate the terms of
     ``node`` directly (a sum of sums, a maximum of maxima)."""
     return (node.kind == "op" and isinstance(node.prim, Reduction) and node.dtype.kind == "f"
-            and _TOTALS.get(node.prim.name) == kind)
+            and TOTAL_OF.get(node.prim.name) == kind)
 
 
 def _roots(outputs: Sequence[N.Node], totals: Sequence[str]) -> list:
@@ -531,12 +531,14 @@ class _Planner:
         return Access(loc[0], aff[0], aff[1], core)
 
     def block(self, space: tuple, body: Plan, ins, outs, accumulate: bool = False,
-              batched: bool = False, points: int = 0, contract: bool = False) -> None:
+              batched: bool = False, points: int = 0, contract: bool = False,
+              count: int = -1) -> None:
         """Appends a block; ``batched``: its first dimension runs over the chunk's points
-        (``points`` of them per iteration, default one)."""
+        (``points`` of them per iteration, default one); ``count``: the dimension that runs
+        over the chunk's real points (a total)."""
         self.blocks.append(Block(self.shape(space, batched) if batched and not points
                                  else space, body, tuple(ins), tuple(outs), accumulate,
-                                 points or int(batched), contract))
+                                 points or int(batched), contract, count))
 
     def materialise(self, loc: tuple, into: int | None = None) -> tuple:
         """``loc`` copied to a contiguous temporary (or to buffer ``into``, of its size): by
@@ -548,10 +550,10 @@ class _Planner:
         n = per.size
         starts = _runs(per.reshape(-1))
         by_runs = len(starts) <= MAX_RUNS and n >= RUN_LENGTH * len(starts)
-        if n > UNROLL_LIMIT and not by_runs and _finer_affine(per) is None:
+        finer = None if by_runs or n <= UNROLL_LIMIT else _finer_affine(per)
+        if n > UNROLL_LIMIT and not by_runs and finer is None:
             raise Unplannable(f"a gather of {n} elements in {len(starts)} pieces")
         boolean = self.buffers[buf].boolean
-        finer = None if by_runs or n <= UNROLL_LIMIT else _finer_affine(per)
         if finer is not None and batched:
             self.point_stride(offsets)  # (raises when points are placed irregularly)
         new = self.add_buffer(Buffer("temp", -1, n, boolean), batched) if into is None \
@@ -784,10 +786,10 @@ class _Planner:
         self.block(shape, body, (), (self.access(loc, shape, batched),), batched=batched)
 
     def accumulate(self, space: tuple, value, stand_ins: list, ins: list, out: Access,
-                   batched: bool = False) -> None:
+                   batched: bool = False, count: int = -1) -> None:
         body = build_plan([np.asarray(value, dtype=object)],
                           [np.asarray(s, dtype=object) for s in stand_ins])
-        self.block(space, body, ins, (out,), accumulate=True, batched=batched)
+        self.block(space, body, ins, (out,), accumulate=True, batched=batched, count=count)
 
     def matmul(self, node: N.Node) -> tuple:
         """``out += a * b`` over ``(i, k, j)`` in register tiles: each iteration of the
@@ -1004,11 +1006,8 @@ class _Planner:
         out = self.access((buf, _flat(node.shape)), node.shape)
         out = Access(buf, out.offset, (0,) + out.strides)
         acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
-        body = build_plan([np.asarray(_COMBINE[kind](acc, term), dtype=object)],
-                          [np.asarray(acc, dtype=object), np.asarray(term, dtype=object)])
-        src = self.access(here, node.shape, True)
-        self.blocks.append(Block((self.P,) + node.shape, body, (out, src), (out,),
-                                 accumulate=True, count=0))
+        self.accumulate((self.P,) + node.shape, _COMBINE[kind](acc, term), [acc, term],
+                        [out, self.access(here, node.shape, True)], out, count=0)
 
     def reduced_total(self, node: N.Node, buf: int) -> None:
         """A reduction's total over points, accumulated from its argument's elements."""
@@ -1020,12 +1019,9 @@ class _Planner:
         aff = _affine(offsets)
         out = Access(buf, aff[0], (0,) + aff[1])
         acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
-        body = build_plan([np.asarray(_REDUCE[name][1](acc, term, n), dtype=object)],
-                          [np.asarray(acc, dtype=object), np.asarray(term, dtype=object)])
-        src = self.access(self.loc[id(x)], x.shape, True)
         if x.size:
-            self.blocks.append(Block((self.P,) + x.shape, body, (out, src), (out,),
-                                     accumulate=True, count=0))
+            self.accumulate((self.P,) + x.shape, _REDUCE[name][1](acc, term, n), [acc, term],
+                            [out, self.access(self.loc[id(x)], x.shape, True)], out, count=0)
 
     def outer_total(self, node: N.Node, buf: int) -> None:
         """``out += a_p^T b_p`` over the chunk's points ``p`` (``a_p``, ``b_p`` rows of each
@@ -1084,9 +1080,10 @@ def _mean(acc, x, n):
     return G.add(acc, G.mul(x, G.number(1.0 / n)))
 
 
-#: The total over points each reduction's terms add to, and how a total combines terms.
-_TOTALS = {"reduce_sum": "sum", "reduce_mean": "sum", "reduce_max": "max",
-           "reduce_min": "min"}
+#: The total over points each reduction's terms add to (a mean's: its sum, scaled after),
+#: and how a total combines terms.
+TOTAL_OF = {"reduce_sum": "sum", "reduce_mean": "sum", "reduce_max": "max",
+            "reduce_min": "min"}
 _COMBINE = {
     "sum": G.add,
     "max": lambda acc, x: G.call(sp.Max, acc, x),
@@ -1098,6 +1095,6 @@ _REDUCE = {
     "reduce_sum": (-0.0, _sum, 0.0),
     "reduce_mean": (-0.0, _mean, np.nan),
     "reduce_prod": (1.0, lambda acc, x, n: G.mul(acc, x), 1.0),
-    "reduce_max": (-np.inf, lambda acc, x, n: G.call(sp.Max, acc, x), -np.inf),
-    "reduce_min": (np.inf, lambda acc, x, n: G.call(sp.Min, acc, x), np.inf),
+    "reduce_max": (-np.inf, lambda acc, x, n: _COMBINE["max"](acc, x), -np.inf),
+    "reduce_min": (np.inf, lambda acc, x, n: _COMBINE["min"](acc, x), np.inf),
 }

@@ -747,7 +747,7 @@ class CompiledFunction:
         (its calls' pointers changed to them): ``[{output: array}]`` per group, to be
         combined into the outputs after."""
         parts = []
-        for g, calls in enumerate(groups[1:], 1):
+        for calls in groups[1:]:
             part = self._spare_totals.pop() if self._spare_totals else {
                 k: np.empty_like(targets[k]) for k, kind in enumerate(self._totals) if kind}
             self._start_totals([part.get(k) for k in range(len(targets))], 1)

@@ -13,6 +13,7 @@ import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 
+from . import nest
 from .errors import InvalidArgumentError
 from .tensor import Variable, name_scope
 
@@ -142,8 +143,7 @@ def _is_module(value) -> bool:
 def _leaves(value, path: tuple) -> Iterator:
     """``(path, leaf)`` of a nested attribute value (lists, tuples, dicts in key order)."""
     if isinstance(value, Mapping):
-        for k in sorted(value, key=lambda k: (type(k).__name__, k) if not isinstance(k, str)
-                        else ("", k)):
+        for k in nest.sorted_keys(value):
             yield from _leaves(value[k], path + (k,))
     elif isinstance(value, (list, tuple)):
         for i, v in enumerate(value):

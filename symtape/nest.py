@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["flatten", "pack_sequence_as", "map_structure", "is_nested"]
+__all__ = ["flatten", "pack_sequence_as", "map_structure", "is_nested", "sorted_keys"]
 
 
 def is_nested(obj: Any) -> bool:
@@ -29,12 +29,22 @@ _LEAVES: set = set()
 
 def _children(obj):
     if isinstance(obj, Mapping):
-        return [obj[k] for k in sorted(obj, key=_key)]
+        return [obj[k] for k in sorted_keys(obj)]
     return list(obj)
 
 
 def _key(k):
     return (type(k).__name__, k) if not isinstance(k, str) else ("", k)
+
+
+def sorted_keys(mapping: Mapping) -> list:
+    """A mapping's keys in the order ``flatten`` visits them: strings sorted first, then
+    other keys by type name and value.
+
+    >>> sorted_keys({"b": 1, 2: 0, "a": 3})
+    ['a', 'b', 2]
+    """
+    return sorted(mapping, key=_key)
 
 
 def flatten(obj: Any) -> list:
@@ -77,7 +87,7 @@ def pack_sequence_as(structure: Any, flat: list) -> Any:
 def _build(node: Any, it) -> Any:
     # a module-level recursion: a nested closure would be a reference cycle holding ``flat``
     if isinstance(node, Mapping):
-        built = {k: _build(node[k], it) for k in sorted(node, key=_key)}
+        built = {k: _build(node[k], it) for k in sorted_keys(node)}
         values = {k: built[k] for k in node}
         return type(node)(values) if type(node) is not dict else values
     if isinstance(node, tuple) and hasattr(node, "_fields"):

@@ -22,6 +22,7 @@ doubles, as straight-line kernels hold them (exact up to 2**53).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -63,6 +64,10 @@ UNROLL_LIMIT = 4096
 #: Jacobian, colour by colour): LLVM takes a second over an unrolled copy of 1,500.
 MAX_RUNS = 64
 RUN_LENGTH = 16
+#: An elementwise op whose arguments or destination change piece within its shape (a
+#: zero-padded scatter: zeros, then the source; a gather writing it straight into an output)
+#: runs as one loop per box where all of them are affine, up to this many boxes.
+MAX_REGIONS = 16
 #: Matrix products update tiles of this many rows and columns per step of their inner loop;
 #: columns ``None``: as many as keep the tile in vector registers on this CPU (32 with
 #: AVX-512's 32 registers of 8 doubles, else 8: 4 rows of 32 spill AVX2's 16 registers and
@@ -274,7 +279,10 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
         p.loc[id(node)] = p.fresh(node, bool(points) and not shared[i], "input", i)
     roots = _roots(outputs, totals)
     order = N.ancestries(roots)
-    p.fused = _fused(order, roots, p.loc)
+    users = _users(order, roots)
+    p.fused = _fused(order, users, p.loc)
+    p.holey = _holey(order, users)
+    p.dest = _destinations(outputs, totals, users, p.fused)
     for node in order:
         if id(node) not in p.loc and id(node) not in p.fused:
             p.check(node)
@@ -303,22 +311,102 @@ def _pointwise(node: N.Node) -> bool:
             and all(a.dtype.kind == "f" for a in node.inputs))
 
 
-def _fused(order: list, outputs: Sequence[N.Node], placed: dict) -> set:
-    """Elementwise nodes computed inside their one user's loop body (a chain ``a * m + b *
-    g`` is one loop): float nodes read once, by an elementwise op of the same shape, and not
-    outputs."""
+def _users(order: list, outputs: Sequence[N.Node]) -> dict:
+    """``id(node) -> [the nodes reading it]``, None for each time it is an output."""
     users: dict = {}
     for node in order:
         for a in node.inputs:
             users.setdefault(id(a), []).append(node)
     for node in outputs:
         users.setdefault(id(node), []).append(None)
+    return users
+
+
+def _looped_elementwise(node: N.Node | None) -> bool:
+    """Whether ``node`` is planned by :meth:`_Planner.elementwise` (or fused into a node
+    that is)."""
+    return (node is not None and node.kind == "op" and isinstance(node.prim, Elementwise)
+            and all(_numeric(a) for a in node.inputs))
+
+
+def _holey(order: list, users: dict) -> set:
+    """Float nodes read only by elementwise ops of their own shape: a structural one that is
+    partly zeros (a padding scatter) is not copied out with its zeros but read in place,
+    its zeros in boxes of their own (:meth:`_Planner.in_regions`)."""
+    return {id(node) for node in order if node.dtype.kind == "f" and users.get(id(node))
+            and all(_looped_elementwise(u) and u.shape == node.shape
+                    for u in users[id(node)])}
+
+
+def _destinations(outputs: Sequence[N.Node], totals: Sequence[str], users: dict,
+                  fused: set) -> dict:
+    """``id(node) -> (output, gather node, places)``: elementwise float nodes read only by a
+    gather (or another structural op) that is output ``output`` and takes each of the
+    node's elements at most once (at ``places``, -1: not taken). They write straight into
+    the output (destination passing), instead of into a temporary the output copies."""
+    dest: dict = {}
+    seen: set = set()
+    for o, node in enumerate(outputs):
+        if id(node) in seen or totals[o] or node.kind != "op" or len(node.inputs) != 1:
+            seen.add(id(node))
+            continue
+        seen.add(id(node))
+        (arg,) = node.inputs
+        use = users.get(id(arg), [])
+        if (node.dtype.kind != "f" or arg.dtype.kind != "f" or not _looped_elementwise(arg)
+                or id(arg) in fused or len(use) != 1 or use[0] is not node
+                or sum(out is node for out in outputs) != 1):
+            continue
+        if isinstance(node.prim, GatherFlat):
+            m = node.params["idx"]
+        elif isinstance(node.prim, Structural):
+            (m,) = node.prim.index_maps([arg.shape], node.params)
+        else:
+            continue
+        if (m < 0).any() or not _distinct(m):
+            continue
+        dest[id(arg)] = (o, node, _inverse(m, arg.shape))
+    return dest
+
+
+def _fused(order: list, users: dict, placed: dict) -> set:
+    """Elementwise nodes computed inside their one user's loop body (a chain ``a * m + b *
+    g`` is one loop): float nodes read once, by an elementwise op of the same shape, and not
+    outputs."""
     out = set()
     for node in order:
         use = users.get(id(node), [])
         if (len(use) == 1 and use[0] is not None and id(node) not in placed
                 and _pointwise(node) and _pointwise(use[0]) and use[0].shape == node.shape):
             out.add(id(node))
+    return out
+
+
+def _cuts(places: np.ndarray, d: int) -> set | None:
+    """Where along axis ``d`` the pieces of ``places`` start: runs of holes (-1), and runs
+    over which the places step evenly; None when there are too many to loop over.
+
+    >>> _cuts(np.array([[-1, 0, 1, 2], [-1, 4, 5, 6]]), 1)
+    {1}
+    >>> sorted(_cuts(np.array([0, 1, 2, 10, 20, 21, 22]), 0))
+    [3, 5]
+    """
+    n = places.shape[d]
+    if n < 2:
+        return set()
+    lines = np.moveaxis(places, d, 0).reshape(n, -1)
+    hole = lines < 0
+    lines = np.where(hole, 0, lines)
+    starts = set((np.flatnonzero((hole[1:] != hole[:-1]).any(axis=1)) + 1).tolist())
+    steps = lines[1:] - lines[:-1]  # steps[p - 1]: the step into p
+    uneven = np.flatnonzero((steps[1:] != steps[:-1]).any(axis=1)) + 2
+    if len(starts) + len(uneven) > 4 * MAX_REGIONS:
+        return None
+    out, last = set(), 0
+    for p in sorted(starts | set(uneven.tolist())):
+        if p in starts or p > last + 1:  # (the step into a piece's second place is its own)
+            out.add(p)
+            last = p
     return out
 
 
@@ -471,6 +559,10 @@ class _Planner:
         self.blocks: list = []
         self.loc: dict = {}  # id(node) -> (buffer, offsets)
         self.fused: set = set()  # ids of nodes computed inside their user's loop
+        self.holey: set = set()  # ids of nodes whose zeros may stay unwritten (_holey)
+        self.holes: dict = {}  # id(node) -> (locs, maps, zeros) of those placed so
+        self.dest: dict = {}  # id(node) -> where it is written in an output (_destinations)
+        self.zero: int | None = None  # a constant buffer of one zero (the zeros of holes)
         self.per_point: set = set()  # buffers holding a slice per point of the chunk
 
     # -- buffers and accesses --------------------------------------------------------------
@@ -636,7 +728,8 @@ class _Planner:
         covered = np.zeros(node.shape, dtype=bool)
         for m in maps:
             covered |= m >= 0
-        if len(bufs) > 1 or not covered.all():  # parts of several buffers, zeros: copied
+        holey = not covered.all() and len(bufs) <= 1 and id(node) in self.holey
+        if len(bufs) > 1 or not (covered.all() or holey):  # several buffers, zeros: copied
             return self.assembled(node, locs, maps, ~covered)
         buf = next(iter(bufs)) if bufs else locs[0][0]
         batched = buf in self.per_point
@@ -649,6 +742,9 @@ class _Planner:
                 offsets[:, inside] = offs.reshape(self.P, -1)[:, m[inside]]
             else:
                 offsets[inside] = offs.reshape(-1)[m[inside]]
+        if holey:  # its zeros are -1 places, read by its (elementwise) users as zeros
+            offsets[..., ~covered] = -1
+            self.holes[id(node)] = (locs, maps, ~covered)
         return buf, offsets
 
     def assembled(self, node: N.Node, locs: list, maps: list, zeros=None) -> tuple:
@@ -713,6 +809,15 @@ class _Planner:
         """A block over ``space`` computing ``atoms`` (one slice of the node) from the
         ``stand_ins`` arrays read at the accesses ``ins`` and writing them at ``out`` in
         ``loc`` (default: one element per iteration of a fresh buffer); returns ``loc``."""
+        body = self.body(node, atoms, stand_ins)
+        if loc is None:
+            loc = self.fresh(node, batched)
+            out = self.access(loc, space, batched)
+        self.block(space, body, ins, (out,), batched=batched)
+        return loc
+
+    def body(self, node: N.Node, atoms, stand_ins: list) -> Plan:
+        """The plan computing ``atoms`` (the node's, its kind of values) from ``stand_ins``."""
         body = build_plan([np.asarray(atoms, dtype=object)],
                           [np.asarray(s, dtype=object) for s in stand_ins])
         boolean = node.dtype.kind == "b"
@@ -722,29 +827,101 @@ class _Planner:
         if body.outputs[0].boolean != boolean:
             body = Plan(body.instrs, body.inputs,
                         (OutLayout(body.outputs[0].shape, body.outputs[0].refs, boolean),))
-        if loc is None:
-            loc = self.fresh(node, batched)
-            out = self.access(loc, space, batched)
-        self.block(space, body, ins, (out,), batched=batched)
-        return loc
+        return body
 
     def elementwise(self, node: N.Node) -> tuple:
         """One loop over the node's shape; its body is the template with the templates of
         fused arguments (:func:`_fused`) built in, each other argument a stand-in read with
-        broadcast strides."""
+        broadcast strides (or, with arguments that are partly zeros or a destination in an
+        output, one loop per box of the shape: :meth:`in_regions`)."""
         stand: dict = {}  # id(argument node) -> (stand-in leaf, node)
         with np.errstate(all="ignore"):  # constant folding follows IEEE, silently
             atom = self.fused_atom(node, stand)
+        used = set(G.leaves([atom])) if G.is_symbolic(atom) else set()
+        reads = [(leaf, arg) for leaf, arg in stand.values() if leaf in used]
+        holey = [arg for _, arg in stand.values() if id(arg) in self.holes]
+        if holey or id(node) in self.dest:
+            loc = self.in_regions(node, atom, reads)
+            if loc is not None:
+                return loc
+            for arg in holey:  # not in boxes: the zeros written after all
+                self.loc[id(arg)] = self.assembled(arg, *self.holes.pop(id(arg)))
         for leaf, arg in stand.values():
             if atom is leaf:  # the template is one of its arguments: a view of it
                 loc = self.loc[id(arg)]
                 return loc[0], self.spread(loc, node.shape, self.batched(loc))
-        used = set(G.leaves([atom])) if G.is_symbolic(atom) else set()
-        reads = [(leaf, arg) for leaf, arg in stand.values() if leaf in used]
         batched = any(self.batched(self.loc[id(arg)]) for _, arg in reads)
         ins = [self.access(self.loc[id(arg)], node.shape, batched) for _, arg in reads]
         return self.body_block(node, node.shape, atom, [leaf for leaf, _ in reads], ins,
                                batched=batched)
+
+    def in_regions(self, node: N.Node, atom, reads: list) -> tuple | None:
+        """The elementwise ``node`` as one loop per box of its shape where each argument is
+        affine or a hole of a partly-zero one (read from a constant zero, the same value
+        its copy would hold), written into a fresh buffer or, with a destination, straight
+        into the output; None when more than :data:`MAX_REGIONS` boxes would be needed."""
+        batched = any(self.batched(self.loc[id(arg)]) for _, arg in reads)
+        o, gather, places = self.dest.get(id(node), (None, None, None))
+        if gather is not None and batched != bool(self.P):
+            gather = None  # (an output over points of a value the points share)
+        shape, lead = node.shape, (slice(None),) * batched
+        full = [self.spread(self.loc[id(arg)], shape, batched) for _, arg in reads]
+        pieces = [f[0] if batched else f for f in full]
+        if gather is not None:
+            pieces.append(places)
+            step = np.arange(self.P, dtype=np.int64).reshape((-1,) + (1,) * len(shape))
+            full.append(places + step * gather.size if batched else places)
+        cuts = [set() for _ in shape]
+        for piece in pieces:
+            for d in range(len(shape)):
+                found = _cuts(piece, d)
+                if found is None:
+                    return None
+                cuts[d] |= found
+        bounds = [sorted({0, n} | c) for n, c in zip(shape, cuts)]
+        if math.prod(len(b) - 1 for b in bounds) > MAX_REGIONS:
+            return None
+        boxes = []
+        for box in itertools.product(*[[slice(a, b) for a, b in zip(bd, bd[1:])]
+                                       for bd in bounds]):
+            accs = []
+            for piece, f in zip(pieces, full):
+                hole = piece[box] < 0
+                if hole.all():
+                    accs.append(None)
+                    continue
+                aff = None if hole.any() else _affine(f[lead + box])
+                if aff is None:
+                    return None
+                accs.append(aff)
+            boxes.append((box, accs))
+        body = self.body(node, atom, [leaf for leaf, _ in reads])
+        if gather is not None:
+            out_buf = self.buffer("output", o, gather, batched=batched)
+            self.loc[id(gather)] = (out_buf, _flat(self.shape(gather.shape, batched)))
+            loc = (out_buf, full[-1])
+        else:
+            loc = self.fresh(node, batched)
+        space_dims = len(shape) + batched
+        for box, accs in boxes:
+            if gather is not None:
+                if accs[-1] is None:
+                    continue  # elements the output does not take
+                out = Access(out_buf, *accs.pop())
+            else:
+                out = Access(loc[0], *_affine(self.spread(loc, shape, batched)[lead + box]))
+            ins = [Access(self.loc[id(arg)][0], *aff) if aff is not None else
+                   Access(self.zeros(), 0, (0,) * space_dims)
+                   for (_, arg), aff in zip(reads, accs)]
+            self.block(tuple(s.stop - s.start for s in box), body, ins, (out,),
+                       batched=batched)
+        return loc
+
+    def zeros(self) -> int:
+        """The constant buffer of one zero that holes are read from."""
+        if self.zero is None:
+            self.zero = self.add_buffer(Buffer("const", -1, 1, False, (0.0,)))
+        return self.zero
 
     def fused_atom(self, node: N.Node, stand: dict):
         """The node's template applied to its arguments' atoms: one constant for a uniform
@@ -1057,7 +1234,8 @@ class _Planner:
         b = self.buffers[buf]
         batched = bool(self.P)
         want = self.shape(node.shape, batched)
-        fresh = (b.kind == "temp" and offsets.shape == want and b.size == math.prod(want)
+        fresh = (b.kind in ("temp", "output") and b.index in (-1, o)
+                 and offsets.shape == want and b.size == math.prod(want)
                  and np.array_equal(offsets.reshape(-1), np.arange(b.size)))
         if fresh and self.batched((buf, offsets)) == batched:
             self.buffers[buf] = b._replace(kind="output", index=o)

@@ -577,3 +577,73 @@ def test_a_huge_function_without_loop_form_is_refused_not_built(monkeypatch):
     f = st.function(lambda a: st.matmul(a, a))
     with pytest.raises(LoweringError, match="no loop form.*element view would have about"):
         f(np.ones((200, 200)))
+
+
+def _padded_shifts(n: int):
+    """``y = pad_front(exp(x[:, 1:] / 1000)) * x + pad_back(sin(x[:, :-1]))`` (the adjoint
+    of a shift, as a reverse sweep through ``x[1:]`` and ``x[:-1]`` builds it), the output
+    all of ``y`` but two elements, and numpy's value of it."""
+    from symtape import ops
+
+    x = st.symbol("x", shape=(2, n))
+    front = np.arange(2)[:, None] * n + 1 + np.arange(n - 1)[None, :]
+    pad_front = ops.scatter_add.bind(st.exp(x[:, 1:] * 1e-3), idx=front, shape=(2, n))
+    pad_back = ops.scatter_add.bind(st.sin(x[:, :-1]), idx=front - 1, shape=(2, n))
+    y = pad_front * x + pad_back
+    keep = np.concatenate([np.arange(1, n + 5), np.arange(n + 6, 2 * n)])
+    out = ops.gather_flat.bind(y, idx=keep)
+
+    def want(xs):
+        with np.errstate(invalid="ignore"):
+            f = np.zeros_like(xs)
+            f[..., 1:] = np.exp(xs[..., 1:] * 1e-3)
+            b = np.zeros_like(xs)
+            b[..., :-1] = np.sin(xs[..., :-1])
+            return (f * xs + b).reshape(xs.shape[:-2] + (-1,))[..., keep]
+    return x, out, want
+
+
+@pytest.mark.parametrize("points", [0, 8], ids=["per-point", "chunks"])
+def test_padded_scatters_are_read_in_place_and_gathers_written_into_outputs(
+        points, monkeypatch):
+    """Zero-padded scatters read by an elementwise op are not copied out with their zeros:
+    the op runs box by box, the padding read from one constant zero (so ``0 * inf`` is NaN,
+    as in numpy), and the gather taken of it is written straight into the output. Values
+    equal numpy's and those of the copying plan (boxes refused: ``MAX_REGIONS = 0``), which
+    has more blocks and writes the zeros."""
+    n = 3000
+    x, out, want = _padded_shifts(n)
+    plan = loopnest.plan_loops([out._node], [x._node], points=points)
+    monkeypatch.setattr(loopnest, "MAX_REGIONS", 0)
+    copying = loopnest.plan_loops([out._node], [x._node], points=points)
+    monkeypatch.undo()
+    def iterations(p):
+        return sum(math.prod(b.space) for b in p.blocks)
+
+    assert iterations(plan) < iterations(copying) - 4 * n * max(points, 1)
+    assert not [b for b in plan.blocks if not b.ins]  # no zero fill
+    assert [b for b in copying.blocks if not b.ins]
+    out_buffer = next(i for i, b in enumerate(plan.buffers) if b.kind == "output")
+    sums = [b for b in plan.blocks if any(a.buffer == out_buffer for a in b.outs)]
+    assert all(b.body.n_ops >= 2 for b in sums)  # the sum itself, no copy
+    assert sum(math.prod(b.space) for b in sums) == (2 * n - 2) * max(points, 1)
+    xs = np.random.default_rng(5).standard_normal((5, 2, n))
+    xs[0, 1, 0] = np.inf  # read where the front padding is: 0 * inf
+    xs[1, 1, -1] = -np.inf
+    xs[2, 0, 7] = np.nan
+    expected = want(xs)
+    assert np.isnan(expected[0, n - 1]) and np.isnan(expected[1, -1])  # 0 * inf
+    for p in (plan, copying):
+        got = compile_plan(p)(xs)
+        np.testing.assert_allclose(got, expected, rtol=1e-15, atol=0)
+
+
+def test_cuts_into_boxes_beyond_the_limit_fall_back_to_copies(monkeypatch):
+    """An elementwise op over a scatter that would need more boxes than MAX_REGIONS writes
+    the scatter's zeros and copies it, with the same values."""
+    monkeypatch.setattr(loopnest, "MAX_REGIONS", 2)
+    x, out, want = _padded_shifts(3000)
+    plan = loopnest.plan_loops([out._node], [x._node])
+    assert [b for b in plan.blocks if not b.ins]  # the zeros written
+    xs = np.random.default_rng(6).standard_normal((3, 2, 3000))
+    np.testing.assert_allclose(compile_plan(plan)(xs), want(xs), rtol=1e-15, atol=0)

@@ -11,7 +11,7 @@ import numpy as np
 import sympy as sp
 
 from . import ops
-from .errors import InvalidArgumentError, ShapeError
+from .errors import DTypeError, InvalidArgumentError, ShapeError
 from .ops.binder import _truediv
 from .tensor import Tensor, constant, convert_to_tensor
 from .tensor import shape_arg as _shape_arg
@@ -28,7 +28,8 @@ __all__ = [
     "squeeze", "expand_dims", "tile", "gather", "broadcast_to", "reverse", "zeros", "ones",
     "zeros_like", "ones_like", "eye", "linspace", "range", "fill", "norm", "clip_by_value",
     "clip_by_norm", "clip_by_global_norm", "global_norm", "sigmoid", "softplus",
-    "stop_gradient", "shape", "size", "rank", "unstack", "split", "pad",
+    "stop_gradient", "shape", "size", "rank", "unstack", "split", "pad", "argmax", "argmin",
+    "divide_no_nan",
 ]
 
 
@@ -64,6 +65,37 @@ def _reduce_variance(x, axis=None, keepdims=False):
     m = ops.reduce_mean.bind(x, axis=axis, keepdims=True)
     deviations = ops.square.bind(ops.subtract.bind(x, m))
     return ops.reduce_mean.bind(deviations, axis=axis, keepdims=keepdims)
+
+
+def _arg_extreme(x, axis: int, largest: bool):
+    """The index (int64) of the first largest (smallest) element along ``axis``: the
+    smallest index where the element equals the extreme (no gradient: an integer)."""
+    extreme = (ops.reduce_max if largest else ops.reduce_min).bind(x, axis=(axis,),
+                                                                   keepdims=True)
+    n = x.shape[axis]
+    iota = ops.reshape.bind(constant(np.arange(n, dtype=np.int64)),
+                            shape=(n,) + (1,) * (x.ndim - 1 - axis))
+    places = ops.where.bind(ops.equal.bind(x, extreme), iota, constant(np.int64(n)))
+    return ops.reduce_min.bind(places, axis=(axis,), keepdims=False)
+
+
+@_composite("argmax")
+def _argmax(x, axis):
+    return _arg_extreme(x, axis, True)
+
+
+@_composite("argmin")
+def _argmin(x, axis):
+    return _arg_extreme(x, axis, False)
+
+
+@_composite("divide_no_nan")
+def _divide_no_nan(x, y):
+    """``x / y``, and 0 where ``y`` is 0 (its gradient too)."""
+    zero = ops.equal.bind(y, constant(np.zeros((), dtype=y.dtype)))
+    safe = ops.where.bind(zero, constant(np.ones((), dtype=y.dtype)), y)
+    return ops.where.bind(zero, constant(np.zeros((), dtype=y.dtype)),
+                          _truediv(x, safe))
 
 
 @_composite("tensordot")
@@ -402,6 +434,55 @@ def where(condition, x=None, y=None, name=None) -> Tensor:
         raise InvalidArgumentError("st.where: give both x and y (the one-argument form that "
                                    "returns indices is not differentiable and not supported)")
     return ops.where.bind(condition, x, y)
+
+
+def argmax(input, axis=None, output_type="int64", name=None) -> Tensor:  # noqa: A002
+    """The index of the largest element along ``axis`` (default 0; the first of equal
+    ones), as TensorFlow's ``tf.argmax``; an integer tensor, without a gradient.
+
+    >>> import symtape as st
+    >>> st.argmax([[1.0, 5.0, 5.0], [7.0, 0.0, 2.0]], axis=1).numpy()
+    array([1, 0])
+    """
+    return _arg_op(_argmax, input, axis, output_type, "st.argmax")
+
+
+def argmin(input, axis=None, output_type="int64", name=None) -> Tensor:  # noqa: A002
+    """The index of the smallest element along ``axis`` (default 0; the first of equal
+    ones), as ``tf.argmin``.
+
+    >>> import symtape as st
+    >>> st.argmin([3.0, 1.0, 1.0]).numpy()
+    np.int64(1)
+    """
+    return _arg_op(_argmin, input, axis, output_type, "st.argmin")
+
+
+def _arg_op(fn, x, axis, output_type, what: str) -> Tensor:
+    x = convert_to_tensor(x)
+    if x.ndim == 0:
+        raise ShapeError(f"{what}: input is a scalar; it needs an axis to search along")
+    axis = 0 if axis is None else int(axis)
+    if not -x.ndim <= axis < x.ndim:
+        raise ShapeError(f"{what}: axis {axis} is out of range for input of rank {x.ndim}")
+    if x.shape[axis] == 0:
+        raise ShapeError(f"{what}: input has no elements along axis {axis}")
+    if x.dtype.kind not in "fiu":
+        raise DTypeError(f"{what}: input has dtype {x.dtype.name}; it needs numbers")
+    out = fn(x, axis % x.ndim)
+    return ops.cast.bind(out, dtype=np.dtype(output_type)) \
+        if np.dtype(output_type) != out.dtype else out
+
+
+def divide_no_nan(x, y, name=None) -> Tensor:
+    """``x / y`` where ``y`` is not 0, else 0, as ``tf.math.divide_no_nan``.
+
+    >>> import symtape as st
+    >>> st.math.divide_no_nan([1.0, 2.0], [4.0, 0.0]).numpy()
+    array([0.25, 0.  ])
+    """
+    x, y = convert_to_tensor(x), convert_to_tensor(y)
+    return _divide_no_nan(x, y)
 
 
 def stop_gradient(x, name=None) -> Tensor:

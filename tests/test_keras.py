@@ -421,3 +421,156 @@ def test_seed_cnn_custom_training_loop_compiled_and_eager():
     assert last < 0.8 * first
     pred = models[0](trainX).numpy().argmax(-1)
     assert (pred == trainY.argmax(-1)).mean() > 0.8
+
+    # the seed's ending: Keras's own loss and accuracy after the custom loop
+    model = models[0]
+    model.compile(optimizer=opt, loss=categorical_crossentropy,
+                  metrics=["acc"])
+    (loss, acc) = model.evaluate(trainX, trainY)
+    probs = model(trainX).numpy()
+    clipped = np.clip(probs / probs.sum(-1, keepdims=True), 1e-7, 1 - 1e-7)
+    assert_allclose(loss, np.mean(-np.sum(trainY * np.log(clipped), axis=-1)), rtol=1e-12)
+    assert acc == (probs.argmax(-1) == trainY.argmax(-1)).mean()
+
+
+# --------------------------------------------------------------------------------------------
+# Metrics, compile / fit / evaluate / predict
+# --------------------------------------------------------------------------------------------
+
+
+def test_metrics_are_running_means_against_numpy():
+    rng = np.random.default_rng(21)
+    batches = [(rng.integers(0, 4, n), rng.normal(size=(n, 4))) for n in (5, 3, 8)]
+    cat, sparse = keras.metrics.CategoricalAccuracy(), keras.metrics.SparseCategoricalAccuracy()
+    binary, mean = keras.metrics.BinaryAccuracy(), keras.metrics.Mean()
+    hits, total, count = [], 0.0, 0.0
+    for labels, pred in batches:
+        cat.update_state(np.eye(4)[labels], pred)
+        sparse.update_state(labels[:, None], pred)
+        binary.update_state(np.eye(4)[labels], 1 / (1 + np.exp(-pred)))
+        weights = rng.uniform(0.5, 2.0, len(labels))
+        mean.update_state(pred[:, 0], sample_weight=weights)
+        hits.append(pred.argmax(-1) == labels)
+        total += float(np.sum(pred[:, 0] * weights))
+        count += float(np.sum(weights))
+    hits = np.concatenate(hits)
+    assert float(cat.result()) == float(sparse.result()) == hits.mean()
+    all_pred = np.concatenate([p for _, p in batches])
+    all_true = np.eye(4)[np.concatenate([lab for lab, _ in batches])]
+    assert_allclose(float(binary.result()), np.mean((all_pred > 0) == (all_true > 0.5)),
+                    rtol=1e-15)
+    assert_allclose(float(mean.result()), total / count, rtol=1e-13)
+    cat.reset_state()
+    assert float(cat.result()) == 0.0
+    # ties: the first largest, as argmax
+    assert float(cat([[0.0, 1.0]], [[0.5, 0.5]])) == 0.0
+
+
+def test_metric_names_resolve_as_keras_and_bad_ones_are_refused():
+    get = keras.metrics.get
+    assert isinstance(get("acc", keras.losses.categorical_crossentropy),
+                      keras.metrics.CategoricalAccuracy)
+    assert isinstance(get("accuracy", keras.losses.SparseCategoricalCrossentropy()),
+                      keras.metrics.SparseCategoricalAccuracy)
+    assert isinstance(get("acc", keras.losses.binary_crossentropy), keras.metrics.BinaryAccuracy)
+    assert isinstance(get("acc", keras.losses.mean_squared_error), keras.metrics.Accuracy)
+    with pytest.raises(st.errors.InvalidArgumentError, match="unknown metric 'f1'"):
+        get("f1")
+    with pytest.raises(st.errors.InvalidArgumentError, match="unknown loss"):
+        keras.losses.get("hinge_loss")
+    with pytest.raises(st.errors.InvalidArgumentError, match="unknown optimizer"):
+        keras.optimizers.get("adagrad2")
+
+
+def test_metric_updates_run_inside_st_function():
+    m = keras.metrics.Mean()
+
+    @st.function
+    def add(x):
+        m.update_state(x)
+        return m.result()
+
+    add(np.array([1.0, 2.0]))
+    got = add(np.array([6.0, 7.0]))
+    assert float(got) == 4.0 and float(m.count) == 4.0
+
+
+def _blobs_model(dropout: float = 0.0):
+    st.random.set_seed(31)
+    layers = [keras.layers.Dense(8, activation="tanh", input_shape=(2,))]
+    if dropout:
+        layers.append(Dropout(dropout))
+    layers.append(keras.layers.Dense(3, activation="softmax"))
+    return keras.Sequential(layers)
+
+
+def _three_blobs(n, seed):
+    rng = np.random.default_rng(seed)
+    labels = rng.integers(0, 3, n)
+    centres = np.array([[0.0, 2.0], [2.0, -1.0], [-2.0, -1.0]])
+    return centres[labels] + 0.5 * rng.normal(size=(n, 2)), labels
+
+
+def test_fit_trains_compiled_and_evaluate_agrees_with_numpy(capsys):
+    x, labels = _three_blobs(90, 1)
+    y = keras.utils.to_categorical(labels, 3)
+    model = _blobs_model()
+    model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["acc"])
+    assert model.metrics_names == ["loss", "acc"]
+    history = model.fit(x, y, batch_size=16, epochs=25, validation_data=(x[:30], y[:30]))
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 25 and printed[0].startswith("Epoch 1/25 - ")
+    assert "val_acc" in printed[-1]
+    losses = history.history["loss"]
+    assert losses[-1] < 0.5 * losses[0] and history.history["acc"][-1] > 0.9
+    (step,) = [f for k, f in model._compiled.steps.items() if k[0] == "train"]
+    assert len(step.traced_signatures) == 1  # batches of 16 and the last of 10: one trace
+    loss, acc = model.evaluate(x, y, batch_size=7, verbose=0)
+    probs = model.predict(x, batch_size=11)
+    assert_allclose(probs, model(x).numpy(), rtol=1e-12)
+    clipped = np.clip(probs / probs.sum(-1, keepdims=True), 1e-7, 1 - 1e-7)
+    assert_allclose(loss, np.mean(-np.sum(y * np.log(clipped), axis=-1)), rtol=1e-12)
+    assert acc == np.mean(probs.argmax(-1) == labels)
+    assert model.evaluate(x, y, batch_size=7, verbose=0, return_dict=True) == {
+        "loss": loss, "acc": acc}
+    # the metrics count from zero in each call
+    assert model.evaluate(x[:30], y[:30], verbose=0)[1] == history.history["val_acc"][-1]
+
+
+def test_fit_with_dropout_runs_its_steps_eagerly_and_learns():
+    x, labels = _three_blobs(60, 2)
+    model = _blobs_model(dropout=0.3)
+    model.compile(optimizer=keras.optimizers.Adam(lr=0.02),
+                  loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"])
+    assert model._compiled.eager
+    history = model.fit(x, labels, batch_size=20, epochs=15, verbose=0)
+    assert history.history["loss"][-1] < 0.6 * history.history["loss"][0]
+    assert model.evaluate(x, labels, verbose=0)[1] > 0.9  # dropout off when evaluating
+
+
+def test_training_api_refuses_bad_input():
+    model = _blobs_model()
+    x = np.zeros((4, 2))
+    with pytest.raises(st.errors.InvalidArgumentError, match="call compile"):
+        model.evaluate(x, np.zeros((4, 3)))
+    with pytest.raises(st.errors.InvalidArgumentError, match="give a loss"):
+        model.compile(optimizer="sgd")
+    model.compile(optimizer="sgd", loss="mse")
+    with pytest.raises(st.errors.ShapeError, match="y has 3 examples, x has 4"):
+        model.fit(x, np.zeros((3, 3)), verbose=0)
+    with pytest.raises(st.errors.InvalidArgumentError, match="batch_size must be a positive"):
+        model.fit(x, np.zeros((4, 3)), batch_size=0, verbose=0)
+    with pytest.raises(st.errors.InvalidArgumentError, match="x must hold numbers"):
+        model.predict(np.array([["a", "b"]]))
+    assert model.evaluate(x, np.zeros((4, 3)), verbose=0) >= 0.0  # no metrics: the loss
+
+
+def test_argmax_ties_and_divide_no_nan_gradient():
+    assert st.argmax([[2.0, 2.0, 1.0]], axis=1).numpy().tolist() == [0]
+    assert st.argmin([[3.0, 1.0], [1.0, 0.0]]).numpy().tolist() == [1, 1]
+    with pytest.raises(st.errors.ShapeError, match="axis 2 is out of range"):
+        st.argmax(np.ones((2, 2)), axis=2)
+    y = st.Variable([0.0, 2.0])
+    with st.GradientTape() as t:
+        q = st.math.divide_no_nan(3.0, y)
+    assert t.gradient(q, y).numpy().tolist() == [0.0, -0.75]

@@ -158,6 +158,14 @@ BOOL2 = [Arg((4,), values=[True, True, False, False], dtype="bool"),
 row("logical_and", st.logical_and, BOOL2, np.logical_and)
 row("logical_or", st.logical_or, BOOL2, np.logical_or)
 row("logical_not", st.logical_not, BOOL2[:1], np.logical_not)
+row("argmax", lambda x: st.argmax(x, axis=1),
+    [Arg((2, 3), values=[[1.0, 5.0, 5.0], [7.0, -1.0, 2.0]])],
+    lambda x: np.argmax(x, axis=1), nograd=(0,))
+row("argmin", lambda x: st.argmin(x, axis=0), [M23], lambda x: np.argmin(x, axis=0),
+    nograd=(0,))
+row("divide_no_nan", st.math.divide_no_nan, [S3, Arg((3,), values=[2.0, 0.0, -0.5])],
+    lambda x, y: np.where(y == 0, 0.0, x / np.where(y == 0, 1.0, y)),
+    diff=(0,))  # (y's derivative jumps at its zero)
 row("where", st.where, [Arg((3,), values=[True, False, True], dtype="bool"), S3, S3], np.where)
 row("stop_gradient", st.stop_gradient, [S3], lambda x: x, nograd=(0,))
 

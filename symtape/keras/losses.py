@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from .. import math as M
 from .. import nn
+from ..errors import InvalidArgumentError
 from ..tensor import Tensor, constant
 
 __all__ = ["categorical_crossentropy", "sparse_categorical_crossentropy",
            "mean_squared_error", "binary_crossentropy", "CategoricalCrossentropy",
            "SparseCategoricalCrossentropy", "MeanSquaredError", "BinaryCrossentropy",
-           "EPSILON"]
+           "EPSILON", "get"]
 
 #: Keras's fuzz factor: probabilities are clipped to ``[EPSILON, 1 - EPSILON]``.
 EPSILON = 1e-7
@@ -100,3 +101,29 @@ class MeanSquaredError:
 
     def __call__(self, y_true, y_pred):
         return M.reduce_mean(mean_squared_error(y_true, y_pred))
+
+
+_BY_NAME = {
+    "categorical_crossentropy": categorical_crossentropy,
+    "sparse_categorical_crossentropy": sparse_categorical_crossentropy,
+    "binary_crossentropy": binary_crossentropy,
+    "mean_squared_error": mean_squared_error, "mse": mean_squared_error,
+}
+
+
+def get(identifier):
+    """A loss function ``(y_true, y_pred) -> values`` from its name, or the function (or
+    loss object) itself.
+
+    >>> get("mse") is mean_squared_error
+    True
+    """
+    if isinstance(identifier, str):
+        if identifier not in _BY_NAME:
+            raise InvalidArgumentError(f"st.keras.losses: unknown loss {identifier!r} (known: "
+                                       f"{', '.join(sorted(_BY_NAME))})")
+        return _BY_NAME[identifier]
+    if callable(identifier):
+        return identifier
+    raise InvalidArgumentError(f"st.keras.losses: a loss is a name or a function, got "
+                               f"{type(identifier).__name__}")

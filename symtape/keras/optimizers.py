@@ -8,7 +8,7 @@ from .. import optimizers
 from ..errors import InvalidArgumentError
 from ..tensor import Variable
 
-__all__ = ["SGD", "Adam", "RMSprop"]
+__all__ = ["SGD", "Adam", "RMSprop", "get"]
 
 
 def _legacy(cls):
@@ -51,3 +51,22 @@ def _legacy(cls):
 SGD = _legacy(optimizers.SGD)
 Adam = _legacy(optimizers.Adam)
 RMSprop = _legacy(optimizers.RMSprop)
+
+
+def get(identifier):
+    """An optimizer from its name (``"sgd"``, ``"adam"``, ``"rmsprop"``, with Keras's
+    default arguments), or the optimizer itself.
+
+    >>> type(get("adam")).__name__
+    'Adam'
+    """
+    if isinstance(identifier, str):
+        by_name = {"sgd": SGD, "adam": Adam, "rmsprop": RMSprop}
+        if identifier.lower() not in by_name:
+            raise InvalidArgumentError(f"st.keras.optimizers: unknown optimizer {identifier!r}"
+                                       " (known: adam, rmsprop, sgd)")
+        return by_name[identifier.lower()]()
+    if hasattr(identifier, "apply_gradients"):
+        return identifier
+    raise InvalidArgumentError(f"st.keras.optimizers: an optimizer is a name or an optimizer "
+                               f"object, got {type(identifier).__name__}")

@@ -28,6 +28,7 @@ from .function import (
                      TensorSpec,
                      compile,
                      derivative,
+                     export_c,
                      function,
                      grad,
                      hessian,
@@ -62,6 +63,6 @@ __all__ = [  # noqa: F405
     "RegisterGradient", "define_function", "get_function", "stop_gradient", "errors", "math",
     "nn", "linalg", "random", "optimizers", "saved_model", "testing", "compile", "function",
     "Function", "grad", "jacobian", "hessian", "hvp", "derivative", "TensorSpec", "SparseResult",
-    "load", "Module", "name_scope", "keras",
+    "load", "Module", "name_scope", "keras", "export_c",
     *math.__all__,
 ]

@@ -22,14 +22,14 @@ import numpy as np
 from . import graph as G
 from . import batching, nest, ops, recording, sparsity, taylor
 from . import loopnest
-from .codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
+from .codegen import CompiledFunction, TensorSpec, c99, compile_atoms, compile_plan
 from .errors import InvalidArgumentError, LoweringError, ShapeError, UnboundLeafError
 from .tape import GradientTape, UnconnectedGradients
 from .ops.binder import adopt, constant
 from .tensor import Tensor, symbol
 
 __all__ = ["compile", "function", "Function", "grad", "jacobian", "hessian", "derivative",
-           "TensorSpec", "SparseResult", "SparseFunction"]
+           "TensorSpec", "SparseResult", "SparseFunction", "export_c"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -573,6 +573,86 @@ def _with_vector(fn, specs: list, argnums, what: str, usage: str) -> tuple:
     return xs, num, symbol(specs[-1].name or "v", shape=tuple(x.shape), dtype=x.dtype)
 
 
+def export_c(functions: dict, path) -> tuple:
+    """Writes compiled functions as one C program: ``path`` with ``.h`` (their
+    declarations) and ``.c`` (their definitions and the helpers they share, needing only
+    ``<math.h>`` and ``<stdint.h>``); ``functions`` maps each C name to a compiled function
+    (``st.compile``, a transform with ``input_signature``, a sparse one's values, an
+    ``st.function`` traced once). Returns the two paths. Each function has the layout of
+    :meth:`CompiledFunction.c_source`'s: ``void name(int64_t n, const double *x, ...,
+    double *out...)``.
+
+    >>> import symtape as st, tempfile, pathlib
+    >>> f = st.grad(lambda x: st.reduce_sum(x ** 3), input_signature=[st.TensorSpec((2,))])
+    >>> h = st.hessian(lambda x: st.reduce_sum(x ** 3), input_signature=[st.TensorSpec((2,))])
+    >>> header, source = st.export_c({"g": f, "H": h}, pathlib.Path(tempfile.mkdtemp()) / "cube")
+    >>> [line for line in header.read_text().splitlines() if line.startswith("void")]
+    ['void g(int64_t n, const double *restrict x, double *restrict out0);', \
+'void H(int64_t n, const double *restrict x, double *restrict out0);']
+    """
+    import pathlib
+
+    if not isinstance(functions, dict) or not functions:
+        raise InvalidArgumentError("st.export_c: functions must be a non-empty dict of C "
+                                   "name -> compiled function")
+    kernels, seen = [], {}
+    for key, fn in functions.items():
+        if not isinstance(key, str) or not key.isidentifier():
+            raise InvalidArgumentError(f"st.export_c: {key!r} is not a C identifier")
+        if key in seen:
+            raise InvalidArgumentError(f"st.export_c: the name {key!r} is given twice")
+        seen[key] = True
+        kernels.append(_exportable(fn, key).c_kernel("st.export_c", name=key))
+    base = pathlib.Path(path)
+    if base.suffix in (".c", ".h"):
+        base = base.with_suffix("")
+    header, source = base.with_suffix(".h"), base.with_suffix(".c")
+    h_text, c_text = c99.render_many(kernels, header.name)
+    header.write_text(h_text)
+    source.write_text(c_text)
+    return header, source
+
+
+def _exportable(fn, key: str) -> CompiledFunction:
+    """The compiled function behind ``fn`` (for :func:`export_c`)."""
+    if isinstance(fn, SparseFunction):
+        fn = fn.compiled
+    if isinstance(fn, Transform):
+        if len(fn._compiled) != 1:
+            raise InvalidArgumentError(
+                f"st.export_c: {key}: a transform without input_signature has "
+                f"{len(fn._compiled)} compiled shapes; give input_signature (or call it once)")
+        (fn,) = fn._compiled.values()
+    if isinstance(fn, Function):
+        if fn._poly or len(fn._traces) != 1:
+            raise InvalidArgumentError(
+                f"st.export_c: {key}: an st.function is exported from one trace; pass "
+                "f.get_concrete_function(*shapes)")
+        (traced,) = fn._traces.values()
+        fn = traced.compiled
+    if not isinstance(fn, CompiledFunction):
+        raise InvalidArgumentError(f"st.export_c: {key} is a {type(fn).__name__}, not a "
+                                   "compiled function")
+    return fn
+
+
+def _options(fastmath: bool, threads, name, what: str) -> dict:
+    """A transform's compile options; ``name``: the compiled function's name (its C
+    function's in ``c_source``/:func:`export_c`; default: the function's name and the
+    transform's, ``f_jacobian``).
+
+    >>> _options(False, None, "dfdx", "st.jacobian")["name"]
+    'dfdx'
+    """
+    opts = dict(fastmath=fastmath, threads=threads)
+    if name is not None:
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"{what}: name must be a non-empty string, got "
+                                       f"{name!r}")
+        opts["name"] = name
+    return opts
+
+
 def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
                sparse: bool = False):
     if not callable(fn):
@@ -602,7 +682,7 @@ def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
 
 
 def grad(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-         threads: int | None = None):
+         threads: int | None = None, name: str | None = None):
     """The compiled gradient of a scalar function with respect to argument(s) ``argnums``.
 
     >>> import symtape as st
@@ -614,11 +694,11 @@ def grad(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False
            [   0., -400.,  200.]])
     """
     return _transform(f, argnums, input_signature, 1, True, "st.grad",
-                      dict(fastmath=fastmath, threads=threads))
+                      _options(fastmath, threads, name, "st.grad"))
 
 
 def jacobian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-             threads: int | None = None, sparse: bool = False):
+             threads: int | None = None, sparse: bool = False, name: str | None = None):
     """The compiled Jacobian ``dy/dx`` (shape ``y.shape + x.shape``); ``sparse=True``
     returns :class:`SparseResult` s of its structurally non-zero elements, computed with one
     sweep per colour of a colouring of its rows (see :mod:`symtape.sparsity`).
@@ -631,11 +711,11 @@ def jacobian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = F
            [1., 0.]])
     """
     return _transform(f, argnums, input_signature, 1, False, "st.jacobian",
-                      dict(fastmath=fastmath, threads=threads), sparse)
+                      _options(fastmath, threads, name, "st.jacobian"), sparse)
 
 
 def hessian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-            threads: int | None = None, sparse: bool = False):
+            threads: int | None = None, sparse: bool = False, name: str | None = None):
     """The compiled Hessian of a scalar function (shape ``x.shape * 2``): the Jacobian of
     its gradient, all Hessian-vector products with unit vectors in one batched sweep.
     ``sparse=True`` returns :class:`SparseResult` s of its structurally non-zero elements,
@@ -654,11 +734,11 @@ def hessian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = Fa
     (13, array([-400., 1002., -400.]))
     """
     return _transform(f, argnums, input_signature, 2, True, "st.hessian",
-                      dict(fastmath=fastmath, threads=threads), sparse)
+                      _options(fastmath, threads, name, "st.hessian"), sparse)
 
 
 def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool = False,
-        threads: int | None = None):
+        threads: int | None = None, name: str | None = None):
     """The compiled Hessian-vector product ``H(x) v`` of a scalar function, called as
     ``hvp(*args, v)`` with ``v`` shaped like argument ``argnums``: the gradient of
     ``<grad f(x), v>`` (reverse over reverse; a few times the cost of ``f``, whatever the
@@ -673,6 +753,7 @@ def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool =
     array([2*v_0*x_1 + 2*v_1*x_0, 2*v_0*x_0], dtype=object)
     """
     what = "st.hvp"
+    opts = _options(fastmath, threads, name, what)
     if not callable(f):
         raise InvalidArgumentError(f"{what}: the first argument must be a function")
     if isinstance(argnums, (bool, np.bool_)) or not isinstance(argnums, (int, np.integer)):
@@ -688,8 +769,7 @@ def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool =
             g = inner.gradient(y, xs[num], unconnected_gradients="zero")
             product = ops.reduce_sum.bind(g * v)
         out = outer.gradient(product, xs[num], unconnected_gradients="zero")
-        kw = {"dtype": _common_dtype(specs), "name": f"{_fn_name(f)}_hvp",
-              "fastmath": fastmath, "threads": threads}
+        kw = {"dtype": _common_dtype(specs), "name": f"{_fn_name(f)}_hvp", **opts}
         return compile(out, [*xs, v], **kw)
 
     if input_signature is not None:
@@ -698,7 +778,8 @@ def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool =
 
 
 def derivative(f: Callable, order: int = 1, argnums=0, *, input_signature=None,
-               fastmath: bool = False, threads: int | None = None, direction: bool = False):
+               fastmath: bool = False, threads: int | None = None, direction: bool = False,
+               name: str | None = None):
     """The compiled ``order``-th derivative tensor of ``f`` (shape ``y.shape + x.shape *
     order``); for scalar ``x`` and ``y``, ``d^n f / dx^n``. A scalar argument from order 2
     takes Taylor mode (:mod:`symtape.taylor`): the 10th derivative is a DAG of a few hundred
@@ -717,7 +798,7 @@ def derivative(f: Callable, order: int = 1, argnums=0, *, input_signature=None,
     6.0
     """
     order = _order(order)
-    opts = dict(fastmath=fastmath, threads=threads)
+    opts = _options(fastmath, threads, name, "st.derivative")
     if direction:
         return _directional(f, argnums, input_signature, order, opts)
     return _transform(f, argnums, input_signature, order, False, "st.derivative", opts)
@@ -1142,7 +1223,8 @@ def _loop_compiled(outputs: list, inputs: list, opts: dict, points: int = 0,
 
 
 def function(fn: Callable | None = None, *, input_signature=None, dtype: str | None = None,
-             fastmath: bool = False, threads: int | None = None, **ignored):
+             fastmath: bool = False, threads: int | None = None, name: str | None = None,
+             **ignored):
     """Decorator like ``tf.function``: trace ``fn`` once per input shape signature, compile
     it with llvmlite, run native code on later calls. ``threads``: ``None`` runs large batches
     and the large loops of large tensors (:mod:`symtape.loopnest`) on all cores, ``1`` on
@@ -1160,6 +1242,13 @@ def function(fn: Callable | None = None, *, input_signature=None, dtype: str | N
     >>> float(step(xs, ys)), float(w)
     (2.5, 1.5)
     """
-    if fn is None:
-        return lambda f: Function(f, input_signature, dtype, fastmath, threads)
-    return Function(fn, input_signature, dtype, fastmath, threads)
+    if name is not None:
+        _options(fastmath, threads, name, "st.function")  # (checks it)
+
+    def make(f):
+        out = Function(f, input_signature, dtype, fastmath, threads)
+        if name is not None:
+            out.__name__ = name
+        return out
+
+    return make if fn is None else make(fn)

@@ -518,3 +518,68 @@ def test_transforms_and_saved_models_refuse_none_dimensions(tmp_path):
 
     with pytest.raises(st.errors.InvalidArgumentError, match="None dimensions"):
         st.saved_model.save(M(), str(tmp_path))
+
+
+def _cart_pole(x, u):
+    """A control-style vector field f(x, u) (x: angle, rate; u: one input)."""
+    return st.stack([x[1], -9.81 * st.sin(x[0]) - 0.1 * x[1] + u[0] * st.cos(x[0])])
+
+
+def test_export_c_links_named_jacobians_into_one_program(tmp_path):
+    """``name=`` names a transform's C function; ``st.export_c`` writes f, df/dx and df/du
+    (two Jacobians of one function, which by default would both be ``_cart_pole_jacobian``)
+    as one header and one source that compile warning-free together and agree with the
+    compiled callables."""
+    import ctypes
+    import shutil
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    sig = [st.TensorSpec((2,), name="x"), st.TensorSpec((1,), name="u")]
+    xs, us = st.symbol("x", shape=(2,)), st.symbol("u", shape=(1,))
+    f = st.compile(_cart_pole(xs, us), [xs, us], name="f")
+    dfdx = st.jacobian(_cart_pole, argnums=0, input_signature=sig, name="dfdx")
+    dfdu = st.jacobian(_cart_pole, argnums=1, input_signature=sig)
+    assert "void dfdx(" in dfdx.c_source() and "void _cart_pole_jacobian(" in dfdu.c_source()
+    header, source = st.export_c({"f": f, "dfdx": dfdx, "dfdu": dfdu}, tmp_path / "pole.c")
+    assert header.name == "pole.h" and source.name == "pole.c"
+    assert header.read_text().count("void ") == 3
+    if cc is None:
+        pytest.skip("no C compiler")
+    lib = tmp_path / "pole.so"
+    done = subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", "-Wno-unused-function",
+                           "-shared", "-fPIC", str(source), "-o", str(lib), "-lm"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    so = ctypes.CDLL(str(lib))
+    rng = np.random.default_rng(3)
+    x, u = rng.normal(size=(5, 2)), rng.normal(size=(5, 1))
+    for cname, fn, shape in (("f", f, (5, 2)), ("dfdx", dfdx, (5, 2, 2)),
+                             ("dfdu", dfdu, (5, 2, 1))):
+        out = np.empty(shape)
+        getattr(so, cname)(ctypes.c_int64(5), *[ctypes.c_void_p(a.ctypes.data)
+                                                for a in (x, u, out)])
+        np.testing.assert_allclose(out, fn(x, u), rtol=1e-15, atol=1e-15)
+    # by hand: df/du = (0, cos x0); df/dx = [[0, 1], [-9.81 cos x0 - u sin x0, -0.1]]
+    np.testing.assert_allclose(dfdu(x, u)[:, 1, 0], np.cos(x[:, 0]), rtol=1e-15)
+    np.testing.assert_allclose(dfdx(x, u)[:, 1, 0],
+                               -9.81 * np.cos(x[:, 0]) - u[:, 0] * np.sin(x[:, 0]), rtol=1e-14)
+
+
+def test_export_c_refuses_what_it_cannot_name_or_write(tmp_path):
+    g = st.grad(rosen)
+    g(np.ones(3))
+    g(np.ones(4))
+    with pytest.raises(st.errors.InvalidArgumentError, match="2 compiled shapes"):
+        st.export_c({"g": g}, tmp_path / "g")
+    with pytest.raises(st.errors.InvalidArgumentError, match="not a C identifier"):
+        st.export_c({"my-fn": st.grad(rosen, input_signature=[st.TensorSpec((3,))])},
+                    tmp_path / "g")
+    with pytest.raises(st.errors.InvalidArgumentError, match="not a compiled function"):
+        st.export_c({"f": rosen}, tmp_path / "g")
+    with pytest.raises(st.errors.InvalidArgumentError, match="name must be a non-empty"):
+        st.hessian(rosen, name="")
+    step = st.function(lambda x: x * 2.0, name="twice")
+    step(np.ones(2))
+    header, _ = st.export_c({"twice": step}, tmp_path / "t")
+    assert "void twice(" in header.read_text()
+    assert step.get_concrete_function(np.ones(2)).c_source().count("void twice(") == 1

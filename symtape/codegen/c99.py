@@ -16,7 +16,7 @@ import re
 from .lower import OPS
 from .plan import Plan
 
-__all__ = ["render"]
+__all__ = ["render", "render_many"]
 
 _CTYPES = {"float64": ("double", ""), "float32": ("float", "f")}
 
@@ -63,6 +63,75 @@ def _literal(value, ctype: str) -> str:
     return f"{text}f" if ctype == "float" else text
 
 
+def _helpers(ctype: str, m: str) -> str:
+    """The helper functions for one float type (their names end in ``m``: ``st_signf``)."""
+    return _HELPERS.format(m=m).replace("T ", f"{ctype} ").replace("(T)", f"({ctype})")
+
+
+def _signature(plan: Plan, name: str, ctype: str, input_names, output_names) -> tuple:
+    n_in, n_out = len(plan.inputs), len(plan.outputs)
+    in_names = [_identifier((input_names or [None] * n_in)[i], f"in{i}") for i in range(n_in)]
+    out_names = [_identifier((output_names or [None] * n_out)[i], f"out{i}")
+                 for i in range(n_out)]
+    params = ["int64_t n"]
+    params += [f"const {ctype} *restrict {nm}" for nm in in_names]
+    params += [f"{'unsigned char' if o.boolean else ctype} *restrict {nm}"
+               for o, nm in zip(plan.outputs, out_names)]
+    head = f"void {_identifier(name, 'kernel')}({', '.join(params)})"
+    return head, in_names, out_names
+
+
+def _describe(plan: Plan, name: str) -> str:
+    sizes = ", ".join(str(math.prod(a.shape)) for a in plan.inputs)
+    outs = ", ".join(str(math.prod(o.shape)) for o in plan.outputs)
+    return (f"/* {_comment(name)}: {len(plan.inputs)} inputs (sizes per point: {sizes or '-'}), "
+            f"{len(plan.outputs)} outputs ({outs or '-'}), batched over n points. */")
+
+
+def _body(plan: Plan, head: str, in_names, out_names, ctype: str, m: str) -> list:
+    lines = [head, "{", "    for (int64_t j = 0; j < n; ++j) {"]
+    values = []
+    for ref, ins in enumerate(plan.instrs):
+        values.append(_value(plan, ref, ins, values, in_names, ctype, m, lines))
+    for layout, nm in zip(plan.outputs, out_names):
+        size = math.prod(layout.shape)
+        for k, ref in enumerate(layout.refs):
+            lines.append(f"        {nm}[j * {size} + {k}] = {_as(plan, ref, values, ctype)};")
+    return lines + ["    }", "}", ""]
+
+
+def render_many(kernels: list, header: str) -> tuple:
+    """``(header text, source text)`` of several plans as C functions of one program:
+    ``kernels`` holds ``(plan, name, dtype, input_names, output_names)``; the header
+    (``#include``d by the source as ``header``) declares them. Names must differ.
+
+    >>> import numpy as np
+    >>> from symtape import graph
+    >>> from symtape.codegen.plan import build_plan
+    >>> x = graph.Leaf.new("x")
+    >>> sq = build_plan([np.array(graph.mul(x, x), dtype=object)], [np.array(x, dtype=object)])
+    >>> h, c = render_many([(sq, "f", "float64", ["x"], None),
+    ...                     (sq, "g", "float32", ["x"], None)], "fg.h")
+    >>> [line for line in h.splitlines() if line.startswith("void")]
+    ['void f(int64_t n, const double *restrict x, double *restrict out0);', \
+'void g(int64_t n, const float *restrict x, float *restrict out0);']
+    """
+    heads, bodies, types = [], [], []
+    for plan, name, dtype, input_names, output_names in kernels:
+        ctype, m = _CTYPES[dtype]
+        head, ins, outs = _signature(plan, name, ctype, input_names, output_names)
+        heads += [_describe(plan, name), head + ";"]
+        bodies += _body(plan, head, ins, outs, ctype, m)
+        if (ctype, m) not in types:
+            types.append((ctype, m))
+    guard = _identifier(header, "header").upper()
+    h = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", ""] + heads + \
+        ["", f"#endif /* {guard} */", ""]
+    c = [f'#include "{_comment(header)}"', "#include <math.h>", "#include <stdint.h>", ""]
+    c += [_helpers(ctype, m) for ctype, m in types] + bodies
+    return "\n".join(h), "\n".join(c)
+
+
 def render(plan: Plan, name: str, dtype: str = "float64", input_names=None,
            output_names=None) -> str:
     """The C99 source of ``plan`` as a function called ``name``.
@@ -80,34 +149,16 @@ def render(plan: Plan, name: str, dtype: str = "float64", input_names=None,
     out0[j * 1 + 0] = v1;
     """
     ctype, m = _CTYPES[dtype]
-    n_in, n_out = len(plan.inputs), len(plan.outputs)
-    in_names = [_identifier((input_names or [None] * n_in)[i], f"in{i}") for i in range(n_in)]
-    out_names = [_identifier((output_names or [None] * n_out)[i], f"out{i}")
-                 for i in range(n_out)]
-    params = ["int64_t n"]
-    params += [f"const {ctype} *restrict {nm}" for nm in in_names]
-    params += [f"{'unsigned char' if o.boolean else ctype} *restrict {nm}"
-               for o, nm in zip(plan.outputs, out_names)]
+    head, in_names, out_names = _signature(plan, name, ctype, input_names, output_names)
     lines = [
-        f"/* {_comment(name)}: {n_in} inputs, {n_out} outputs, batched over n points. */",
+        f"/* {_comment(name)}: {len(plan.inputs)} inputs, {len(plan.outputs)} outputs, "
+        "batched over n points. */",
         "#include <math.h>",
         "#include <stdint.h>",
         "",
-        f"typedef {ctype} T;",
-        _HELPERS.format(m=m),
-        f"void {_identifier(name, 'kernel')}({', '.join(params)})",
-        "{",
-        "    for (int64_t j = 0; j < n; ++j) {",
+        _helpers(ctype, m),
     ]
-    values = []
-    for ref, ins in enumerate(plan.instrs):
-        values.append(_value(plan, ref, ins, values, in_names, ctype, m, lines))
-    for layout, nm in zip(plan.outputs, out_names):
-        size = math.prod(layout.shape)
-        for k, ref in enumerate(layout.refs):
-            lines.append(f"        {nm}[j * {size} + {k}] = {_as(plan, ref, values, ctype)};")
-    lines += ["    }", "}", ""]
-    return "\n".join(lines)
+    return "\n".join(lines + _body(plan, head, in_names, out_names, ctype, m))
 
 
 def _value(plan, ref, ins, values, in_names, ctype, m, lines) -> str:

@@ -459,8 +459,14 @@ class CompiledFunction:
 
     def c_source(self) -> str:
         """Standalone C99 source of the dense kernel (see :mod:`symtape.codegen.c99`)."""
-        return c99.render(self._straight_line("c_source"), self._name, self._dtype.name,
-                          self._input_names, self._output_names)
+        return c99.render(*self.c_kernel("c_source"))
+
+    def c_kernel(self, what: str = "c_kernel", name: str | None = None) -> tuple:
+        """``(plan, name, dtype, input names, output names)``: what
+        :func:`c99.render`/:func:`c99.render_many` write as this function's C (``name``:
+        another name for it)."""
+        return (self._straight_line(what), name or self._name, self._dtype.name,
+                self._input_names, self._output_names)
 
     def with_element_view(self, element_view) -> CompiledFunction:
         """Gives a loop-planned function the way to its element view: ``element_view()``

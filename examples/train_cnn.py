@@ -27,66 +27,31 @@ from symtape.keras.optimizers import Adam
 from symtape.keras.utils import to_categorical
 
 
-def build_full_model(width, height, depth, classes):
-    """The tutorial's model, as written."""
+#: the tutorial's filters per CONV => RELU => BN set, and its Dense width; and scaled down
+FULL = ((16,), (32, 32), (64, 64, 64)), 256
+SMALL = ((8,), (16, 16)), 32
+
+
+def build_model(width, height, depth, classes, layout=SMALL):
+    """The tutorial's model: sets of (CONV => RELU => BN) * k => POOL, then FC => RELU =>
+    BN => DROPOUT and a softmax classifier (``layout``: the filters of each set and the FC
+    width)."""
     inputShape = (height, width, depth)
     chanDim = -1
-    return Sequential([
-        Conv2D(16, (3, 3), padding="same", input_shape=inputShape),
-        Activation("relu"),
-        BatchNormalization(axis=chanDim),
-        MaxPooling2D(pool_size=(2, 2)),
-        Conv2D(32, (3, 3), padding="same"),
-        Activation("relu"),
-        BatchNormalization(axis=chanDim),
-        Conv2D(32, (3, 3), padding="same"),
-        Activation("relu"),
-        BatchNormalization(axis=chanDim),
-        MaxPooling2D(pool_size=(2, 2)),
-        Conv2D(64, (3, 3), padding="same"),
-        Activation("relu"),
-        BatchNormalization(axis=chanDim),
-        Conv2D(64, (3, 3), padding="same"),
-        Activation("relu"),
-        BatchNormalization(axis=chanDim),
-        Conv2D(64, (3, 3), padding="same"),
-        Activation("relu"),
-        BatchNormalization(axis=chanDim),
-        MaxPooling2D(pool_size=(2, 2)),
+    sets, dense = layout
+    layers = []
+    for filters in sets:
+        for f in filters:
+            extra = {"input_shape": inputShape} if not layers else {}
+            layers += [Conv2D(f, (3, 3), padding="same", **extra), Activation("relu"),
+                       BatchNormalization(axis=chanDim)]
+        layers.append(MaxPooling2D(pool_size=(2, 2)))
+    return Sequential(layers + [
         Flatten(),
-        Dense(256),
+        Dense(dense),
         Activation("relu"),
         BatchNormalization(),
         Dropout(0.5),
-        Dense(classes),
-        Activation("softmax"),
-    ])
-
-
-def build_model(width, height, depth, classes):
-    inputShape = (height, width, depth)
-    chanDim = -1
-    return Sequential([
-        # CONV => RELU => BN => POOL layer set
-        Conv2D(8, (3, 3), padding="same", input_shape=inputShape),
-        Activation("relu"),
-        BatchNormalization(axis=chanDim),
-        MaxPooling2D(pool_size=(2, 2)),
-        # (CONV => RELU => BN) * 2 => POOL layer set
-        Conv2D(16, (3, 3), padding="same"),
-        Activation("relu"),
-        BatchNormalization(axis=chanDim),
-        Conv2D(16, (3, 3), padding="same"),
-        Activation("relu"),
-        BatchNormalization(axis=chanDim),
-        MaxPooling2D(pool_size=(2, 2)),
-        # first (and only) set of FC => RELU layers
-        Flatten(),
-        Dense(32),
-        Activation("relu"),
-        BatchNormalization(),
-        Dropout(0.5),
-        # softmax classifier
         Dense(classes),
         Activation("softmax"),
     ])
@@ -130,17 +95,17 @@ if args.full:
     print("[INFO] loading MNIST dataset...")
     (trainX, labels), (testX, testLabels) = mnist()
     classes, EPOCHS, BS, INIT_LR = 10, args.epochs or 25, 64, 1e-3
-    builder = build_full_model
+    layout = FULL
 else:
     (trainX, labels), (testX, testLabels) = small_data()
     classes, EPOCHS, BS, INIT_LR = 4, args.epochs or 4, 32, 1e-2
-    builder = build_model
+    layout = SMALL
 trainY, testY = to_categorical(labels, classes), to_categorical(testLabels, classes)
 
 print("[INFO] creating model...")
 st.random.set_seed(1)
 height, width = trainX.shape[1:3]
-model = builder(width, height, 1, classes)
+model = build_model(width, height, 1, classes, layout)
 opt = Adam(lr=INIT_LR, decay=INIT_LR / EPOCHS)
 
 

@@ -282,9 +282,10 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     users = _users(order, roots)
     p.fused = _fused(order, users, p.loc)
     p.holey = _holey(order, users)
+    p.through = _through(order, users, p.holey, p.fused, roots)
     p.dest = _destinations(outputs, totals, users, p.fused)
     for node in order:
-        if id(node) not in p.loc and id(node) not in p.fused:
+        if id(node) not in p.loc and id(node) not in p.fused and id(node) not in p.through:
             p.check(node)
             p.loc[id(node)] = p.place(node)
     for o, node in enumerate(outputs):
@@ -336,6 +337,28 @@ def _holey(order: list, users: dict) -> set:
     return {id(node) for node in order if node.dtype.kind == "f" and users.get(id(node))
             and all(_looped_elementwise(u) and u.shape == node.shape
                     for u in users[id(node)])}
+
+
+def _through(order: list, users: dict, holey: set, fused: set, roots: Sequence[N.Node]
+             ) -> set:
+    """Elementwise float nodes read only by a zero-padded scatter whose zeros may stay
+    unwritten (:func:`_holey`): computed inside the scatter's readers' boxes, their
+    arguments read through the scatter's places, instead of written to a temporary the
+    readers read back (:meth:`_Planner.in_regions`)."""
+    outs = {id(r) for r in roots}
+    found = set()
+    for node in order:
+        if (id(node) not in holey or id(node) in outs or node.kind != "op"
+                or not isinstance(node.prim, ScatterAdd) or len(node.inputs) != 1
+                or not _distinct(node.params["idx"])
+                or int((node.params["idx"] >= 0).sum()) >= node.size):  # (no zeros)
+            continue
+        (arg,) = node.inputs
+        use = users.get(id(arg), [])
+        if (_pointwise(arg) and id(arg) not in fused and id(arg) not in outs
+                and len(use) == 1 and use[0] is node):
+            found.add(id(arg))
+    return found
 
 
 def _destinations(outputs: Sequence[N.Node], totals: Sequence[str], users: dict,
@@ -561,6 +584,8 @@ class _Planner:
         self.fused: set = set()  # ids of nodes computed inside their user's loop
         self.holey: set = set()  # ids of nodes whose zeros may stay unwritten (_holey)
         self.holes: dict = {}  # id(node) -> (locs, maps, zeros) of those placed so
+        self.through: set = set()  # ids of nodes computed inside readers of a scatter
+        self.inline: dict = {}  # id(scatter) -> (its argument of those, its places' map)
         self.dest: dict = {}  # id(node) -> where it is written in an output (_destinations)
         self.zero: int | None = None  # a constant buffer of one zero (the zeros of holes)
         self.per_point: set = set()  # buffers holding a slice per point of the chunk
@@ -723,6 +748,9 @@ class _Planner:
         args = node.inputs
         if maps is None:
             maps = node.prim.index_maps([a.shape for a in args], node.params)
+        if len(args) == 1 and id(args[0]) in self.through:  # computed where it is read
+            self.inline[id(node)] = (args[0], maps[0])
+            return -1, None
         locs = [self.loc[id(a)] for a in args]
         bufs = {loc[0] for loc, m in zip(locs, maps) if (m >= 0).any()}
         covered = np.zeros(node.shape, dtype=bool)
@@ -839,9 +867,13 @@ class _Planner:
             atom = self.fused_atom(node, stand)
         used = set(G.leaves([atom])) if G.is_symbolic(atom) else set()
         reads = [(leaf, arg) for leaf, arg in stand.values() if leaf in used]
-        holey = [arg for _, arg in stand.values() if id(arg) in self.holes]
+        holey = [arg for _, arg in stand.values()
+                 if id(arg) in self.holes or id(arg) in self.inline]
         if holey or id(node) in self.dest:
-            loc = self.in_regions(node, atom, reads)
+            loc = self.in_regions(node, stand, atom, reads)
+            if loc is None and any(id(arg) in self.inline for arg in holey):
+                self.expand(holey)  # the inlined arguments computed apart, then again
+                loc = self.in_regions(node, stand, atom, reads)
             if loc is not None:
                 return loc
             for arg in holey:  # not in boxes: the zeros written after all
@@ -855,22 +887,57 @@ class _Planner:
         return self.body_block(node, node.shape, atom, [leaf for leaf, _ in reads], ins,
                                batched=batched)
 
-    def in_regions(self, node: N.Node, atom, reads: list) -> tuple | None:
+    def in_regions(self, node: N.Node, stand: dict, atom, reads: list) -> tuple | None:
         """The elementwise ``node`` as one loop per box of its shape where each argument is
         affine or a hole of a partly-zero one (read from a constant zero, the same value
         its copy would hold), written into a fresh buffer or, with a destination, straight
-        into the output; None when more than :data:`MAX_REGIONS` boxes would be needed."""
-        batched = any(self.batched(self.loc[id(arg)]) for _, arg in reads)
+        into the output; None when more than :data:`MAX_REGIONS` boxes would be needed.
+        A scatter whose argument is computed here (:func:`_through`) is, in its boxes
+        that are not holes, that argument's template, its own arguments read through the
+        scatter's places."""
+        inlined = {}  # id(scatter) -> (its argument's atom, [(leaf, node)] it reads, map)
+        for _, arg in reads:
+            if id(arg) in self.inline:
+                source, m = self.inline[id(arg)]
+                own: dict = {}
+                with np.errstate(all="ignore"):
+                    e_atom = self.fused_atom(source, own)
+                used = set(G.leaves([e_atom])) if G.is_symbolic(e_atom) else set()
+                e_reads = [(leaf, a, source) for leaf, a in own.values() if leaf in used]
+                if any(id(a) in self.holes or id(a) in self.inline for _, a, _ in e_reads):
+                    return None
+                inlined[id(arg)] = (e_atom, e_reads, m)
+        located = [(leaf, arg, node) for leaf, arg in reads if id(arg) not in inlined] + [
+            r for e_atom, e_reads, m in inlined.values() for r in e_reads]
+        batched = any(self.batched(self.loc[id(a)]) for _, a, _ in located)
         o, gather, places = self.dest.get(id(node), (None, None, None))
         if gather is not None and batched != bool(self.P):
             gather = None  # (an output over points of a value the points share)
         shape, lead = node.shape, (slice(None),) * batched
-        full = [self.spread(self.loc[id(arg)], shape, batched) for _, arg in reads]
-        pieces = [f[0] if batched else f for f in full]
+        # sources: (leaf, offsets over the node's shape (with the points), buffer); a
+        # scatter computed here has no buffer (its leaf is read only where it is a hole)
+        sources = []
+        for leaf, arg in reads:
+            if id(arg) not in inlined:
+                loc = self.loc[id(arg)]
+                sources.append((leaf, self.spread(loc, shape, batched), loc[0]))
+                continue
+            _, e_reads, m = inlined[id(arg)]
+            hole = m < 0
+            sources.append((leaf, np.broadcast_to(m, self.shape(shape, batched)), None))
+            take = np.where(hole, 0, m).reshape(-1)
+            for e_leaf, a, source in e_reads:
+                loc = self.loc[id(a)]
+                f = self.spread(loc, source.shape, batched)
+                f = f.reshape((self.P, -1) if batched else (-1,))[..., take]
+                f = f.reshape(self.shape(shape, batched))
+                f[lead + (hole,)] = -1
+                sources.append((e_leaf, f, loc[0]))
+        full = [f for _, f, _ in sources]
         if gather is not None:
-            pieces.append(places)
             step = np.arange(self.P, dtype=np.int64).reshape((-1,) + (1,) * len(shape))
             full.append(places + step * gather.size if batched else places)
+        pieces = [f[0] if batched else f for f in full]
         cuts = [set() for _ in shape]
         for piece in pieces:
             for d in range(len(shape)):
@@ -885,17 +952,19 @@ class _Planner:
         for box in itertools.product(*[[slice(a, b) for a, b in zip(bd, bd[1:])]
                                        for bd in bounds]):
             accs = []
-            for piece, f in zip(pieces, full):
+            for k, (piece, f) in enumerate(zip(pieces, full)):
                 hole = piece[box] < 0
                 if hole.all():
                     accs.append(None)
+                    continue
+                if k < len(sources) and sources[k][2] is None:
+                    accs.append(())  # a scatter computed here: its argument's template
                     continue
                 aff = None if hole.any() else _affine(f[lead + box])
                 if aff is None:
                     return None
                 accs.append(aff)
             boxes.append((box, accs))
-        body = self.body(node, atom, [leaf for leaf, _ in reads])
         if gather is not None:
             out_buf = self.buffer("output", o, gather, batched=batched)
             self.loc[id(gather)] = (out_buf, _flat(self.shape(gather.shape, batched)))
@@ -903,6 +972,7 @@ class _Planner:
         else:
             loc = self.fresh(node, batched)
         space_dims = len(shape) + batched
+        bodies: dict = {}
         for box, accs in boxes:
             if gather is not None:
                 if accs[-1] is None:
@@ -910,12 +980,33 @@ class _Planner:
                 out = Access(out_buf, *accs.pop())
             else:
                 out = Access(loc[0], *_affine(self.spread(loc, shape, batched)[lead + box]))
-            ins = [Access(self.loc[id(arg)][0], *aff) if aff is not None else
-                   Access(self.zeros(), 0, (0,) * space_dims)
-                   for (_, arg), aff in zip(reads, accs)]
+            key = tuple(acc is None for (_, _, b), acc in zip(sources, accs) if b is None)
+            if key not in bodies:
+                here = atom
+                if inlined:
+                    swap = {i: (leaf if hole else e[0]) for (leaf, _, b), hole, (i, e) in zip(
+                        [s for s in sources if s[2] is None], key, inlined.items())}
+                    with np.errstate(all="ignore"):
+                        here = self.fused_atom(node, stand, swap)
+                used = set(G.leaves([here])) if G.is_symbolic(here) else set()
+                order = [k for k, (leaf, _, _) in enumerate(sources) if leaf in used]
+                bodies[key] = (self.body(node, here, [sources[k][0] for k in order]), order)
+            body, order = bodies[key]
+            ins = [Access(sources[k][2], *accs[k]) if accs[k] is not None else
+                   Access(self.zeros(), 0, (0,) * space_dims) for k in order]
             self.block(tuple(s.stop - s.start for s in box), body, ins, (out,),
                        batched=batched)
         return loc
+
+    def expand(self, args: list) -> None:
+        """The scatters among ``args`` computed where they are read, computed apart after
+        all: their arguments placed, themselves read in place with their zeros as holes."""
+        for arg in args:
+            if id(arg) in self.inline:
+                source, m = self.inline.pop(id(arg))
+                self.through.discard(id(source))
+                self.loc[id(source)] = self.place(source)
+                self.loc[id(arg)] = self.structural(arg, [m])
 
     def zeros(self) -> int:
         """The constant buffer of one zero that holes are read from."""
@@ -923,15 +1014,18 @@ class _Planner:
             self.zero = self.add_buffer(Buffer("const", -1, 1, False, (0.0,)))
         return self.zero
 
-    def fused_atom(self, node: N.Node, stand: dict):
+    def fused_atom(self, node: N.Node, stand: dict, swap: dict | None = None):
         """The node's template applied to its arguments' atoms: one constant for a uniform
-        argument, the built template of a fused one, else the argument's stand-in."""
+        argument, the built template of a fused one, else the argument's stand-in (or its
+        atom in ``swap``, by id)."""
         atoms = []
         for a in node.inputs:
             if a.uniform is not None:
                 atoms.append(a.uniform)
+            elif swap and id(a) in swap:
+                atoms.append(swap[id(a)])
             elif id(a) in self.fused:
-                atoms.append(self.fused_atom(a, stand))
+                atoms.append(self.fused_atom(a, stand, swap))
             else:
                 atoms.append(stand.setdefault(id(a), (G.Leaf.new(f"p{len(stand)}"), a))[0])
         return node.prim._build_one(*atoms)

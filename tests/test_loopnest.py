@@ -647,3 +647,49 @@ def test_cuts_into_boxes_beyond_the_limit_fall_back_to_copies(monkeypatch):
     assert [b for b in plan.blocks if not b.ins]  # the zeros written
     xs = np.random.default_rng(6).standard_normal((3, 2, 3000))
     np.testing.assert_allclose(compile_plan(plan)(xs), want(xs), rtol=1e-15, atol=0)
+
+
+def test_a_padded_scatters_argument_is_computed_where_the_scatter_is_read():
+    """The elementwise argument of a zero-padded scatter (read only by it) is computed
+    inside the boxes of the scatter's reader, its own arguments read through the scatter's
+    places: no temporary for it; equal values to numpy's and to the plan that writes it."""
+    n = 3000
+    x, out, want = _padded_shifts(n)
+    plan = loopnest.plan_loops([out._node], [x._node], points=8)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loopnest, "_through", lambda *a: set())
+        apart = loopnest.plan_loops([out._node], [x._node], points=8)
+    temps = [b for b in plan.buffers if b.kind == "temp"]
+    assert len(temps) < len([b for b in apart.buffers if b.kind == "temp"])
+    ops_in = {tuple(i.op for i in b.body.instrs) for b in plan.blocks}
+    assert any("exp" in o and "sin" not in o and "mul" in o for o in ops_in)  # inlined
+    xs = np.random.default_rng(9).standard_normal((6, 2, n))
+    xs[0, 1, 0] = np.inf
+    for p in (plan, apart):
+        np.testing.assert_allclose(compile_plan(p)(xs), want(xs), rtol=1e-15, atol=0)
+
+
+def test_an_argument_that_cannot_be_read_through_the_scatter_is_computed_apart():
+    """When the inlined argument's own arguments are not affine through the scatter's
+    places (a shuffled gather), it is computed apart and the scatter still read in place,
+    its zeros as holes: no zero fill, the same values as numpy."""
+    from symtape import ops
+
+    n = 1500
+    x = st.symbol("x", shape=(2, n))
+    perm = np.random.default_rng(4).permutation(2 * n)[:2 * (n - 1)].reshape(2, n - 1)
+    shuffled = ops.gather_flat.bind(x, idx=perm)
+    front = np.arange(2)[:, None] * n + 1 + np.arange(n - 1)[None, :]
+    pad = ops.scatter_add.bind(st.exp(shuffled * 1e-3), idx=front, shape=(2, n))
+    y = pad * x + 1.0
+    calls, expand = [], loopnest._Planner.expand
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(loopnest._Planner, "expand",
+                   lambda self, args: calls.append(len(args)) or expand(self, args))
+        plan = loopnest.plan_loops([y._node], [x._node])
+    assert calls  # tried inside the boxes first
+    assert not [b for b in plan.blocks if not b.ins]  # no zero fill
+    xs = np.random.default_rng(5).standard_normal((3, 2, n))
+    f = np.zeros_like(xs)
+    f[..., 1:] = np.exp(xs.reshape(3, -1)[:, perm] * 1e-3)
+    np.testing.assert_allclose(compile_plan(plan)(xs), f * xs + 1.0, rtol=1e-15, atol=2e-15)

@@ -22,10 +22,12 @@ import numpy as np
 from . import graph as G
 from . import batching, nest, ops, recording, sparsity, taylor
 from . import loopnest
+from . import nodes as N
 from .codegen import CompiledFunction, TensorSpec, c99, compile_atoms, compile_plan
 from .errors import InvalidArgumentError, LoweringError, ShapeError, UnboundLeafError
 from .tape import GradientTape, UnconnectedGradients
 from .ops.binder import adopt, constant
+from .random import Draw
 from .tensor import Tensor, symbol
 
 __all__ = ["compile", "function", "Function", "grad", "jacobian", "hessian", "derivative",
@@ -940,8 +942,12 @@ class Function:
                 raise InvalidArgumentError(f"st.function {self.__name__}: result {i} is a "
                                            f"{type(r).__name__}; return tensors")
         structure = None if result is None else _output_structure(result, flat)
-        return (xs, flat, list(trace.assigned.values()), list(trace.variables.values()),
-                structure)
+        assigned = list(trace.assigned.values())
+        reached = {id(n) for n in N.ancestries([t._node for t in flat] +
+                                                [t._node for _, t in assigned])} \
+            if trace.draws else set()
+        draws = [d for d in trace.draws if id(d._node) in reached]  # (not a weight's init)
+        return xs, flat, assigned, list(trace.variables.values()) + draws, structure
 
     def _trace(self, specs: list[TensorSpec], python: tuple = ()) -> _Traced:
         self._count += 1
@@ -972,7 +978,9 @@ class Function:
 
             try:
                 traces = [self._record(at(b)) for b in batching.SIZES]
-                parts = batching.split(traces, flags, self._dtype or _common_dtype(sig))
+                drawn = any(isinstance(v, Draw) for t in traces for v in t[3])
+                parts = None if drawn else batching.split(  # (draws: traced per size)
+                    traces, flags, self._dtype or _common_dtype(sig))
                 self._poly = self._split_compiled(parts, traces[1]) if parts else False
             except Exception:  # noqa: BLE001 - a size-specific failure: traced per size
                 self._poly = False  # (where a genuine error is raised for the real call)
@@ -1022,7 +1030,7 @@ class Function:
         for i, (a, f) in enumerate(zip(arrays, self._batch)):
             slots[("arg", i)] = a.reshape((n, 1) + a.shape[1:]) if f else a
         for j, v in enumerate(traced.variables):
-            slots[("var", j)] = v._store.value
+            slots[("var", j)] = _current(v)
         for step in traced.steps:
             results = step.fn(*[slots[s] for s in step.sources])
             for slot, r, kind in zip(step.targets, results, step.totals):
@@ -1096,7 +1104,7 @@ class Function:
             specs = [TensorSpec(k, s.dtype, s.name) for k, s in zip(shapes, sig)] if sig else \
                 [TensorSpec(k) for k in shapes]
             traced = self._traces[key] = self._trace(specs, python)
-        values = [v._store.value for v in traced.variables]
+        values = [_current(v) for v in traced.variables]
         results = traced.compiled(*arrays, *values)
         for var, value in zip(traced.assigned, results[traced.n_results:]):
             _write_back(var, value)
@@ -1105,6 +1113,11 @@ class Function:
         tensors = [adopt(r) for r in results[: traced.n_results]]  # fresh: no copies
         return nest.pack_sequence_as(traced.structure, tensors) \
             if nest.is_nested(traced.structure) else tensors[0]
+
+
+def _current(var) -> np.ndarray:
+    """What a compiled call reads for a variable: its value, or a random draw's next one."""
+    return var.draw() if isinstance(var, Draw) else var._store.value
 
 
 def _write_back(var, value) -> None:

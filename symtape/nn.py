@@ -9,7 +9,7 @@ import math as _pymath
 import numpy as np
 
 from . import math as M
-from . import ops
+from . import ops, random
 from .errors import InvalidArgumentError, ShapeError
 from .math import _entry
 from .math import sigmoid, softplus, tanh  # TensorFlow exposes these under tf.nn too
@@ -17,7 +17,8 @@ from .tensor import Tensor, constant
 
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax",
            "sigmoid_cross_entropy_with_logits", "softmax_cross_entropy_with_logits", "l2_loss",
-           "sigmoid", "softplus", "tanh", "conv2d", "max_pool2d", "avg_pool2d", "moments"]
+           "sigmoid", "softplus", "tanh", "conv2d", "max_pool2d", "avg_pool2d", "moments",
+           "dropout"]
 
 
 #: ``name -> composite`` of this module (the op-table test asks for a row per entry).
@@ -309,3 +310,38 @@ def moments(x, axes, shift=None, keepdims=False, name=None):
     mean = M.reduce_mean(x, axis=axes, keepdims=True)
     var = M.reduce_mean(M.square(x - mean), axis=axes, keepdims=keepdims)
     return (mean if keepdims else M.reshape(mean, var.shape)), var
+
+
+def dropout(x, rate, noise_shape=None, seed=None, name=None) -> Tensor:
+    """``x`` with a share ``rate`` of its elements zeroed at random and the others scaled
+    by ``1 / (1 - rate)``, as ``tf.nn.dropout``; ``noise_shape``: the shape of the mask
+    (broadcast over ``x``: whole channels dropped). The mask is ``st.random.uniform(...) >=
+    rate`` from the stream of ``seed``: drawn now, or, inside ``st.function``, anew at each
+    call of the compiled function. Its gradient is the same mask times the scale.
+
+    >>> import symtape as st
+    >>> st.random.set_seed(3)
+    >>> x = st.Variable(np.ones(6))
+    >>> with st.GradientTape() as t:
+    ...     y = st.nn.dropout(x, 0.5)
+    >>> bool((t.gradient(y, x).numpy() == y.numpy()).all()), sorted(set(y.numpy()))
+    (True, [np.float64(0.0), np.float64(2.0)])
+    """
+    x = x if isinstance(x, Tensor) else constant(x)
+    if x.dtype.kind != "f":
+        raise InvalidArgumentError(f"st.nn.dropout: x has dtype {x.dtype.name}; dropout "
+                                   "scales floats")
+    rate = float(rate)
+    if not 0.0 <= rate < 1.0:
+        raise InvalidArgumentError(f"st.nn.dropout: rate must be in [0, 1), got {rate}")
+    shape = x.shape if noise_shape is None else tuple(int(n) for n in noise_shape)
+    try:
+        np.broadcast_shapes(shape, x.shape)
+    except ValueError:
+        raise ShapeError(f"st.nn.dropout: noise_shape {shape} does not broadcast to x's "
+                         f"shape {x.shape}") from None
+    if rate == 0.0:
+        return x
+    u = random.uniform(shape, dtype=x.dtype.name, seed=seed)
+    keep = M.cast(M.greater_equal(u, rate), x.dtype) * (1.0 / (1.0 - rate))
+    return x * keep

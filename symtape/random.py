@@ -1,13 +1,65 @@
-"""``st.random``: seeded random constants (numeric data, not differentiable)."""
+"""``st.random``: seeded random values (numeric data, not differentiable). Eagerly they
+are constants; inside a function traced by ``st.function`` they are *draws*: inputs of the
+compiled code drawn anew from the same stream at each call, as TensorFlow's random ops in a
+``tf.function`` are, so a compiled step and the same step run eagerly see the same values.
+
+>>> import symtape as st
+>>> @st.function
+... def noisy(x):
+...     return x + st.random.uniform([3])
+>>> st.random.set_seed(5); a, b = noisy(np.zeros(3)).numpy(), noisy(np.zeros(3)).numpy()
+>>> bool((a != b).all())
+True
+>>> st.random.set_seed(5); bool((st.random.uniform([3]).numpy() == a).all())
+True
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
-from .tensor import Tensor, constant
+from . import recording
+from .tensor import Tensor, Variable, constant
 from .tensor import shape_arg as _shape_arg
 
-__all__ = ["set_seed", "normal", "uniform"]
+__all__ = ["set_seed", "normal", "uniform", "Draw"]
+
+
+class Draw(Variable):
+    """Random values a traced function reads as an input: :meth:`draw` gives the next
+    values of its stream (``st.function`` calls it at each call). Not trainable. It holds
+    the values drawn while tracing (an initial value taken from it is a real draw), and
+    its first :meth:`draw` gives those, so the stream is read in the order eager calls
+    read it."""
+
+    __slots__ = ("_sample", "_first")
+
+    def __init__(self, sample: Callable, shape: tuple, dtype) -> None:
+        first = np.asarray(sample()).astype(dtype).reshape(shape)
+        super().__init__(first, trainable=False, name="random")
+        self._sample = sample
+        self._first = first
+
+    def draw(self) -> np.ndarray:
+        """The next values (the first time: those drawn while tracing)."""
+        first, self._first = self._first, None
+        if first is not None:
+            return first
+        return np.asarray(self._sample(), dtype=self.dtype).reshape(self.shape)
+
+
+def _values(sample: Callable, shape: tuple, dtype) -> Tensor:
+    """``sample()`` now (a constant), or, while a function is traced, a draw of it at each
+    call."""
+    trace = recording.current_trace()
+    if trace is None:
+        return constant(np.asarray(sample()).astype(dtype))
+    draw = Draw(sample, shape, np.dtype(dtype))
+    trace.draws.append(draw)
+    return draw.read()
+
 
 _state = {"global": None, "rng": np.random.default_rng(), "ops": {}}
 
@@ -41,8 +93,8 @@ def normal(shape, mean=0.0, stddev=1.0, dtype="float64", seed=None, name=None) -
     >>> st.random.normal([2, 3]).shape
     (2, 3)
     """
-    values = _rng(seed).normal(mean, stddev, size=_shape_arg(shape, "st.random.normal"))
-    return constant(values.astype(dtype))
+    shape = _shape_arg(shape, "st.random.normal")
+    return _values(lambda: _rng(seed).normal(mean, stddev, size=shape), shape, dtype)
 
 
 def uniform(shape, minval=0.0, maxval=None, dtype="float64", seed=None, name=None) -> Tensor:
@@ -57,7 +109,6 @@ def uniform(shape, minval=0.0, maxval=None, dtype="float64", seed=None, name=Non
     if np.dtype(dtype).kind in "iu":
         if maxval is None:
             raise ValueError("st.random.uniform: integer dtypes need an explicit maxval")
-        values = _rng(seed).integers(int(minval), int(hi), size=shape)
-    else:
-        values = _rng(seed).uniform(minval, hi, size=shape)
-    return constant(values.astype(dtype))
+        return _values(lambda: _rng(seed).integers(int(minval), int(hi), size=shape), shape,
+                       dtype)
+    return _values(lambda: _rng(seed).uniform(minval, hi, size=shape), shape, dtype)

@@ -56,13 +56,15 @@ class Recorder:
 
 class Trace:
     """What tracing a function for compilation collects: the variables it reads (inputs of
-    the compiled code) and the values it assigns to them (outputs written back)."""
+    the compiled code), the values it assigns to them (outputs written back), and its
+    random draws (inputs drawn anew at each call: ``st.random``)."""
 
-    __slots__ = ("variables", "assigned")
+    __slots__ = ("variables", "assigned", "draws")
 
     def __init__(self) -> None:
         self.variables: dict = {}
         self.assigned: dict = {}
+        self.draws: list = []
 
 
 class _State(threading.local):
@@ -172,6 +174,17 @@ def tracing() -> Iterator[Trace]:
         yield trace
     finally:
         _state.trace = None
+
+
+@contextlib.contextmanager
+def init_scope() -> Iterator[None]:
+    """Code run outside the trace in progress (as ``tf.init_scope``): a variable's initial
+    value, drawn once, not a random draw of every call."""
+    trace, _state.trace = _state.trace, None
+    try:
+        yield
+    finally:
+        _state.trace = trace
 
 
 def current_trace() -> Trace | None:

@@ -165,6 +165,11 @@ def _capture(fn: Callable, inputs: list[Tensor], variables: dict, keep_rules: bo
             out = fn(*inputs)
         finally:
             recording.remove(rec)
+    if trace is not None and trace.draws:
+        raise SerializationError(
+            f"{getattr(fn, '__name__', 'a function')}: it draws random values "
+            "(st.random, a Dropout in training); saved programs hold no random state: save "
+            "the function without the draws (training=False)")
     for t in accessed:
         if t._is_variable:
             variables.setdefault(t._id, t)

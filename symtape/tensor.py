@@ -108,7 +108,8 @@ class Variable(Tensor):
         if initial_value is None:
             raise InvalidArgumentError("st.Variable: initial_value is required")
         if callable(initial_value) and not isinstance(initial_value, Tensor):
-            initial_value = initial_value()
+            with recording.init_scope():  # (inside st.function: drawn once, as eagerly)
+                initial_value = initial_value()
         value = _value_of(initial_value, dtype, "st.Variable initial_value")
         self._store = _Store(_frozen(value))
         self._trainable = bool(trainable)

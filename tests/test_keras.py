@@ -83,10 +83,49 @@ def test_flatten_activation_dropout():
     assert drop(x) is not None and np.array_equal(drop(x).numpy(), x)
     y = drop(np.ones((1000,)), training=True).numpy()
     assert set(np.unique(y)) <= {0.0, 2.0} and 400 < (y == 0).sum() < 600
-    with pytest.raises(st.errors.InvalidArgumentError, match="st.function"):
-        st.function(lambda v: drop(v, training=True))(np.ones(3))
     with pytest.raises(st.errors.InvalidArgumentError, match="rate"):
         Dropout(1.0)
+
+
+def test_dropout_under_st_function_draws_a_new_mask_each_call_as_eagerly():
+    """Dropout in training inside a compiled function: each call draws a new mask, the
+    same masks in the same order as eager calls from the same seed; its gradient is the
+    mask times the scale; with a None batch it is traced per batch size."""
+    drop = Dropout(0.25, seed=7)
+    compiled = st.function(lambda v: drop(v, training=True))
+    x = np.arange(1.0, 401.0)
+    st.random.set_seed(2)
+    got = [compiled(x).numpy() for _ in range(3)]
+    st.random.set_seed(2)
+    want = [drop(x, training=True).numpy() for _ in range(3)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+    assert not np.array_equal(got[0], got[1])
+    kept = got[0] != 0
+    assert_allclose(got[0][kept], x[kept] / 0.75, rtol=1e-15) and 250 < kept.sum() < 350
+    v = st.Variable(x)
+
+    @st.function
+    def grad():
+        with st.GradientTape() as t:
+            y = st.reduce_sum(drop(v, training=True))
+        return t.gradient(y, v)
+
+    g = grad().numpy()
+    assert set(np.unique(g)) == {0.0, 1 / 0.75}
+    batched = st.function(lambda v: drop(v, training=True) * 2.0,
+                          input_signature=[st.TensorSpec((None, 400))])
+    for n in (3, 7):
+        a, b = batched(np.ones((n, 400))).numpy(), batched(np.ones((n, 400))).numpy()
+        assert a.shape == (n, 400) and set(np.unique(a)) == {0.0, 2 / 0.75}
+        assert not np.array_equal(a, b) and 0.65 < (a != 0).mean() < 0.85
+    assert len(batched.traced_signatures) == 2  # (draws: traced per batch size)
+    with pytest.raises(st.errors.InvalidArgumentError, match="rate must be in"):
+        st.nn.dropout(x, -0.1)
+    with pytest.raises(st.errors.ShapeError, match="noise_shape"):
+        st.nn.dropout(np.ones((2, 3)), 0.5, noise_shape=(4,))
+    channels = st.nn.dropout(np.ones((5, 6)), 0.5, noise_shape=(1, 6)).numpy()
+    assert (channels == channels[0]).all()  # whole columns kept or dropped
 
 
 def test_sequential_built_from_input_shape():
@@ -537,13 +576,21 @@ def test_fit_trains_compiled_and_evaluate_agrees_with_numpy(capsys):
     assert model.evaluate(x[:30], y[:30], verbose=0)[1] == history.history["val_acc"][-1]
 
 
-def test_fit_with_dropout_runs_its_steps_eagerly_and_learns():
+def test_fit_with_dropout_compiles_its_step_and_learns():
+    """A model with Dropout trains compiled (a new mask each step; its step traced per batch
+    size) as it does eagerly."""
     x, labels = _three_blobs(60, 2)
-    model = _blobs_model(dropout=0.3)
-    model.compile(optimizer=keras.optimizers.Adam(lr=0.02),
-                  loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"])
-    assert model._compiled.eager
-    history = model.fit(x, labels, batch_size=20, epochs=15, verbose=0)
+    histories = []
+    for eager in (False, True):
+        model = _blobs_model(dropout=0.3)
+        model.compile(optimizer=keras.optimizers.Adam(lr=0.02),
+                      loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"],
+                      run_eagerly=eager)
+        histories.append(model.fit(x, labels, batch_size=20, epochs=15, verbose=0))
+        assert histories[-1].history["loss"][-1] < 0.6 * histories[-1].history["loss"][0]
+    (step,) = [f for k, f in model._compiled.steps.items() if k[0] == "train"]
+    assert not isinstance(step, st.Function)  # the eager one
+    history = histories[0]
     assert history.history["loss"][-1] < 0.6 * history.history["loss"][0]
     assert model.evaluate(x, labels, verbose=0)[1] > 0.9  # dropout off when evaluating
 
@@ -574,3 +621,29 @@ def test_argmax_ties_and_divide_no_nan_gradient():
     with st.GradientTape() as t:
         q = st.math.divide_no_nan(3.0, y)
     assert t.gradient(q, y).numpy().tolist() == [0.0, -0.75]
+
+
+def test_weights_built_inside_st_function_are_drawn_once_as_eagerly():
+    """A layer built on its first call inside st.function draws its initial weights once
+    (``init_scope``), the same as eagerly; a random value used only as a variable's initial
+    value is not drawn again at each call."""
+    st.random.set_seed(3)
+    eager = keras.Sequential([keras.layers.Dense(4), Dropout(0.5)])
+    eager(np.ones((2, 3)))
+    st.random.set_seed(3)
+    lazy = keras.Sequential([keras.layers.Dense(4), Dropout(0.5)])
+    st.function(lambda x: lazy(x, training=True))(np.ones((2, 3)))
+    for a, b in zip(eager.variables, lazy.variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    holder = {}
+
+    @st.function
+    def scaled(x):
+        if "v" not in holder:
+            holder["v"] = st.Variable(st.random.normal([3]), trainable=False)
+        return x * holder["v"]
+
+    first = scaled(np.ones(3)).numpy()
+    np.testing.assert_array_equal(scaled(np.ones(3)).numpy(), first)
+    (traced,) = scaled._traces.values()
+    assert not any(isinstance(v, st.random.Draw) for v in traced.variables)

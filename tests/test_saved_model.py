@@ -182,3 +182,13 @@ def test_the_file_is_checked_json_data(tmp_path):
     kinds = {op["kind"] for progs in doc["functions"].values() for p in progs
              for op in p["ops"]}
     assert kinds == {"op", "template", "rule"}  # gradient templates and the custom rule
+
+
+def test_a_function_drawing_random_values_is_refused_by_save(tmp_path):
+    class Noisy:
+        @st.function(input_signature=[st.TensorSpec((3,))])
+        def f(self, x):
+            return st.nn.dropout(x, 0.5)
+
+    with pytest.raises(st.errors.SerializationError, match="draws random values"):
+        st.saved_model.save(Noisy(), tmp_path)

@@ -10,7 +10,7 @@ import itertools
 import numpy as np
 
 from .. import math as M
-from .. import nn, random, recording
+from .. import nn, recording
 from ..errors import InvalidArgumentError, ShapeError
 from ..module import Module, _snake
 from ..tensor import Tensor, Variable, constant
@@ -69,7 +69,8 @@ class Layer(Module):
                    trainable: bool = True) -> Variable:
         """A variable of ``shape`` drawn from ``initializer`` (a name or ``shape -> array``)."""
         shape = tuple(int(n) for n in shape)
-        value = np.asarray(initializers.get(initializer)(shape), dtype=self.dtype)
+        with recording.init_scope():  # (built inside st.function: drawn once, as eagerly)
+            value = np.asarray(initializers.get(initializer)(shape), dtype=self.dtype)
         if value.shape != shape:
             raise ShapeError(f"{self.name}: initializer of {name} gave shape {value.shape}, "
                              f"not {shape}")
@@ -360,9 +361,17 @@ class Flatten(Layer):
 
 class Dropout(Layer):
     """With ``training=True``, zeros a share ``rate`` of the elements and scales the others
-    by ``1 / (1 - rate)``; the identity otherwise. The mask is drawn eagerly from
-    ``st.random`` (``seed``: its own stream), so a traced step (``st.function``) refuses
-    ``training=True``: its mask would be frozen into the compiled code."""
+    by ``1 / (1 - rate)``; the identity otherwise. The mask comes from ``st.random``
+    (``seed``: its own stream): drawn at each eager call, and, in a step compiled by
+    ``st.function``, drawn anew at each call of the compiled step (the same masks, in the
+    same order, as the step run eagerly).
+
+    >>> import symtape as st
+    >>> st.random.set_seed(0)
+    >>> out = Dropout(0.5)(np.ones((2, 4)), training=True).numpy()
+    >>> sorted(set(out.ravel().tolist())) in ([0.0, 2.0], [2.0], [0.0])
+    True
+    """
 
     def __init__(self, rate: float, seed: int | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -374,11 +383,4 @@ class Dropout(Layer):
     def call(self, inputs, training=None):
         if not training or self.rate == 0.0:
             return inputs
-        if recording.current_trace() is not None:
-            raise InvalidArgumentError(
-                f"{self.name}: Dropout with training=True inside st.function is not "
-                "supported (the mask would be drawn once, at tracing, and reused by every "
-                "call); apply it eagerly, or pass training=False")
-        keep = random.uniform(inputs.shape, dtype=inputs.dtype.name, seed=self.seed).numpy() \
-            >= self.rate
-        return inputs * constant(keep / (1.0 - self.rate))
+        return nn.dropout(inputs, self.rate, seed=self.seed)

@@ -16,7 +16,7 @@ from ..errors import InvalidArgumentError, ShapeError
 from ..function import function
 from ..tape import GradientTape
 from . import losses, metrics, optimizers
-from .layers import Dropout, Layer
+from .layers import Layer
 
 __all__ = ["Model", "Sequential", "History"]
 
@@ -64,13 +64,13 @@ class Model(Layer):
     optimizer = None
 
     def compile(self, optimizer="rmsprop", loss=None, metrics=None,  # noqa: A003
-                run_eagerly: bool | None = None, **kwargs) -> None:
+                run_eagerly: bool = False, **kwargs) -> None:
         """Sets the optimizer (an object or ``"sgd"``/``"adam"``/``"rmsprop"``), the loss
         (a function ``(y_true, y_pred) -> values per example``, a loss object or its name)
         and the metrics (names such as ``"acc"``, metric objects or functions) that
-        :meth:`fit` and :meth:`evaluate` use. ``run_eagerly``: ``None`` compiles the
-        training step with ``st.function`` unless a ``Dropout`` is active in training
-        (its mask is drawn eagerly each step)."""
+        :meth:`fit` and :meth:`evaluate` use. The training step is compiled with
+        ``st.function`` (once for every batch size; with a ``Dropout``, whose masks are
+        random draws at each call, once per batch size) unless ``run_eagerly``."""
         if loss is None:
             raise InvalidArgumentError(f"{self.name}.compile: give a loss")
         unknown = set(kwargs) - {"loss_weights", "weighted_metrics", "steps_per_execution"}
@@ -79,10 +79,6 @@ class Model(Layer):
         self.optimizer = optimizers.get(optimizer)
         loss_fn = losses.get(loss)
         found = [metrics_get(m, loss_fn) for m in (metrics or ())]
-        if run_eagerly is None:
-            run_eagerly = any(isinstance(layer, Dropout) and layer.rate > 0
-                              for layer in self._flatten(predicate=lambda v: isinstance(
-                                  v, Layer)))
         self._compiled = _Compiled(loss_fn, found, bool(run_eagerly))
 
     @property

@@ -37,7 +37,7 @@ import importlib  # noqa: E402
 
 import symtape as st  # noqa: E402 - the cache directory must be chosen first
 from symtape import graph as G  # noqa: E402
-from symtape import taylor  # noqa: E402
+from symtape import taylor_mode as taylor  # noqa: E402
 
 
 def f(x):

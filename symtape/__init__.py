@@ -12,7 +12,7 @@ native code.
 
 from __future__ import annotations
 
-from . import errors, keras, linalg, nn, optimizers, random, saved_model, testing
+from . import errors, keras, linalg, nn, optimizers, random, saved_model, scipy, testing
 from . import math as math
 from .custom import (
                      RegisterGradient,
@@ -35,6 +35,8 @@ from .function import (
                      hvp,
                      jacobian,
 )
+from .interop import from_sympy
+from .teaching import TaylorSeries, plot, taylor
 from .math import *  # noqa: F403 - TensorFlow exposes its math names at the top level
 from .module import Module
 from .serialize import load
@@ -63,6 +65,7 @@ __all__ = [  # noqa: F405
     "RegisterGradient", "define_function", "get_function", "stop_gradient", "errors", "math",
     "nn", "linalg", "random", "optimizers", "saved_model", "testing", "compile", "function",
     "Function", "grad", "jacobian", "hessian", "hvp", "derivative", "TensorSpec", "SparseResult",
-    "load", "Module", "name_scope", "keras", "export_c",
+    "load", "Module", "name_scope", "keras", "export_c", "from_sympy", "taylor", "TaylorSeries",
+    "plot", "scipy",
     *math.__all__,
 ]

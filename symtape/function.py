@@ -20,7 +20,8 @@ from typing import NamedTuple
 import numpy as np
 
 from . import graph as G
-from . import batching, nest, ops, recording, sparsity, taylor
+from . import batching, nest, ops, recording, sparsity
+from . import taylor_mode as taylor
 from . import loopnest
 from . import nodes as N
 from .codegen import CompiledFunction, TensorSpec, c99, compile_atoms, compile_plan
@@ -784,7 +785,7 @@ def derivative(f: Callable, order: int = 1, argnums=0, *, input_signature=None,
                name: str | None = None):
     """The compiled ``order``-th derivative tensor of ``f`` (shape ``y.shape + x.shape *
     order``); for scalar ``x`` and ``y``, ``d^n f / dx^n``. A scalar argument from order 2
-    takes Taylor mode (:mod:`symtape.taylor`): the 10th derivative is a DAG of a few hundred
+    takes Taylor mode (:mod:`symtape.taylor_mode`): the 10th derivative is a DAG of a few hundred
     nodes. ``direction=True``: the directional derivative ``d^n/dt^n f(x + t v)`` at
     ``t = 0`` (shape ``y.shape``), called as ``f(*args, v)``.
 

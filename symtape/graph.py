@@ -58,6 +58,7 @@ __all__ = [
     "compile_template",
     "reachable",
     "leaves",
+    "plain",
     "expand",
     "tree_size",
     "cse",
@@ -70,6 +71,16 @@ __all__ = [
 _uids = itertools.count(1)
 _proto_real = sp.Symbol("_proto_real", real=True)
 _proto_bool = sp.Symbol("_proto_bool")
+_protos: dict = {}  # frozenset of assumptions -> a real symbol holding them
+
+
+def _proto(assumptions: dict | None):
+    if not assumptions:
+        return _proto_real
+    key = frozenset(assumptions.items())
+    if key not in _protos:
+        _protos[key] = sp.Symbol("_proto_assumed", **{"real": True, **assumptions})
+    return _protos[key]
 
 
 class _GraphSymbol(sp.Symbol):
@@ -81,9 +92,9 @@ class _GraphSymbol(sp.Symbol):
         raise TypeError(f"create {cls.__name__} objects with their factory functions")
 
     @classmethod
-    def _make(cls, name: str, boolean: bool = False):
+    def _make(cls, name: str, boolean: bool = False, assumptions: dict | None = None):
         obj = Expr.__new__(cls)
-        proto = _proto_bool if boolean else _proto_real
+        proto = _proto_bool if boolean else _proto(assumptions)
         obj.name = name
         obj._assumptions = proto._assumptions
         obj._assumptions_orig = proto._assumptions_orig
@@ -123,15 +134,27 @@ class Leaf(_GraphSymbol):
     ndarray or None) and ``index`` the flat index of this element in it.
     """
 
-    __slots__ = ("store", "index", "latex_name")
+    __slots__ = ("store", "index", "latex_name", "assumptions")
 
     @classmethod
-    def new(cls, name: str, store=None, index: int = 0, latex_name: str | None = None) -> Leaf:
-        obj = cls._make(name)
+    def new(cls, name: str, store=None, index: int = 0, latex_name: str | None = None,
+            assumptions: dict | None = None) -> Leaf:
+        """``assumptions``: SymPy's (``positive=True``...) that the formulas respect (the
+        leaf is real in any case)."""
+        obj = cls._make(name, assumptions=assumptions)
         obj.store = store
         obj.index = index
         obj.latex_name = latex_name
+        obj.assumptions = dict(assumptions) if assumptions else None
         return obj
+
+    def plain(self) -> sp.Symbol:
+        """SymPy's own symbol of this name and the assumptions it was given.
+
+        >>> Leaf.new("x", assumptions={"positive": True}).plain() == sp.Symbol("x", positive=True)
+        True
+        """
+        return sp.Symbol(self.name, **(self.assumptions or {}))
 
     def _latex(self, printer, exp=None):
         base = self.latex_name or printer._print_Symbol(self)
@@ -860,3 +883,17 @@ def cse(atoms: Sequence, names: Iterable[str] | None = None):
         memo[node] = expr
     exprs = [memo.get(a, a) for a in atoms]
     return replacements, exprs
+
+
+def plain(expr):
+    """``expr`` with its leaves replaced by SymPy's own symbols of the same names and
+    assumptions (:meth:`Leaf.plain`): what users compare with ``sympy.diff``.
+
+    >>> x = Leaf.new("x")
+    >>> plain(sp.sin(x) * x) == sp.sin(sp.Symbol("x")) * sp.Symbol("x")
+    True
+    """
+    if not isinstance(expr, sp.Basic):
+        return expr
+    found = expr.atoms(Leaf)
+    return expr.xreplace({leaf: leaf.plain() for leaf in found}) if found else expr

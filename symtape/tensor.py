@@ -69,20 +69,22 @@ def shape_arg(shape, what: str) -> tuple:
 # --------------------------------------------------------------------------------------------
 
 
-def _leaf_atoms(name: str, shape: tuple, store: _Store) -> np.ndarray:
+def _leaf_atoms(name: str, shape: tuple, store: _Store, assumptions: dict | None = None
+                ) -> np.ndarray:
     atoms = np.empty(shape, dtype=object)
     for flat, idx in enumerate(np.ndindex(*shape)):
         if not idx:
-            atoms[idx] = G.Leaf.new(name, store, 0)
+            atoms[idx] = G.Leaf.new(name, store, 0, assumptions=assumptions)
             continue
         label = "_".join(map(str, idx))
         latex = rf"{sp.latex(sp.Symbol(name))}_{{{','.join(map(str, idx))}}}"
-        atoms[idx] = G.Leaf.new(f"{name}_{label}", store, flat, latex)
+        atoms[idx] = G.Leaf.new(f"{name}_{label}", store, flat, latex, assumptions)
     return atoms
 
 
-def _leaf_node(name: str, shape: tuple, dtype, store: _Store) -> N.Node:
-    node = N.leaf(shape, dtype, store, lambda: _leaf_atoms(name, shape, store))
+def _leaf_node(name: str, shape: tuple, dtype, store: _Store,
+               assumptions: dict | None = None) -> N.Node:
+    node = N.leaf(shape, dtype, store, lambda: _leaf_atoms(name, shape, store, assumptions))
     node.label = name
     return node
 
@@ -263,20 +265,51 @@ class SymbolTensor(Tensor):
         return self._store.value
 
 
-def symbol(name: str, value=None, shape=None, dtype="float64") -> SymbolTensor:
+#: the SymPy assumptions ``st.symbol`` takes, and what a bound value must then satisfy
+ASSUMPTIONS = {
+    "positive": lambda v: v > 0, "nonnegative": lambda v: v >= 0,
+    "negative": lambda v: v < 0, "nonpositive": lambda v: v <= 0,
+    "nonzero": lambda v: v != 0, "integer": lambda v: v == np.round(v),
+    "real": lambda v: np.isfinite(v) | np.isinf(v),
+}
+
+
+def symbol(name: str, value=None, shape=None, dtype="float64", **assumptions
+           ) -> SymbolTensor:
     """A symbol (``shape=()``) or array of symbols named ``name`` / ``name_i_j``.
 
     ``value`` binds numeric values (a scalar broadcasts to ``shape``; without ``shape`` the
     value's shape is taken); without one, results are exact formulas and ``.numpy()`` says
-    which leaf is unbound.
+    which leaf is unbound. SymPy assumptions (``positive``, ``nonnegative``, ``negative``,
+    ``nonpositive``, ``nonzero``, ``integer``, ``real``: True/False) hold in the formulas
+    (``x**x`` of a positive ``x`` has no ``Piecewise``), and formulas are written in
+    SymPy's own ``Symbol(name, **assumptions)``.
 
     >>> import symtape as st
     >>> x = st.symbol("x")
     >>> (x ** 2).formula()
     x**2
+    >>> p = st.symbol("p", positive=True)
+    >>> with st.GradientTape() as t:
+    ...     t.watch(p)
+    ...     y = p ** p
+    >>> t.gradient(y, p).formula()
+    p*p**(p - 1) + p**p*log(p)
     """
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError("st.symbol: name must be a non-empty string")
+    unknown = sorted(set(assumptions) - set(ASSUMPTIONS))
+    if unknown:
+        raise InvalidArgumentError(f"st.symbol: unknown arguments {unknown} (assumptions it "
+                                   f"takes: {', '.join(sorted(ASSUMPTIONS))})")
+    assumptions = {k: bool(v) for k, v in assumptions.items() if v is not None}
+    try:
+        sp.Symbol(name, **assumptions)
+    except Exception as e:  # noqa: BLE001 - SymPy's InconsistentAssumptions and kin
+        raise InvalidArgumentError(f"st.symbol: assumptions {assumptions} contradict each "
+                                   f"other ({e})") from None
+    if assumptions.get("real") is False:
+        raise InvalidArgumentError("st.symbol: symbols are real numbers (real=False given)")
     dtype = np.dtype(dtype)
     if dtype.kind != "f":
         raise DTypeError(f"st.symbol: dtype must be a float dtype, got {dtype.name}")
@@ -294,10 +327,17 @@ def symbol(name: str, value=None, shape=None, dtype="float64") -> SymbolTensor:
                 raise ShapeError(f"st.symbol: value of shape {v.shape} does not fit shape "
                                  f"{shape}") from None
         value = _readonly(v)
+        for k, want in assumptions.items():
+            with np.errstate(invalid="ignore"):
+                holds = ASSUMPTIONS[k](v)
+            if want and not np.all(holds) or not want and np.any(holds) and k != "real":
+                raise InvalidArgumentError(f"st.symbol: {name}'s value does not satisfy "
+                                           f"{k}={want}")
     store = _Store(value)
     t = SymbolTensor.__new__(SymbolTensor)
     t._store = store
-    Tensor.__init__(t, _leaf_node(name, shape, dtype, store), None, dtype, name=name)
+    Tensor.__init__(t, _leaf_node(name, shape, dtype, store, assumptions or None), None,
+                    dtype, name=name)
     return t
 
 

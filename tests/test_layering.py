@@ -9,16 +9,17 @@ PKG = Path(__file__).resolve().parent.parent / "symtape"
 
 # Level of each module; inside L0 the order below is the import order (earlier is lower).
 L0 = ["errors", "nest", "recording", "functions", "heads", "dataio", "numeric", "graph",
-      "evaluate", "taylor"]
+      "evaluate", "taylor_mode"]
 LEVELS = {
     **{m: (0, i) for i, m in enumerate(L0)},
     "nodes": (1, 0), "notation": (1, 1), "ops": (1, 2), "codegen": (1, 0),
     "tensor": (2, 0), "loopnest": (2, 1),
-    "math": (3, 0), "nn": (3, 1), "linalg": (3, 1), "random": (3, 0), "autodiff": (3, 0),
+    "math": (3, 0), "nn": (3, 1), "linalg": (3, 1), "interop": (3, 1), "random": (3, 0),
+    "autodiff": (3, 0),
     "sparsity": (3, 0), "batching": (3, 1),
     "tape": (4, 0), "custom": (4, 0),
     "function": (5, 0), "serialize": (5, 1), "testing": (5, 0), "optimizers": (5, 0),
-    "saved_model": (5, 1), "module": (5, 0), "keras": (5, 2),
+    "saved_model": (5, 1), "module": (5, 0), "keras": (5, 2), "teaching": (5, 1), "scipy": (5, 1),
     "__init__": (6, 0), "__main__": (6, 0),
 }
 

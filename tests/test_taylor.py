@@ -15,7 +15,7 @@ import sympy as sp
 
 import symtape as st
 from symtape import graph as G
-from symtape import taylor
+from symtape import taylor_mode as taylor
 from test_ops import ROWS, _sample
 
 X = sp.Symbol("x", real=True)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import ctypes
 import functools
+import hashlib
 import itertools
 import json
 import math
@@ -874,13 +876,39 @@ def _render(plan, symbol: str, dtype: str, fastmath: bool) -> str:
     return kernel.render(plan, symbol, dtype, fastmath)
 
 
+#: Compiled functions unpickled in this process, by their state's digest (the last
+#: RESTORE_KEEP of them): a function sent with every task (dask, multiprocessing) is loaded
+#: once per process, not once per task.
+_RESTORED: collections.OrderedDict = collections.OrderedDict()
+RESTORE_KEEP = 32
+#: How many unpickled functions this process has loaded (the others were found above).
+RESTORE_LOADS = [0]
+_RESTORE_LOCK = threading.Lock()
+
+
 def _restore(state: dict) -> CompiledFunction:
     """A compiled function from its pickled state: the stored object code when it was made
-    for this host, else a fresh compile of the stored IR (pickles are trusted transport)."""
+    for this host, else a fresh compile of the stored IR (pickles are trusted transport);
+    the same function again when this process has already unpickled it and it is alive."""
     if not isinstance(state, dict) or state.get("format") != _STATE_FORMAT:
         raise SerializationError("unsupported compiled-function format")
-    same_host = tuple(state["host"]) == jit.host().signature()
-    obj = state["obj"] if same_host else jit.object_code(state["ir"])
+    digest = hashlib.sha256(repr(sorted(
+        (k, v) for k, v in state.items() if k not in ("plan", "obj"))).encode()).hexdigest()
+    with _RESTORE_LOCK:
+        found = _RESTORED.get(digest)
+        if found is not None:
+            _RESTORED.move_to_end(digest)
+            return found
+        same_host = tuple(state["host"]) == jit.host().signature()
+        obj = state["obj"] if same_host else jit.object_code(state["ir"])
+        RESTORE_LOADS[0] += 1
+        fn = _RESTORED[digest] = _restored(state, obj)
+        while len(_RESTORED) > RESTORE_KEEP:
+            _RESTORED.popitem(last=False)
+        return fn
+
+
+def _restored(state: dict, obj: bytes) -> CompiledFunction:
     return CompiledFunction(
         state["plan"],
         name=state["name"],

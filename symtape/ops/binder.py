@@ -173,7 +173,10 @@ class Tensor:
     # -- formulas --------------------------------------------------------------------------
     @property
     def symbols(self) -> np.ndarray:
-        return self._atoms
+        """The SymPy symbols of a leaf's elements, as its formulas write them (SymPy's own
+        ``Symbol``: the same name and assumptions compare equal)."""
+        return np.vectorize(G.plain, otypes=[object])(self._atoms) if self._atoms.size \
+            else np.empty(self.shape, dtype=object)
 
     @property
     def expr(self):
@@ -187,11 +190,15 @@ class Tensor:
             out[idx] = G.expand(a, memo)
         return out
 
-    def formula(self, simplify: bool = False, notation: str = "auto"):
+    def formula(self, simplify: bool = False, notation: str = "auto",
+                sympy_symbols: bool = True):
         """The exact formula with every intermediate substituted away.
 
         A SymPy expression for 0-d tensors, a ``sympy.Array`` otherwise; ``simplify=True``
-        applies ``sympy.simplify`` to each element. Large tensors (more than 64 elements, or
+        applies ``sympy.simplify`` to each element. Its symbols are SymPy's own
+        (``Symbol(name, **assumptions)`` of ``st.symbol``), so it compares and simplifies
+        against expressions users build (``sympy_symbols=False``: the graph's leaves, one
+        per tensor element even where names repeat). Large tensors (more than 64 elements, or
         an element view of more than 4,096 atoms) are written in tensor notation
         (``tanh(W·x + b)``; a :class:`CSEForm` when nodes are shared); ``notation`` is
         ``'elements'`` or ``'tensor'`` to choose.
@@ -209,6 +216,9 @@ class Tensor:
         if notation == "tensor" or notation == "auto" and wants_notation(self._node):
             return self._tensor_notation(simplify)
         expr = self.expr
+        if sympy_symbols:
+            expr = G.plain(expr) if self.ndim == 0 else \
+                np.vectorize(G.plain, otypes=[object])(expr) if expr.size else expr
         if self.ndim == 0:
             return sp.simplify(expr) if simplify else expr
         if simplify:
@@ -234,7 +244,7 @@ class Tensor:
             return self._tensor_notation()
         if G.tree_size(self._atoms.flat) > DISPLAY_LIMIT:
             return self.cse()
-        return self.formula()
+        return self.formula(sympy_symbols=False)  # (the leaves' LaTeX: W_{0,1})
 
     def latex(self) -> str:
         """LaTeX of the formula (CSE form when it is large)."""

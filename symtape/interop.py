@@ -1,0 +1,175 @@
+"""SymPy interop: :func:`from_sympy` turns SymPy expressions (a Lagrangian, the forcing of
+``sympy.physics.mechanics``' ``KanesMethod``) into symtape tensors, to differentiate and
+compile like code written with ``st`` ops. (Formulas go the other way already:
+``Tensor.formula()`` is written in SymPy's own symbols.)
+
+>>> import sympy as sp, symtape as st
+>>> q, qd = sp.symbols("q qd")
+>>> L = qd**2 / 2 + 9.81 * sp.cos(q)
+>>> x = st.symbol("x", shape=(2,))
+>>> st.from_sympy(L, {q: x[0], qd: x[1]}).formula()
+x_1**2/2 + 9.81*cos(x_0)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import sympy as sp
+
+from . import math as M
+from .errors import InvalidArgumentError
+from .tensor import Tensor, convert_to_tensor
+
+__all__ = ["from_sympy"]
+
+
+def _tensor(x):
+    return x if isinstance(x, Tensor) else convert_to_tensor(np.float64(x))
+
+_UNARY = {
+    sp.exp: M.exp, sp.log: M.log, sp.sin: M.sin, sp.cos: M.cos, sp.tan: M.tan,
+    sp.asin: M.asin, sp.acos: M.acos, sp.atan: M.atan, sp.sinh: M.sinh, sp.cosh: M.cosh,
+    sp.tanh: M.tanh, sp.asinh: M.asinh, sp.acosh: M.acosh, sp.atanh: M.atanh,
+    sp.erf: M.erf, sp.Abs: M.abs, sp.sign: M.sign, sp.floor: M.floor, sp.ceiling: M.ceil,
+    sp.cot: lambda x: 1.0 / M.tan(x), sp.sec: lambda x: 1.0 / M.cos(x),
+    sp.csc: lambda x: 1.0 / M.sin(x),
+}
+_RELATIONS = {
+    sp.StrictLessThan: M.less, sp.LessThan: M.less_equal, sp.StrictGreaterThan: M.greater,
+    sp.GreaterThan: M.greater_equal, sp.Equality: M.equal, sp.Unequality: M.not_equal,
+}
+
+
+def from_sympy(expr, symbols: dict) -> Tensor:
+    """The tensor computing the SymPy expression ``expr`` (or a ``Matrix``/``Array``/list of
+    them: a tensor of that shape) from ``symbols``, a dict from the expression's symbols
+    -- or any sub-expressions, such as ``q(t)`` and ``Derivative(q(t), t)`` of
+    ``dynamicsymbols`` -- to tensors, arrays or numbers. Shared sub-expressions are
+    computed once; integers and rational coefficients stay exact in formulas, other
+    numbers are float64. Raises
+    ``InvalidArgumentError`` naming a symbol without a value or a function symtape does
+    not have.
+
+    >>> import sympy as sp, symtape as st
+    >>> a, b = sp.symbols("a b")
+    >>> v = st.from_sympy(sp.Matrix([[a * b, sp.Piecewise((a, a > b), (b, True))]]),
+    ...                   {a: 2.0, b: 3.0})
+    >>> v.numpy()
+    array([[6., 3.]])
+    """
+    if not isinstance(symbols, dict):
+        raise InvalidArgumentError("st.from_sympy: symbols must be a dict from SymPy "
+                                   "symbols (or sub-expressions) to values")
+    dummies, values = {}, {}
+    for key, value in symbols.items():
+        if not isinstance(key, sp.Basic):
+            raise InvalidArgumentError(f"st.from_sympy: key {key!r} of symbols is not a SymPy "
+                                       "expression")
+        d = sp.Dummy(str(key))
+        dummies[key] = d
+        values[d] = value if isinstance(value, Tensor) else convert_to_tensor(
+            np.asarray(value, dtype=np.float64))
+    return _Translator(dummies, values).tensor(expr)
+
+
+class _Translator:
+    def __init__(self, dummies: dict, values: dict) -> None:
+        self.dummies = dummies
+        self.values = values
+        self.memo: dict = {}
+
+    def tensor(self, expr):
+        if isinstance(expr, (sp.MatrixBase, sp.NDimArray)):
+            return self.tensor(expr.tolist())
+        if isinstance(expr, (list, tuple)):
+            if not expr:
+                raise InvalidArgumentError("st.from_sympy: an empty list of expressions")
+            return M.stack([self.tensor(e) for e in expr])
+        if isinstance(expr, (int, float)):
+            expr = sp.Float(expr)
+        if not isinstance(expr, sp.Basic):
+            raise InvalidArgumentError(f"st.from_sympy: {type(expr).__name__} is not a SymPy "
+                                       "expression")
+        expr = expr.xreplace(self.dummies)
+        missing = expr.free_symbols - set(self.values)
+        if missing:
+            names = ", ".join(sorted(str(s) for s in missing))
+            raise InvalidArgumentError(f"st.from_sympy: no value for {names}; give it in "
+                                       "symbols")
+        unknown = expr.atoms(sp.Derivative) | expr.atoms(sp.core.function.AppliedUndef)
+        if unknown:
+            back = {d: k for k, d in self.dummies.items()}
+            names = sorted(str(u.xreplace(back)) for u in unknown)
+            raise InvalidArgumentError(f"st.from_sympy: no value for {names}; map these "
+                                       "sub-expressions in symbols")
+        out = self.node(expr)
+        return out if isinstance(out, Tensor) else convert_to_tensor(np.float64(out))
+
+    def node(self, e):
+        if e in self.memo:
+            return self.memo[e]
+        out = self.memo[e] = self._node(e)
+        return out
+
+    def _node(self, e):
+        if e in self.values:
+            return self.values[e]
+        if e is sp.true or e is sp.false:
+            return convert_to_tensor(bool(e))
+        if e.is_number and e.is_extended_real is False:
+            raise InvalidArgumentError(f"st.from_sympy: {e} is not a real number")
+        if e.is_Number or e.is_NumberSymbol or e in (sp.oo, -sp.oo, sp.zoo, sp.nan):
+            return int(e) if e.is_Integer else float(e)  # (ints stay exact in formulas)
+        if isinstance(e, sp.Mul):
+            coeff, rest = e.as_coeff_Mul()
+            if coeff.is_Rational and coeff != 1 and rest != 1:  # (p/q) * rest, exactly
+                out = self.node(rest)
+                out = out * int(coeff.p) if coeff.p != 1 else out
+                return out / int(coeff.q) if coeff.q != 1 else out
+        args = [self.node(a) for a in e.args] if not isinstance(e, sp.Piecewise) else None
+        if isinstance(e, sp.Add):
+            return functools.reduce(lambda a, b: a + b, args)
+        if isinstance(e, sp.Mul):
+            return functools.reduce(lambda a, b: a * b, args)
+        if isinstance(e, sp.Pow):
+            base, power = e.args
+            if power == sp.S.Half:
+                return M.sqrt(_tensor(args[0]))
+            if power == -1:
+                return 1 / _tensor(args[0])
+            if power.is_Integer:
+                return _tensor(args[0]) ** int(power)
+            return _tensor(args[0]) ** args[1]
+        if isinstance(e, sp.Piecewise):
+            return self.piecewise(list(e.args))
+        args = [_tensor(a) for a in args]
+        if e.func in _UNARY and len(args) == 1:
+            return _UNARY[e.func](args[0])
+        if isinstance(e, sp.atan2):
+            return M.atan2(*args)
+        if isinstance(e, (sp.Max, sp.Min)):
+            pick = M.maximum if isinstance(e, sp.Max) else M.minimum
+            return functools.reduce(pick, args)
+        if type(e) in _RELATIONS:
+            return _RELATIONS[type(e)](*args)
+        if isinstance(e, sp.And):
+            return functools.reduce(M.logical_and, args)
+        if isinstance(e, sp.Or):
+            return functools.reduce(M.logical_or, args)
+        if isinstance(e, sp.Not):
+            return M.logical_not(args[0])
+        if isinstance(e, sp.Heaviside):
+            x = args[0]
+            h0 = args[1] if len(args) > 1 else convert_to_tensor(np.float64(0.5))
+            zero = convert_to_tensor(np.float64(0.0))
+            return M.where(M.greater(x, zero), 1.0, M.where(M.less(x, zero), 0.0, h0))
+        raise InvalidArgumentError(f"st.from_sympy: no st op for {e.func.__name__} (in {e})")
+
+    def piecewise(self, pairs: list):
+        (value, cond), *rest = pairs
+        if cond is sp.true or not rest:
+            return self.node(value)
+        return M.where(self.node(cond), _tensor(self.node(value)),
+                       _tensor(self.piecewise(rest)))

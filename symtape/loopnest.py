@@ -282,7 +282,8 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     users = _users(order, roots)
     p.fused = _fused(order, users, p.loc)
     p.holey = _holey(order, users)
-    p.through = _through(order, users, p.holey, p.fused, roots)
+    p.through, recomputed = _through(order, users, p.holey, p.fused, roots)
+    p.fused |= recomputed
     p.dest = _destinations(outputs, totals, users, p.fused)
     for node in order:
         if id(node) not in p.loc and id(node) not in p.fused and id(node) not in p.through:
@@ -339,26 +340,54 @@ def _holey(order: list, users: dict) -> set:
                     for u in users[id(node)])}
 
 
+#: A node read by a padded scatter and by elementwise ops of its shape is computed in each
+#: of their loops (not written to a temporary) when it has at most this many readers and
+#: at most this many nodes fused into it.
+THROUGH_USERS = 3
+THROUGH_NODES = 8
+
+
+def _padding(node: N.Node, holey: set, outs: set) -> bool:
+    """Whether ``node`` is a scatter of its one argument to distinct places, with zeros
+    left, whose zeros may stay unwritten (:func:`_holey`)."""
+    return (id(node) in holey and id(node) not in outs and node.kind == "op"
+            and isinstance(node.prim, ScatterAdd) and len(node.inputs) == 1
+            and _distinct(node.params["idx"])
+            and int((node.params["idx"] >= 0).sum()) < node.size)
+
+
+def _chain(node: N.Node, fused: set) -> int:
+    """The nodes of ``node``'s fused template (itself and the arguments built into it)."""
+    return 1 + sum(_chain(a, fused) for a in node.inputs if id(a) in fused)
+
+
 def _through(order: list, users: dict, holey: set, fused: set, roots: Sequence[N.Node]
-             ) -> set:
-    """Elementwise float nodes read only by a zero-padded scatter whose zeros may stay
-    unwritten (:func:`_holey`): computed inside the scatter's readers' boxes, their
-    arguments read through the scatter's places, instead of written to a temporary the
-    readers read back (:meth:`_Planner.in_regions`)."""
+             ) -> tuple:
+    """``(through, recomputed)``: elementwise float nodes read by zero-padded scatters whose
+    zeros may stay unwritten (:func:`_holey`), computed inside the scatters' readers' boxes,
+    their arguments read through the scatters' places, instead of written to a temporary
+    the readers read back (:meth:`_Planner.in_regions`). ``recomputed``: those of them also
+    read by elementwise ops of their shape (at most :data:`THROUGH_USERS` readers, a
+    template of at most :data:`THROUGH_NODES` nodes), whose loops compute them too (as a
+    fused argument)."""
     outs = {id(r) for r in roots}
-    found = set()
+    found, again = set(), set()
     for node in order:
-        if (id(node) not in holey or id(node) in outs or node.kind != "op"
-                or not isinstance(node.prim, ScatterAdd) or len(node.inputs) != 1
-                or not _distinct(node.params["idx"])
-                or int((node.params["idx"] >= 0).sum()) >= node.size):  # (no zeros)
+        if not _pointwise(node) or id(node) in fused or id(node) in outs:
             continue
-        (arg,) = node.inputs
-        use = users.get(id(arg), [])
-        if (_pointwise(arg) and id(arg) not in fused and id(arg) not in outs
-                and len(use) == 1 and use[0] is node):
-            found.add(id(arg))
-    return found
+        use = users.get(id(node), [])
+        pads = [u for u in use if u is not None and _padding(u, holey, outs)]
+        if not pads:
+            continue
+        if len(use) == 1:
+            found.add(id(node))
+            continue
+        if (len(use) <= THROUGH_USERS and _chain(node, fused) <= THROUGH_NODES
+                and all(u is not None and (_padding(u, holey, outs) or (
+                    _pointwise(u) and u.shape == node.shape)) for u in use)):
+            found.add(id(node))
+            again.add(id(node))
+    return found, again
 
 
 def _destinations(outputs: Sequence[N.Node], totals: Sequence[str], users: dict,

@@ -657,7 +657,7 @@ def test_a_padded_scatters_argument_is_computed_where_the_scatter_is_read():
     x, out, want = _padded_shifts(n)
     plan = loopnest.plan_loops([out._node], [x._node], points=8)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loopnest, "_through", lambda *a: set())
+        mp.setattr(loopnest, "_through", lambda *a: (set(), set()))
         apart = loopnest.plan_loops([out._node], [x._node], points=8)
     temps = [b for b in plan.buffers if b.kind == "temp"]
     assert len(temps) < len([b for b in apart.buffers if b.kind == "temp"])
@@ -693,3 +693,29 @@ def test_an_argument_that_cannot_be_read_through_the_scatter_is_computed_apart()
     f = np.zeros_like(xs)
     f[..., 1:] = np.exp(xs.reshape(3, -1)[:, perm] * 1e-3)
     np.testing.assert_allclose(compile_plan(plan)(xs), f * xs + 1.0, rtol=1e-15, atol=2e-15)
+
+
+def test_a_scatters_argument_read_elsewhere_too_is_recomputed_in_each_loop(monkeypatch):
+    """``e`` read by a padding scatter and by an elementwise op (itself padded): both loops
+    compute it (no temporary), with the values numpy gives and those of the plan that
+    writes it once (``THROUGH_USERS = 1``)."""
+    from symtape import ops
+
+    n = 2000
+    x = st.symbol("x", shape=(2, n))
+    e = st.exp(x[:, 1:] * 1e-3)
+    front = np.arange(2)[:, None] * n + 1 + np.arange(n - 1)[None, :]
+    y = ops.scatter_add.bind(e, idx=front, shape=(2, n)) * x + \
+        ops.scatter_add.bind(st.sin(e), idx=front - 1, shape=(2, n))
+    plan = loopnest.plan_loops([y._node], [x._node], points=8)
+    monkeypatch.setattr(loopnest, "THROUGH_USERS", 1)
+    once = loopnest.plan_loops([y._node], [x._node], points=8)
+    assert sum(b.kind == "temp" for b in plan.buffers) < \
+        sum(b.kind == "temp" for b in once.buffers)
+    xs = np.random.default_rng(12).standard_normal((5, 2, n))
+    ex = np.exp(xs[..., 1:] * 1e-3)
+    want = np.zeros_like(xs)
+    want[..., 1:] += ex * xs[..., 1:]
+    want[..., :-1] += np.sin(ex)
+    for p in (plan, once):
+        np.testing.assert_allclose(compile_plan(p)(xs), want, rtol=1e-15, atol=1e-15)

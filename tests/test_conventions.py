@@ -147,3 +147,20 @@ def test_ieee_values_propagate():
     np.testing.assert_array_equal(st.nn.relu(x).numpy()[1:], [math.inf, 0.0, 0.0])
     assert math.isnan(st.maximum(st.constant(math.nan), 1.0).numpy())
     assert float(st.log(st.constant(0.0))) == -math.inf
+
+
+def test_every_test_conftest_marks_slow_exists():
+    """A renamed test would leave conftest.SLOW and silently join the quick run."""
+    import ast
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("root_conftest", root / "conftest.py")
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    for name in conftest.SLOW:
+        path, func = name.split("::")
+        tree = ast.parse((root / path).read_text())
+        defined = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+        assert func in defined, name

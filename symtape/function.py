@@ -598,13 +598,10 @@ def export_c(functions: dict, path) -> tuple:
     if not isinstance(functions, dict) or not functions:
         raise InvalidArgumentError("st.export_c: functions must be a non-empty dict of C "
                                    "name -> compiled function")
-    kernels, seen = [], {}
-    for key, fn in functions.items():
+    kernels = []
+    for key, fn in functions.items():  # (a dict's keys: no name twice)
         if not isinstance(key, str) or not key.isidentifier():
             raise InvalidArgumentError(f"st.export_c: {key!r} is not a C identifier")
-        if key in seen:
-            raise InvalidArgumentError(f"st.export_c: the name {key!r} is given twice")
-        seen[key] = True
         kernels.append(_exportable(fn, key).c_kernel("st.export_c", name=key))
     base = pathlib.Path(path)
     if base.suffix in (".c", ".h"):

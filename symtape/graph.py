@@ -58,7 +58,7 @@ __all__ = [
     "compile_template",
     "reachable",
     "leaves",
-    "plain",
+    "plain_memo",
     "expand",
     "tree_size",
     "cse",
@@ -819,14 +819,27 @@ def leaves(atoms: Iterable, through_forward: bool = False) -> list:
     return sorted(found, key=lambda a: a.uid)
 
 
+def plain_memo(atoms: Iterable) -> dict:
+    """A memo for :func:`expand` that writes the leaves of ``atoms`` as SymPy's own symbols
+    (:meth:`Leaf.plain`), substituted node by node as the DAG is expanded.
+
+    >>> x = Leaf.new("x")
+    >>> e = mul(call(sp.sin, x), x)
+    >>> expand(e, plain_memo([e])) == sp.sin(sp.Symbol("x")) * sp.Symbol("x")
+    True
+    """
+    return {leaf: leaf.plain() for leaf in leaves(atoms)}
+
+
 def expand(atom, memo: dict | None = None):
-    """The SymPy expression of ``atom`` in terms of leaves (definitions substituted).
+    """The SymPy expression of ``atom`` in terms of leaves (definitions substituted; a
+    leaf in ``memo`` written as its entry there).
 
     Subexpressions are shared in memory, so the result costs memory linear in the DAG even
     where its printed tree is exponential.
     """
     if not isinstance(atom, Node):
-        return atom
+        return memo.get(atom, atom) if memo else atom
     memo = {} if memo is None else memo
     if atom in memo:
         return memo[atom]
@@ -883,17 +896,3 @@ def cse(atoms: Sequence, names: Iterable[str] | None = None):
         memo[node] = expr
     exprs = [memo.get(a, a) for a in atoms]
     return replacements, exprs
-
-
-def plain(expr):
-    """``expr`` with its leaves replaced by SymPy's own symbols of the same names and
-    assumptions (:meth:`Leaf.plain`): what users compare with ``sympy.diff``.
-
-    >>> x = Leaf.new("x")
-    >>> plain(sp.sin(x) * x) == sp.sin(sp.Symbol("x")) * sp.Symbol("x")
-    True
-    """
-    if not isinstance(expr, sp.Basic):
-        return expr
-    found = expr.atoms(Leaf)
-    return expr.xreplace({leaf: leaf.plain() for leaf in found}) if found else expr

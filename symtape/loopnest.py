@@ -347,13 +347,14 @@ THROUGH_USERS = 3
 THROUGH_NODES = 8
 
 
-def _padding(node: N.Node, holey: set, outs: set) -> bool:
-    """Whether ``node`` is a scatter of its one argument to distinct places, with zeros
-    left, whose zeros may stay unwritten (:func:`_holey`)."""
-    return (id(node) in holey and id(node) not in outs and node.kind == "op"
+def _paddings(order: list, holey: set, outs: set) -> set:
+    """Scatters of their one argument to distinct places, with zeros left, whose zeros may
+    stay unwritten (:func:`_holey`)."""
+    return {id(node) for node in order
+            if id(node) in holey and id(node) not in outs and node.kind == "op"
             and isinstance(node.prim, ScatterAdd) and len(node.inputs) == 1
             and _distinct(node.params["idx"])
-            and int((node.params["idx"] >= 0).sum()) < node.size)
+            and int((node.params["idx"] >= 0).sum()) < node.size}
 
 
 def _chain(node: N.Node, fused: set) -> int:
@@ -371,19 +372,19 @@ def _through(order: list, users: dict, holey: set, fused: set, roots: Sequence[N
     template of at most :data:`THROUGH_NODES` nodes), whose loops compute them too (as a
     fused argument)."""
     outs = {id(r) for r in roots}
+    pads = _paddings(order, holey, outs)
     found, again = set(), set()
     for node in order:
         if not _pointwise(node) or id(node) in fused or id(node) in outs:
             continue
         use = users.get(id(node), [])
-        pads = [u for u in use if u is not None and _padding(u, holey, outs)]
-        if not pads:
+        if not any(u is not None and id(u) in pads for u in use):
             continue
         if len(use) == 1:
             found.add(id(node))
             continue
         if (len(use) <= THROUGH_USERS and _chain(node, fused) <= THROUGH_NODES
-                and all(u is not None and (_padding(u, holey, outs) or (
+                and all(u is not None and (id(u) in pads or (
                     _pointwise(u) and u.shape == node.shape)) for u in use)):
             found.add(id(node))
             again.add(id(node))
@@ -397,12 +398,9 @@ def _destinations(outputs: Sequence[N.Node], totals: Sequence[str], users: dict,
     node's elements at most once (at ``places``, -1: not taken). They write straight into
     the output (destination passing), instead of into a temporary the output copies."""
     dest: dict = {}
-    seen: set = set()
     for o, node in enumerate(outputs):
-        if id(node) in seen or totals[o] or node.kind != "op" or len(node.inputs) != 1:
-            seen.add(id(node))
+        if totals[o] or node.kind != "op" or len(node.inputs) != 1:
             continue
-        seen.add(id(node))
         (arg,) = node.inputs
         use = users.get(id(arg), [])
         if (node.dtype.kind != "f" or arg.dtype.kind != "f" or not _looped_elementwise(arg)
@@ -460,6 +458,11 @@ def _cuts(places: np.ndarray, d: int) -> set | None:
             out.add(p)
             last = p
     return out
+
+
+def _used(atom) -> set:
+    """The stand-in leaves a built template reads."""
+    return set(G.leaves([atom])) if G.is_symbolic(atom) else set()
 
 
 def _flat(shape: tuple) -> np.ndarray:
@@ -894,7 +897,7 @@ class _Planner:
         stand: dict = {}  # id(argument node) -> (stand-in leaf, node)
         with np.errstate(all="ignore"):  # constant folding follows IEEE, silently
             atom = self.fused_atom(node, stand)
-        used = set(G.leaves([atom])) if G.is_symbolic(atom) else set()
+        used = _used(atom)
         reads = [(leaf, arg) for leaf, arg in stand.values() if leaf in used]
         holey = [arg for _, arg in stand.values()
                  if id(arg) in self.holes or id(arg) in self.inline]
@@ -931,7 +934,7 @@ class _Planner:
                 own: dict = {}
                 with np.errstate(all="ignore"):
                     e_atom = self.fused_atom(source, own)
-                used = set(G.leaves([e_atom])) if G.is_symbolic(e_atom) else set()
+                used = _used(e_atom)
                 e_reads = [(leaf, a, source) for leaf, a in own.values() if leaf in used]
                 if any(id(a) in self.holes or id(a) in self.inline for _, a, _ in e_reads):
                     return None
@@ -946,6 +949,7 @@ class _Planner:
         # sources: (leaf, offsets over the node's shape (with the points), buffer); a
         # scatter computed here has no buffer (its leaf is read only where it is a hole)
         sources = []
+        switches = []  # (index in sources, id) of the scatters computed here
         for leaf, arg in reads:
             if id(arg) not in inlined:
                 loc = self.loc[id(arg)]
@@ -953,6 +957,7 @@ class _Planner:
                 continue
             _, e_reads, m = inlined[id(arg)]
             hole = m < 0
+            switches.append((len(sources), id(arg)))
             sources.append((leaf, np.broadcast_to(m, self.shape(shape, batched)), None))
             take = np.where(hole, 0, m).reshape(-1)
             for e_leaf, a, source in e_reads:
@@ -1009,15 +1014,15 @@ class _Planner:
                 out = Access(out_buf, *accs.pop())
             else:
                 out = Access(loc[0], *_affine(self.spread(loc, shape, batched)[lead + box]))
-            key = tuple(acc is None for (_, _, b), acc in zip(sources, accs) if b is None)
+            key = tuple(accs[k] is None for k, _ in switches)  # which are holes here
             if key not in bodies:
                 here = atom
-                if inlined:
-                    swap = {i: (leaf if hole else e[0]) for (leaf, _, b), hole, (i, e) in zip(
-                        [s for s in sources if s[2] is None], key, inlined.items())}
+                if switches:
+                    swap = {i: sources[k][0] if hole else inlined[i][0]
+                            for (k, i), hole in zip(switches, key)}
                     with np.errstate(all="ignore"):
                         here = self.fused_atom(node, stand, swap)
-                used = set(G.leaves([here])) if G.is_symbolic(here) else set()
+                used = _used(here)
                 order = [k for k, (leaf, _, _) in enumerate(sources) if leaf in used]
                 bodies[key] = (self.body(node, here, [sources[k][0] for k in order]), order)
             body, order = bodies[key]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from fractions import Fraction
 
 import numpy as np
 import sympy as sp
@@ -105,11 +106,9 @@ def _exact(x0):
         raise InvalidArgumentError("st.taylor: x0 must be a number, got a bool")
     if isinstance(x0, (int, np.integer)):
         return sp.Integer(int(x0))
+    if isinstance(x0, Fraction):
+        return sp.Rational(x0.numerator, x0.denominator)
     try:
-        from fractions import Fraction
-
-        if isinstance(x0, Fraction):
-            return sp.Rational(x0.numerator, x0.denominator)
         value = float(x0)
     except (TypeError, ValueError):
         raise InvalidArgumentError(f"st.taylor: x0 must be a number, got "
@@ -149,7 +148,8 @@ def taylor(f: Callable, x0, order: int, name: str = "x") -> TaylorSeries:
     """
     x, coefs = _series_atoms(f, order, name, "st.taylor")
     var = x.symbols[()]
-    formulas = [G.plain(G.expand(a)) for a in coefs]
+    memo = G.plain_memo(coefs)
+    formulas = [G.expand(a, memo) for a in coefs]
     compiled = compile_atoms([np.array(coefs, dtype=object)], [x._atoms],
                              name=f"{getattr(f, '__name__', 'f')}_taylor")
     return TaylorSeries(getattr(f, "__name__", "f"), formulas, _exact(x0), var, compiled)
@@ -179,8 +179,9 @@ def plot(f: Callable, x_range, derivatives: int = 3, points: int = 400, ax=None)
     ys = np.asarray(compiled(xs)).reshape(len(xs), -1)
     if ax is None:
         _, ax = plt.subplots()
+    memo = G.plain_memo(scaled)
     for k in range(ys.shape[1]):
-        text = sp.latex(_tidy(G.plain(G.expand(scaled[k]))))
+        text = sp.latex(_tidy(G.expand(scaled[k], memo)))
         label = f"$f^{{({k})}}(x) = {text}$" if len(text) <= 60 else f"$f^{{({k})}}(x)$"
         ax.plot(xs, ys[:, k], label=label)
     ax.axhline(0.0, color="0.8", linewidth=0.8)

@@ -22,13 +22,13 @@ _CTYPES = {"float64": ("double", ""), "float32": ("float", "f")}
 
 # Ops that need a helper: the numpy semantics in a few lines of C.
 _HELPERS = """\
-static inline T st_sign{m}(T x) {{ return x > 0 ? 1 : x < 0 ? -1 : x == 0 ? 0 : x; }}
-static inline T st_max{m}(T a, T b) {{ return a != a ? a : (a > b ? a : b); }}
-static inline T st_min{m}(T a, T b) {{ return a != a ? a : (a < b ? a : b); }}
-static inline T st_heaviside{m}(T x, T h0) {{ return x > 0 ? 1 : x < 0 ? 0 : h0; }}
-static inline T st_mod{m}(T a, T b)
+static inline {t} st_sign{m}({t} x) {{ return x > 0 ? 1 : x < 0 ? -1 : x == 0 ? 0 : x; }}
+static inline {t} st_max{m}({t} a, {t} b) {{ return a != a ? a : (a > b ? a : b); }}
+static inline {t} st_min{m}({t} a, {t} b) {{ return a != a ? a : (a < b ? a : b); }}
+static inline {t} st_heaviside{m}({t} x, {t} h0) {{ return x > 0 ? 1 : x < 0 ? 0 : h0; }}
+static inline {t} st_mod{m}({t} a, {t} b)
 {{
-    T r = fmod{m}(a, b);
+    {t} r = fmod{m}(a, b);
     if (r != 0) {{
         if ((b < 0) != (r < 0)) r += b;
     }} else {{
@@ -65,7 +65,7 @@ def _literal(value, ctype: str) -> str:
 
 def _helpers(ctype: str, m: str) -> str:
     """The helper functions for one float type (their names end in ``m``: ``st_signf``)."""
-    return _HELPERS.format(m=m).replace("T ", f"{ctype} ").replace("(T)", f"({ctype})")
+    return _HELPERS.format(m=m, t=ctype)
 
 
 def _signature(plan: Plan, name: str, ctype: str, input_names, output_names) -> tuple:

@@ -17,6 +17,7 @@ from ..function import function
 from ..tape import GradientTape
 from . import losses, metrics, optimizers
 from .layers import Layer
+from .metrics import get as _metric  # (compile's argument ``metrics`` hides the module)
 
 __all__ = ["Model", "Sequential", "History"]
 
@@ -78,7 +79,7 @@ class Model(Layer):
             raise TypeError(f"{self.name}.compile: unknown arguments {sorted(unknown)}")
         self.optimizer = optimizers.get(optimizer)
         loss_fn = losses.get(loss)
-        found = [metrics_get(m, loss_fn) for m in (metrics or ())]
+        found = [_metric(m, loss_fn) for m in (metrics or ())]
         self._compiled = _Compiled(loss_fn, found, bool(run_eagerly))
 
     @property
@@ -235,11 +236,6 @@ class Model(Layer):
         for layer in self._flatten(recursive=False, predicate=lambda v: isinstance(v, Layer)):
             print_fn(f"  {layer.name:<24} {type(layer).__name__:<20} {layer.count_params():>8}")
         print_fn(f"Total params: {self.count_params()}")
-
-
-def metrics_get(identifier, loss):
-    """:func:`metrics.get` (the name ``get`` is the module's)."""
-    return metrics.get(identifier, loss)
 
 
 def _line(values: dict) -> str:

@@ -175,14 +175,19 @@ class Tensor:
     def symbols(self) -> np.ndarray:
         """The SymPy symbols of a leaf's elements, as its formulas write them (SymPy's own
         ``Symbol``: the same name and assumptions compare equal)."""
-        return np.vectorize(G.plain, otypes=[object])(self._atoms) if self._atoms.size \
+        return np.vectorize(lambda a: a.plain() if isinstance(a, G.Leaf) else a,
+                            otypes=[object])(self._atoms) if self._atoms.size \
             else np.empty(self.shape, dtype=object)
 
     @property
     def expr(self):
         """The SymPy expression(s) in terms of leaf symbols (0-d: an Expr; else an object
         ndarray of Exprs)."""
-        memo: dict = {}
+        return self._expanded({})
+
+    def _expanded(self, memo: dict):
+        """:attr:`expr`, expanded through ``memo`` (:func:`graph.plain_memo`: in SymPy's
+        own symbols)."""
         if self.ndim == 0:
             return G.expand(self._atoms[()], memo)
         out = np.empty(self.shape, dtype=object)
@@ -215,10 +220,7 @@ class Tensor:
                                        f"'tensor', got {notation!r}")
         if notation == "tensor" or notation == "auto" and wants_notation(self._node):
             return self._tensor_notation(simplify)
-        expr = self.expr
-        if sympy_symbols:
-            expr = G.plain(expr) if self.ndim == 0 else \
-                np.vectorize(G.plain, otypes=[object])(expr) if expr.size else expr
+        expr = self._expanded(G.plain_memo(self._atoms.flat) if sympy_symbols else {})
         if self.ndim == 0:
             return sp.simplify(expr) if simplify else expr
         if simplify:

@@ -38,13 +38,14 @@ class TaylorSeries:
     ``formulas[k]`` is ``f^(k)(x) / k!`` as a formula in ``x``, and the series is callable
     (the polynomial at float points)."""
 
-    def __init__(self, name: str, formulas: list, x0, var: sp.Symbol, compiled) -> None:
+    def __init__(self, name: str, formulas: list, coefficients: list, x0, var: sp.Symbol,
+                 compiled) -> None:
         self.name = name
         self.formulas = formulas
         self.x0 = x0
         self.var = var
         self.order = len(formulas) - 1
-        self.coefficients = [f.subs(var, x0) for f in formulas]
+        self.coefficients = coefficients
         self._compiled = compiled
         self.numbers = np.asarray(compiled(float(x0)), dtype=np.float64).reshape(-1)
 
@@ -148,11 +149,15 @@ def taylor(f: Callable, x0, order: int, name: str = "x") -> TaylorSeries:
     """
     x, coefs = _series_atoms(f, order, name, "st.taylor")
     var = x.symbols[()]
+    at = _exact(x0)
+    values = {leaf: at for leaf in G.leaves(coefs)}  # (x0 for x, node by node)
     memo = G.plain_memo(coefs)
     formulas = [G.expand(a, memo) for a in coefs]
+    coefficients = [G.expand(a, values) for a in coefs]
     compiled = compile_atoms([np.array(coefs, dtype=object)], [x._atoms],
                              name=f"{getattr(f, '__name__', 'f')}_taylor")
-    return TaylorSeries(getattr(f, "__name__", "f"), formulas, _exact(x0), var, compiled)
+    return TaylorSeries(getattr(f, "__name__", "f"), formulas, coefficients, at, var,
+                        compiled)
 
 
 def plot(f: Callable, x_range, derivatives: int = 3, points: int = 400, ax=None):

@@ -11,6 +11,8 @@ its elements in it -- and, unless it is a view of another node's location, a loo
   index maps applied to the argument's offsets (no copy);
 - sums, means, products and extrema accumulate over the reduced axes in order, and matrix
   products accumulate ``out += a * b`` over ``(i, k, j)`` with ``j`` innermost;
+  convolutions and their transposes are matrix products whose rows, columns and summed
+  index run over several strided dimensions each (:meth:`_Planner.conv`);
 - softmax and the ops along one axis run their one-slice element view for every slice;
 - any other op, when small, runs its element view unrolled (its arguments as stand-ins).
 
@@ -35,6 +37,7 @@ from .codegen.loops import POINT_ALIGN, Access, Block, Buffer, LoopPlan, layouts
 from .codegen.plan import Instr, OutLayout, Plan, build_plan
 from .errors import UnboundLeafError
 from .ops.axis import AxisOp, StopGradient
+from .ops.conv import Conv, reached
 from .ops.elementwise import Elementwise
 from .ops.linalg import MatMul
 from .ops.reductions import Reduction
@@ -211,6 +214,9 @@ def _atoms_cost(node: N.Node) -> int:
         a = node.inputs[0]
         k = a.shape[-2] if node.params["transpose_a"] else a.shape[-1]
         return node.size * max(k, 1)
+    if isinstance(node.prim, Conv):
+        return max(node.size, node.prim.terms(node.prim.dims([a.shape for a in node.inputs],
+                                                              node.params)))
     return node.size
 
 
@@ -765,6 +771,8 @@ class _Planner:
             return self.reduction(node)
         if isinstance(prim, MatMul) and _numeric(node):
             return self.matmul(node)
+        if isinstance(prim, Conv):
+            return self.conv(node)
         if isinstance(prim, AxisOp):
             return self.along_axis(node)
         return self.unrolled(node)
@@ -1226,6 +1234,120 @@ class _Planner:
             sb = Access(b_buf, b0 + k0 * bk,
                         rb.strides[:nb] + (strip, kc * bk, 0, bk, bn))
             so = Access(ro.buffer, o0, ro.strides[:nb] + (c * on, 0, r * om, 0, on), core_o)
+            self.block(space, body, (so, sa, sb), (so,), accumulate=True, contract=True)
+
+    def conv(self, node: N.Node) -> tuple:
+        """A convolution or one of its transposes (``ops/conv.py``) as register-tiled
+        products (:meth:`tiled`): ``conv2d`` takes rows ``(n, i, j)``, columns ``o`` and sums
+        over ``(p, q, c)``; ``conv2d_backprop_filter`` rows ``(p, q, c)``, columns ``o``,
+        sums over ``(n, i, j)``; ``conv2d_backprop_input`` is one product per filter tap
+        ``(p, q)``, each adding ``y[n, i, j, :] k[p, q]^T`` into the places that tap read,
+        taps in order. Each element adds its terms in its definition's order."""
+        a, b = node.inputs
+        la, lb = self.loc[id(a)], self.loc[id(b)]
+        if self.batched(la) or self.batched(lb):
+            raise Unplannable("a convolution of each point of a chunk")
+        d = node.prim.dims([a.shape, b.shape], node.params)
+        loc = self.fresh(node)
+        self.fill(loc, node.shape, -0.0)
+        ra, rb, ro = (self.access(la, a.shape), self.access(lb, b.shape),
+                      self.access(loc, node.shape))
+        if node.prim.name == "conv2d_backprop_input":  # a: y, b: k, out: x
+            self.backprop_input(d, ra, rb, ro, loc)
+            return loc
+        (an, ah, aw, ac), (bn, bh, bw, bc), (on, oh, ow, oc) = \
+            ra.strides, rb.strides, ro.strides
+        sh, sw = d.sh, d.sw
+        if node.prim.name == "conv2d":  # a: x, b: k, out: y
+            self.tiled(((d.n, an, 0, on), (d.oh, sh * ah, 0, oh)), (d.ow, sw * aw, ow),
+                       (d.o, bc, oc), ((d.kh, ah, bn), (d.kw, aw, bh), (d.c, ac, bw)),
+                       (ra, rb, ro))
+        else:  # conv2d_backprop_filter; a: x, b: y, out: k
+            # each image's y is read for every (q, c) of a filter row while in cache
+            self.tiled(((d.kh, ah, 0, on), (d.kw, aw, 0, oh)), (d.c, ac, ow), (d.o, bc, oc),
+                       ((d.n, an, bn), (d.oh, sh * ah, bh), (d.ow, sw * aw, bw)),
+                       (ra, rb, ro), hoist=1)
+        return loc
+
+    def backprop_input(self, d, ra: Access, rb: Access, ro: Access, loc: tuple) -> None:
+        """``x``-shaped ``conv2d_backprop_input(y, k)`` (see :meth:`conv`); the filters are
+        first copied with ``c`` innermost (the columns of its products)."""
+        (an, ah, aw, ac), (on, oh, ow, oc) = ra.strides, ro.strides
+        sh, sw = d.sh, d.sw
+        kt = self.add_buffer(Buffer("temp", -1, d.kh * d.kw * d.o * d.c))
+        bn, bh, bc, bw = d.kw * d.o * d.c, d.o * d.c, d.c, 1
+        self.block((d.kh, d.kw, d.o, d.c), _copy_body(1, False),
+                   (Access(rb.buffer, rb.offset, (rb.strides[0], rb.strides[1], rb.strides[3],
+                                                   rb.strides[2])),),
+                   (Access(kt, 0, (bn, bh, bc, bw)),))
+        rb = Access(kt, 0, ())
+        if (sh, sw) == (1, 1):
+            # x[n, h, w, c] = sum over (p, q, o) of y'[n, h + kh-1-p, w + kw-1-q, o]
+            # k[p, q, c, o], y' being y with kh-1 and kw-1 zero rows and columns around it
+            padded = (d.n, d.oh + 2 * (d.kh - 1), d.ow + 2 * (d.kw - 1), d.o)
+            ploc = (self.add_buffer(Buffer("temp", -1, math.prod(padded))), _flat(padded))
+            self.fill(ploc, padded, 0.0)
+            pn, ph, pw, po = _affine(ploc[1])[1]
+            inner = ploc[1][:, d.kh - 1:d.kh - 1 + d.oh, d.kw - 1:d.kw - 1 + d.ow]
+            self.block(d.shape("y"), _copy_body(1, False), (ra,),
+                       (self.access((ploc[0], inner), d.shape("y")),))
+            start = Access(ploc[0], (d.kh - 1) * ph + (d.kw - 1) * pw, ())
+            self.tiled(((d.n, pn, 0, on), (d.h, ph, 0, oh)), (d.w, pw, ow), (d.c, bw, oc),
+                       ((d.kh, -ph, bn), (d.kw, -pw, bh), (d.o, po, bc)), (start, rb, ro))
+        else:
+            for p, q in itertools.product(range(d.kh), range(d.kw)):
+                tap_b = rb._replace(offset=rb.offset + p * bn + q * bh)
+                tap_o = ro._replace(offset=ro.offset + p * oh + q * ow)
+                self.tiled(((d.n, an, 0, on), (d.oh, ah, 0, sh * oh)), (d.ow, aw, sw * ow),
+                           (d.c, bw, oc), ((d.o, ac, bc),), (ra, tap_b, tap_o))
+            inside = reached(d)
+            for y in np.flatnonzero(~inside.any(axis=1)):
+                self.fill((loc[0], loc[1][:, y:y + 1]), (d.n, 1, d.w, d.c), 0.0)
+            for x in np.flatnonzero(~inside.any(axis=0)):
+                self.fill((loc[0], loc[1][:, :, x:x + 1]), (d.n, d.h, 1, d.c), 0.0)
+
+    def tiled(self, batch: tuple, rows: tuple, cols: tuple, depth: tuple, accs: tuple,
+              hoist: int = 0) -> None:
+        """``out[B, i, j] += sum over K of a[B, i, K] b[B, K, j]`` in register tiles, as
+        :meth:`matmul_tile`, over index spaces given by strides: ``batch``: ``(extent,
+        a stride, b stride, out stride)`` per batch dimension; ``rows``: ``(m, a stride,
+        out stride)``; ``cols``: ``(n, b stride, out stride)``; ``depth``: ``(extent,
+        a stride, b stride)`` per summed dimension, the first outermost; ``accs``: the
+        accesses of ``a``, ``b`` and ``out`` (their offsets are used). The loops run over
+        the first batch dimension (threads split it), column tiles, the first ``hoist``
+        summed dimensions (``b``'s panel for them is then read by every row tile while in
+        cache), the other batch dimensions, row tiles, the other summed dimensions and the
+        columns of a tile."""
+        ra, rb, ro = accs
+        (m, am, om), (n, bn, on) = rows, cols
+        r = MATMUL_ROWS if m >= MATMUL_ROWS else 1
+        c = min(_matmul_cols(), n)
+        mm, nn = m - m % r, n - n % c
+        ext = tuple(e for e, *_ in batch) + tuple(e for e, *_ in depth)
+        if 0 in ext or m == 0 or n == 0:
+            return
+        sb_a, sb_b, sb_o = (tuple(t[k] for t in batch) for k in (1, 2, 3))
+        k_ext = tuple(e for e, _, _ in depth)
+        k_a, k_b = tuple(t[1] for t in depth), tuple(t[2] for t in depth)
+        for i0, i1, rt, j0, j1, ct in ((0, mm, r, 0, nn, c), (0, mm, r, nn, n, n - nn),
+                                       (mm, m, 1, 0, n, n)):
+            if i1 <= i0 or j1 <= j0:
+                continue
+            acc, x, y = _stand_ins((rt,), "acc"), _stand_ins((rt,), "a"), G.Leaf.new("b")
+            value = np.array([G.add(acc[t], G.mul(x[t], y)) for t in range(rt)], dtype=object)
+            body = build_plan([value], [acc, x, np.asarray(y, dtype=object)])
+            def order(b_, tile_j, k_, tile_i, last):  # strides (or extents) in loop order
+                return (b_[:1] + (tile_j,) + k_[:hoist] + b_[1:] + (tile_i,) + k_[hoist:]
+                        + (last,))
+
+            space = order(tuple(e for e, *_ in batch), (j1 - j0) // ct, k_ext,
+                          (i1 - i0) // rt, ct)
+            sa = Access(ra.buffer, ra.offset + i0 * am, order(sb_a, 0, k_a, rt * am, 0),
+                        tuple(t * am for t in range(rt)))
+            sb = Access(rb.buffer, rb.offset + j0 * bn, order(sb_b, ct * bn, k_b, 0, bn))
+            so = Access(ro.buffer, ro.offset + i0 * om + j0 * on,
+                        order(sb_o, ct * on, (0,) * len(depth), rt * om, on),
+                        tuple(t * om for t in range(rt)))
             self.block(space, body, (so, sa, sb), (so,), accumulate=True, contract=True)
 
     def along_axis(self, node: N.Node) -> tuple:

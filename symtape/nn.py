@@ -204,15 +204,13 @@ def _patch(x: Tensor, i: int, j: int, oh: int, ow: int, strides: tuple) -> Tenso
     return x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :]
 
 
-@_composite("conv2d")
 def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC", dilations=None,
            name=None):
     """2-D convolution (cross-correlation, as TensorFlow's): ``out[n, i, j, o] = sum over
     (p, q, c) of x[n, i*sh + p, j*sw + q, c] * filters[p, q, c, o]`` for NHWC ``input`` and
     HWIO ``filters``; ``padding`` ``'SAME'`` (TensorFlow's split: the extra row and column
-    after), ``'VALID'`` or explicit. Computed as one matrix product of the windows' elements
-    side by side with the flattened filters, so its derivatives are those of slices, a
-    concatenation and a matrix product.
+    after), ``'VALID'`` or explicit. A ``pad`` (when padding) then the table's ``conv2d``,
+    whose derivatives are its two transposes (``symtape/ops/conv.py``).
 
     >>> import symtape as st
     >>> x = st.reshape(st.range(1.0, 10.0), (1, 3, 3, 1))
@@ -233,13 +231,8 @@ def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC", dilat
         raise ShapeError(f"st.nn.conv2d: the input has {x.shape[3]} channels, the filters "
                          f"take {c}")
     st_ = _pair_arg(strides, "conv2d", "strides")
-    x, oh, ow, _ = _windows(x, (kh, kw), st_, padding, "conv2d")
-    parts = [_patch(x, i, j, oh, ow, st_) for i in range(kh) for j in range(kw)]
-    cols = parts[0] if len(parts) == 1 else M.concat(parts, axis=-1)
-    n = x.shape[0]
-    flat = M.reshape(cols, (n * oh * ow, kh * kw * c))
-    out = M.matmul(flat, M.reshape(k, (kh * kw * c, o)))
-    return M.reshape(out, (n, oh, ow, o))
+    x, _, _, _ = _windows(x, (kh, kw), st_, padding, "conv2d")
+    return ops.conv2d.bind(x, k, strides=st_)
 
 
 def _pool(x, ksize, strides, padding, what: str, fill: float):

@@ -220,15 +220,22 @@ class Node:
             return bool(mask.all()) and all(G._is_zero(a) for a in atoms.flat)
         return all(G.is_const(a) and G._is_zero(a) for a in self.atoms().flat)
 
-    def unbound(self) -> list[str]:
-        """Names of the leaves this node depends on that have no value."""
+    def unbound(self, limit: int = 8) -> list[str]:
+        """Names of the leaves this node depends on that have no value: at most ``limit``,
+        then ``'...'``; a large leaf whose elements are not built yet is named by its shape
+        (not built to be named)."""
         names: dict = {}
         for node in ancestry(self):
+            if len(names) > limit:
+                break
             if node.leaf_store is not None and node.leaf_store.value is None:
-                atoms = node.atoms()
-                for a in atoms.flat:
+                if node._atoms is None and node.size > limit:
+                    names[f"a {node.dtype.name} leaf of shape {node.shape}"] = None
+                    continue
+                for a in node.atoms().flat:
                     names[a.name] = None
-        return list(names)
+        out = list(names)
+        return out[:limit] + (["..."] if len(out) > limit else [])
 
 
 def _constant_folds(exact: np.ndarray) -> tuple:

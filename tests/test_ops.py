@@ -296,6 +296,35 @@ def np_pool(x, size, strides, pads, reduce, fill):
 row("conv2d", lambda x, k: st.nn.conv2d(x, k, [1, 2, 1, 1], "SAME"),
     [Arg((1, 3, 3, 2)), Arg((2, 3, 2, 1))],
     lambda x, k: np_conv2d(x, k, (2, 1), [(0, 1), (1, 1)]))
+
+
+def np_conv2d_input(y, k, strides, size):
+    """The transpose of the convolution by its definition: each output element's products
+    added into the window it read."""
+    (n, oh, ow, _), (kh, kw, c, _) = y.shape, k.shape
+    out = np.zeros((n,) + tuple(size) + (c,))
+    for i, j, p, q in itertools.product(range(oh), range(ow), range(kh), range(kw)):
+        out[:, i * strides[0] + p, j * strides[1] + q, :] += y[:, i, j, :] @ k[p, q].T
+    return out
+
+
+def np_conv2d_filter(x, y, strides, size):
+    (kh, kw), (_, oh, ow, o) = size, y.shape
+    out = np.zeros((kh, kw, x.shape[3], o))
+    for i, j, p, q in itertools.product(range(oh), range(ow), range(kh), range(kw)):
+        out[p, q] += x[:, i * strides[0] + p, j * strides[1] + q, :].T @ y[:, i, j, :]
+    return out
+
+
+# strides 2 down a height of 5: the input's last row is in no window (its gradient is 0)
+row("conv2d_backprop_input",
+    lambda y, k: ops.conv2d_backprop_input(y, k, strides=(2, 1), size=(5, 4)),
+    [Arg((1, 2, 3, 2)), Arg((2, 2, 3, 2))],
+    lambda y, k: np_conv2d_input(y, k, (2, 1), (5, 4)))
+row("conv2d_backprop_filter",
+    lambda x, y: ops.conv2d_backprop_filter(x, y, strides=(2, 1), size=(2, 2)),
+    [Arg((2, 5, 4, 2)), Arg((2, 2, 3, 3))],
+    lambda x, y: np_conv2d_filter(x, y, (2, 1), (2, 2)))
 row("max_pool2d", lambda x: st.nn.max_pool2d(x, 2, [1, 2, 1, 1], "SAME"),
     [Arg((2, 4, 3, 2))],
     lambda x: np_pool(x, (2, 2), (2, 1), [(0, 0), (0, 1)], np.max, -np.inf))

@@ -239,6 +239,11 @@ def _disjoint(acc: Access, space: tuple) -> bool:
     s0, n0 = acc.strides[0], space[0]
     if s0 == 0:
         return False
+    lo, hi = min(acc.core), max(acc.core)
+    for stride, n in zip(acc.strides[1:], space[1:]):
+        lo, hi = lo + min(0, stride * (n - 1)), hi + max(0, stride * (n - 1))
+    if hi - lo < abs(s0):  # the common case: each iteration writes its own slab
+        return True
     rest = np.asarray(acc.core, dtype=np.int64)
     for stride, n in zip(acc.strides[1:], space[1:]):
         if stride:
@@ -247,8 +252,6 @@ def _disjoint(acc: Access, space: tuple) -> bool:
                 return False
     rest = np.unique(rest)
     span = int(rest[-1] - rest[0])
-    if span < abs(s0):  # the common case: each iteration writes its own slab
-        return True
     return all(not np.isin(rest + k * s0, rest, assume_unique=True).any()
                for k in range(1, min(n0, span // abs(s0) + 1)))
 

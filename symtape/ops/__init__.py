@@ -14,9 +14,9 @@ default rule is SymPy's local partial of the template, itself a template op. Ten
 conventions at kinks, and stable forms, override it where named.
 
 The table is split by kind: ``core`` (the framework), ``elementwise``, ``structural``,
-``reductions``, ``linalg`` (contractions and linear algebra), ``axis`` (softmax family,
-``stop_gradient``) and ``binder`` (tensors and the application of ops). TensorFlow's
-composites live in ``math.py``, ``nn.py`` and ``linalg.py``.
+``reductions``, ``linalg`` (contractions and linear algebra), ``conv`` (convolutions),
+``axis`` (softmax family, ``stop_gradient``) and ``binder`` (tensors and the application
+of ops). TensorFlow's composites live in ``math.py``, ``nn.py`` and ``linalg.py``.
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ from .elementwise import (  # noqa: F401
     unbroadcast,
     where,
 )
+from .conv import Conv, conv2d, conv2d_backprop_filter, conv2d_backprop_input  # noqa: F401
 from .linalg import (  # noqa: F401
     Det,
     Einsum,

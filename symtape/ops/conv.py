@@ -1,0 +1,296 @@
+"""Convolutions: one trilinear form read three ways.
+
+For an input ``x`` (NHWC), filters ``k`` (HWIO) and an output ``y`` (NHWC) with strides
+``(sh, sw)``, the form ``T(x, k, y) = sum x[n, i*sh + p, j*sw + q, c] k[p, q, c, o]
+y[n, i, j, o]`` has three partials, each linear in the other two tensors:
+
+- ``conv2d(x, k)`` -> ``y``-shaped (``dT/dy``): the convolution (TensorFlow's cross-correlation,
+  unpadded: padding is a ``pad`` before it);
+- ``conv2d_backprop_input(y, k, size=(h, w))`` -> ``x``-shaped (``dT/dx``);
+- ``conv2d_backprop_filter(x, y, size=(kh, kw))`` -> ``k``-shaped (``dT/dk``).
+
+The derivative of each is one of the others, so derivatives of any order stay in the family.
+Each element's definition adds its terms in a fixed order (``conv2d``: ``(p, q, c)``;
+``backprop_input``: ``(p, q, o)``; ``backprop_filter``: ``(n, i, j)``), which the numeric
+evaluation of small tensors and the loop lowering (``loopnest.py``) follow.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..errors import InvalidArgumentError, ShapeError
+from .core import Aval, Primitive, _fmt, _irregular_anywhere, _obj, _register, union
+from .linalg import dot_atoms, in_order_sum
+from .reductions import ORDERED_TERMS
+from .structural import reshape, transpose
+
+#: Which tensor of the form each op makes, and which two it takes.
+ROLES = {"conv2d": ("x", "k", "y"), "conv2d_backprop_input": ("y", "k", "x"),
+         "conv2d_backprop_filter": ("x", "y", "k")}
+
+
+class Dims:
+    """The sizes of one application: ``n, h, w, c`` (input), ``kh, kw, o`` (filters),
+    ``oh, ow`` (output), ``sh, sw`` (strides)."""
+
+    __slots__ = ("n", "h", "w", "c", "kh", "kw", "o", "oh", "ow", "sh", "sw")
+
+    def __init__(self, **kw) -> None:
+        for k, v in kw.items():
+            setattr(self, k, int(v))
+
+    def shape(self, which: str) -> tuple:
+        return {"x": (self.n, self.h, self.w, self.c), "k": (self.kh, self.kw, self.c, self.o),
+                "y": (self.n, self.oh, self.ow, self.o)}[which]
+
+    def rows(self, p: int, q: int) -> tuple:
+        """The slices of ``x``'s height and width that tap ``(p, q)`` of the filters reads."""
+        return (slice(p, p + self.sh * (self.oh - 1) + 1, self.sh),
+                slice(q, q + self.sw * (self.ow - 1) + 1, self.sw))
+
+
+def _pair(value, what: str, name: str) -> tuple:
+    try:
+        v = tuple(int(s) for s in value)
+    except (TypeError, ValueError):
+        v = ()
+    if len(v) != 2 or min(v) < 1:
+        raise InvalidArgumentError(f"st.{what}: {name} must be two positive ints, got "
+                                   f"{value!r}")
+    return v
+
+
+def dims(name: str, shapes: Sequence[tuple], params: dict) -> Dims:
+    """The :class:`Dims` of ``name`` applied to arguments of ``shapes``; raises ShapeError
+    naming the argument when they do not fit."""
+    sh, sw = _pair(params.get("strides"), name, "strides")
+    a_role, b_role, _ = ROLES[name]
+    for role, s in ((a_role, shapes[0]), (b_role, shapes[1])):
+        if len(s) != 4:
+            layout = "HWIO" if role == "k" else "NHWC"
+            raise ShapeError(f"st.{name}: argument {role} must be {layout} (rank 4), got shape "
+                             f"{_fmt(s)}")
+    got = dict(zip((a_role, b_role), shapes))
+    if name == "conv2d":
+        (n, h, w, c), (kh, kw, c2, o) = got["x"], got["k"]
+        if c != c2:
+            raise ShapeError(f"st.conv2d: the input has {c} channels, the filters take {c2}")
+        if h < kh or w < kw:
+            raise ShapeError(f"st.conv2d: a {kh}x{kw} filter does not fit an input of {h}x{w}")
+        oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    elif name == "conv2d_backprop_input":
+        (n, oh, ow, o), (kh, kw, c, o2) = got["y"], got["k"]
+        h, w = _pair(params.get("size"), name, "size")
+        if o != o2:
+            raise ShapeError(f"st.{name}: y has {o} channels, the filters make {o2}")
+    else:
+        (n, h, w, c), (n2, oh, ow, o) = got["x"], got["y"]
+        kh, kw = _pair(params.get("size"), name, "size")
+        if n != n2:
+            raise ShapeError(f"st.{name}: x holds {n} images, y {n2}")
+    d = Dims(n=n, h=h, w=w, c=c, kh=kh, kw=kw, o=o, oh=oh, ow=ow, sh=sh, sw=sw)
+    if h < kh or w < kw or (h - kh) // sh + 1 != oh or (w - kw) // sw + 1 != ow:
+        raise ShapeError(f"st.{name}: a {kh}x{kw} filter with strides {(sh, sw)} over an "
+                         f"input of {h}x{w} makes an output of "
+                         f"{(h - kh) // sh + 1}x{(w - kw) // sw + 1}, not {oh}x{ow}")
+    return d
+
+
+def windows(x: np.ndarray, d: Dims) -> np.ndarray:
+    """``(n, oh, ow, kh * kw, c)``: the window of every output element, taps in ``(p, q)``
+    order (floats or atoms)."""
+    return np.stack([x[(slice(None),) + d.rows(p, q)] for p in range(d.kh)
+                     for q in range(d.kw)], axis=3)
+
+
+def reached(d: Dims) -> np.ndarray:
+    """``(h, w)``: which input places some window covers."""
+    out = np.zeros((d.h, d.w), dtype=bool)
+    for p in range(d.kh):
+        for q in range(d.kw):
+            out[d.rows(p, q)] = True
+    return out
+
+
+class Conv(Primitive):
+    """One partial of the convolution form (see the module's docstring)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, ("T", "T"), "f", rules=(self._rule0, self._rule1))
+        self.roles = ROLES[name]
+
+    def prepare(self, avals, params):
+        t = self.check_dtypes(avals)
+        keep = {"strides": _pair(params.get("strides"), self.name, "strides")}
+        if self.name != "conv2d":
+            keep["size"] = _pair(params.get("size"), self.name, "size")
+        d = dims(self.name, [a.shape for a in avals], keep)
+        return Aval(d.shape(self.roles[2]), t), keep
+
+    def dims(self, shapes, params) -> Dims:
+        return dims(self.name, shapes, params)
+
+    def terms(self, d: Dims) -> int:
+        return d.n * d.oh * d.ow * d.kh * d.kw * d.c * d.o
+
+    def structure(self, args, params, shape):
+        a, b = args
+        d = self.dims([a.shape, b.shape], params)
+        full = self.terms(d) > 0 and (self.name != "conv2d_backprop_input"
+                                      or bool(reached(d).all()))
+        regular = a.regular and b.regular and full and a.dtype.kind == "f"
+        return regular and not (a.constant and b.constant), None, None
+
+    unsettled = _irregular_anywhere
+
+    # -- values ----------------------------------------------------------------------------
+    def numeric(self, values, params):
+        a, b = (np.asarray(v) for v in values)
+        d = self.dims([a.shape, b.shape], params)
+        ordered = self.terms(d) <= ORDERED_TERMS
+        with np.errstate(all="ignore"):
+            if self.name == "conv2d":
+                win = windows(a, d).reshape(d.n, d.oh, d.ow, -1)
+                kern = b.reshape(-1, d.o)
+                if ordered:
+                    return in_order_sum(win[..., :, None] * kern, -2)
+                return np.tensordot(win, kern, axes=1)
+            if self.name == "conv2d_backprop_filter":
+                win = windows(a, d).reshape(-1, d.kh * d.kw * d.c)
+                ys = b.reshape(-1, d.o)
+                if ordered:
+                    out = in_order_sum(win[:, :, None] * ys[:, None, :], 0)
+                else:
+                    out = win.T @ ys
+                return out.reshape(d.kh, d.kw, d.c, d.o)
+            out = np.full(d.shape("x"), -0.0, dtype=np.result_type(a, b))
+            for p in range(d.kh):
+                for q in range(d.kw):
+                    at = (slice(None),) + d.rows(p, q)
+                    if ordered:  # term by term, in (p, q, o) order
+                        for o in range(d.o):
+                            out[at] += a[..., o, None] * b[p, q, :, o]
+                    else:
+                        out[at] += a @ b[p, q].T
+            out[:, ~reached(d), :] = 0.0
+            return out
+
+    def build(self, atoms, params):
+        a, b = atoms
+        d = self.dims([a.shape, b.shape], params)
+        if self.name == "conv2d":
+            win = windows(a, d).reshape(d.n, d.oh, d.ow, -1)
+            kern = b.reshape(-1, d.o)
+            cols = [list(kern[:, o]) for o in range(d.o)]
+            out = _obj(d.shape("y"))
+            for idx in np.ndindex(d.n, d.oh, d.ow):
+                xs = list(win[idx])
+                for o in range(d.o):
+                    out[idx + (o,)] = dot_atoms(xs, cols[o])
+            return out
+        if self.name == "conv2d_backprop_filter":
+            win = windows(a, d).reshape(-1, d.kh * d.kw * d.c)
+            ys = b.reshape(-1, d.o)
+            out = _obj((d.kh * d.kw * d.c, d.o))
+            for t in range(win.shape[1]):
+                xs = list(win[:, t])
+                for o in range(d.o):
+                    out[t, o] = dot_atoms(xs, list(ys[:, o]))
+            return out.reshape(d.shape("k"))
+        out = _obj(d.shape("x"))
+        for n, yy, xx in np.ndindex(d.n, d.h, d.w):
+            taps = [(p, q, (yy - p) // d.sh, (xx - q) // d.sw)
+                    for p in range(d.kh) for q in range(d.kw)
+                    if yy >= p and xx >= q and (yy - p) % d.sh == 0 and (xx - q) % d.sw == 0
+                    and (yy - p) // d.sh < d.oh and (xx - q) // d.sw < d.ow]
+            for c in range(d.c):
+                xs = [a[n, i, j, o] for p, q, i, j in taps for o in range(d.o)]
+                ws = [b[p, q, c, o] for p, q, i, j in taps for o in range(d.o)]
+                out[n, yy, xx, c] = dot_atoms(xs, ws)
+        return out
+
+    # -- derivatives -----------------------------------------------------------------------
+    def _partner(self, i: int, g, args, params):
+        """The cotangent of argument ``i``: the op making that argument's tensor from the
+        other argument and the cotangent ``g``, in the order it takes them."""
+        want = self.roles[i]
+        have = {self.roles[1 - i]: args[1 - i], self.roles[2]: g}
+        name = next(n for n, r in ROLES.items() if r[2] == want)
+        first, second = (have[r] for r in ROLES[name][:2])
+        kw = {"strides": params["strides"]}
+        if want != "y":
+            shape = tuple(args[i].shape)
+            kw["size"] = shape[1:3] if want == "x" else shape[:2]
+        return OPS_BY_ROLE[want].bind(first, second, **kw)
+
+    def _rule0(self, g, ans, a, b, **params):
+        return self._partner(0, g, (a, b), params)
+
+    def _rule1(self, g, ans, a, b, **params):
+        return self._partner(1, g, (a, b), params)
+
+    # -- batching --------------------------------------------------------------------------
+    #: For each op and argument: the axis of its result a batch over that argument merges
+    #: into (an axis of the argument that is not summed over), with that argument's axis.
+    MERGE = {"conv2d": ((0, 0), (3, 3)), "conv2d_backprop_input": ((0, 0), (3, 2)),
+             "conv2d_backprop_filter": ((2, 3), (3, 3))}
+
+    def batch(self, args, batched, params, shape):
+        if all(batched):
+            return super().batch(args, batched, params, shape)
+        i = 0 if batched[0] else 1
+        out_axis, arg_axis = self.MERGE[self.name][i]
+        t = args[i]
+        nb = int(t.shape[0])
+        # move the batch axis next to the merged axis (before it), then fuse the two
+        perm = list(range(1, 5))
+        perm.insert(arg_axis, 0)
+        moved = transpose.bind(t, perm=tuple(perm))
+        core = list(t.shape[1:])
+        core[arg_axis] *= nb
+        fused = reshape.bind(moved, shape=tuple(core))
+        merged = list(args)
+        merged[i] = fused
+        out = self.bind(*merged, **params)
+        split = list(shape)
+        split[out_axis:out_axis + 1] = [nb, shape[out_axis]]
+        out = reshape.bind(out, shape=tuple(split))
+        back = [out_axis] + [a for a in range(5) if a != out_axis]
+        return transpose.bind(out, perm=tuple(back))
+
+    # -- sparsity --------------------------------------------------------------------------
+    def dependencies(self, deps, params, shape):
+        a, b = deps
+        d = self.dims([a.shape, b.shape], params)
+        if self.name == "conv2d":
+            xs = union([windows(a, d).reshape(d.n, d.oh, d.ow, -1)], axis=-1)
+            ks = union([b.reshape(-1, d.o)], axis=0)
+            return np.bitwise_or(xs[..., None], ks).astype(object)
+        if self.name == "conv2d_backprop_filter":
+            win = windows(a, d)  # (n, oh, ow, taps, c)
+            xs = union([win], axis=(0, 1, 2)).reshape(d.kh, d.kw, d.c)
+            ys = union([b], axis=(0, 1, 2))
+            return np.bitwise_or(xs[..., None], ys).astype(object)
+        out = np.zeros(d.shape("x"), dtype=object)
+        ys = union([a], axis=3)  # (n, oh, ow)
+        for p in range(d.kh):
+            for q in range(d.kw):
+                ks = union([b[p, q]], axis=1)  # (c,)
+                at = (slice(None),) + d.rows(p, q)
+                out[at] = np.bitwise_or(out[at], np.bitwise_or(ys[..., None], ks))
+        return out
+
+
+conv2d = _register(Conv("conv2d"))
+conv2d_backprop_input = _register(Conv("conv2d_backprop_input"))
+conv2d_backprop_filter = _register(Conv("conv2d_backprop_filter"))
+OPS_BY_ROLE = {"y": conv2d, "x": conv2d_backprop_input, "k": conv2d_backprop_filter}
+
+
+def flops(d: Dims) -> int:
+    """Multiply-adds of one application (a cost estimate)."""
+    return math.prod((d.n, d.oh, d.ow, d.kh, d.kw, d.c, d.o))

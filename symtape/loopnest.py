@@ -12,7 +12,8 @@ its elements in it -- and, unless it is a view of another node's location, a loo
 - sums, means, products and extrema accumulate over the reduced axes in order, and matrix
   products accumulate ``out += a * b`` over ``(i, k, j)`` with ``j`` innermost;
   convolutions and their transposes are matrix products whose rows, columns and summed
-  index run over several strided dimensions each (:meth:`_Planner.conv`);
+  index run over several strided dimensions each (:meth:`_Planner.conv`); max pooling and
+  its derivative's maps are one loop over the windows (:meth:`_Planner.pool`);
 - softmax and the ops along one axis run their one-slice element view for every slice;
 - any other op, when small, runs its element view unrolled (its arguments as stand-ins).
 
@@ -38,6 +39,7 @@ from .codegen.plan import Instr, OutLayout, Plan, build_plan
 from .errors import UnboundLeafError
 from .ops.axis import AxisOp, StopGradient
 from .ops.conv import Conv, reached
+from .ops.pool import MaxPool, chain, pick_atom, spread_atoms
 from .ops.elementwise import Elementwise
 from .ops.linalg import MatMul
 from .ops.reductions import Reduction
@@ -773,6 +775,8 @@ class _Planner:
             return self.matmul(node)
         if isinstance(prim, Conv):
             return self.conv(node)
+        if isinstance(prim, MaxPool):
+            return self.pool(node)
         if isinstance(prim, AxisOp):
             return self.along_axis(node)
         return self.unrolled(node)
@@ -1300,11 +1304,57 @@ class _Planner:
                 tap_o = ro._replace(offset=ro.offset + p * oh + q * ow)
                 self.tiled(((d.n, an, 0, on), (d.oh, ah, 0, sh * oh)), (d.ow, aw, sw * ow),
                            (d.c, bw, oc), ((d.o, ac, bc),), (ra, tap_b, tap_o))
-            inside = reached(d)
-            for y in np.flatnonzero(~inside.any(axis=1)):
-                self.fill((loc[0], loc[1][:, y:y + 1]), (d.n, 1, d.w, d.c), 0.0)
-            for x in np.flatnonzero(~inside.any(axis=0)):
-                self.fill((loc[0], loc[1][:, :, x:x + 1]), (d.n, d.h, 1, d.c), 0.0)
+            self.unreached(loc, d)
+
+    def unreached(self, loc: tuple, d) -> None:
+        """Zeros into the rows and columns of an input-shaped ``loc`` that no window of
+        ``d`` covers (filled with -0.0 before its sums)."""
+        inside = reached(d)
+        for y in np.flatnonzero(~inside.any(axis=1)):
+            self.fill((loc[0], loc[1][:, y:y + 1]), (d.n, 1, d.w, d.c), 0.0)
+        for x in np.flatnonzero(~inside.any(axis=0)):
+            self.fill((loc[0], loc[1][:, :, x:x + 1]), (d.n, d.h, 1, d.c), 0.0)
+
+    def pool(self, node: N.Node) -> tuple:
+        """Max pooling (``ops/pool.py``) as one loop over the windows ``(n, i, j, c)``, the
+        body reading every tap (the core offsets of the accesses): the running maximum; the
+        pick of the second argument; or, for the gradient, the window's cotangent added at
+        its taps (an accumulation, windows in order, over an output of -0.0)."""
+        x = node.inputs[0]
+        if any(self.batched(self.loc[id(a)]) for a in node.inputs):
+            raise Unplannable("a pooling of each point of a chunk")
+        d = node.prim.dims(x.shape, node.params)
+        taps = [(p, q) for p in range(d.kh) for q in range(d.kw)]
+        space = (d.n, d.oh, d.ow, d.c)
+
+        def windows_of(loc):  # an input-shaped location read window by window
+            acc = self.access(loc, d.shape("x"))
+            sn, sh_, sw_, sc = acc.strides
+            return Access(acc.buffer, acc.offset, (sn, d.sh * sh_, d.sw * sw_, sc),
+                          tuple(p * sh_ + q * sw_ for p, q in taps))
+
+        rx = windows_of(self.loc[id(x)])
+        t = _stand_ins((len(taps),), "t")
+        loc = self.fresh(node)
+        if node.prim.name == "max_pool2d":
+            body = build_plan([np.asarray(chain(list(t))[-1], dtype=object)], [t])
+            self.block(space, body, (rx,), (self.access(loc, space),))
+            return loc
+        other = self.loc[id(node.inputs[1])]
+        if node.prim.name == "max_pool2d_pick":
+            h = _stand_ins((len(taps),), "h")
+            body = build_plan([np.asarray(pick_atom(list(t), list(h)), dtype=object)], [t, h])
+            self.block(space, body, (rx, windows_of(other)), (self.access(loc, space),))
+            return loc
+        self.fill(loc, node.shape, -0.0)
+        acc, g = _stand_ins((len(taps),), "acc"), G.Leaf.new("g")
+        value = np.array([G.add(a, s) for a, s in zip(acc, spread_atoms(list(t), g))],
+                         dtype=object)
+        body = build_plan([value], [acc, t, np.asarray(g, dtype=object)])
+        out = windows_of(loc)
+        self.block(space, body, (out, rx, self.access(other, space)), (out,), accumulate=True)
+        self.unreached(loc, d)
+        return loc
 
     def tiled(self, batch: tuple, rows: tuple, cols: tuple, depth: tuple, accs: tuple,
               hoist: int = 0) -> None:

@@ -244,10 +244,10 @@ def _pool(x, ksize, strides, padding, what: str, fill: float):
         (x.shape, size, st_, oh, ow, pads)
 
 
-@_composite("max_pool2d")
 def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):
     """The maximum of each window (NHWC); the gradient goes to the first maximum of a
-    window, as TensorFlow's.
+    window, as TensorFlow's. A ``pad`` with ``-inf`` (when padding) then the table's
+    ``max_pool2d`` (``symtape/ops/pool.py``).
 
     >>> import symtape as st
     >>> x = st.reshape(st.range(1.0, 17.0), (1, 4, 4, 1))
@@ -257,11 +257,11 @@ def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=
     """
     if data_format != "NHWC":
         raise InvalidArgumentError(f"st.nn.max_pool2d: data_format {data_format!r}: only NHWC")
-    parts, _ = _pool(input, ksize, strides, padding, "max_pool2d", -np.inf)
-    out = parts[0]
-    for p in parts[1:]:
-        out = M.maximum(out, p)
-    return out
+    x = input if isinstance(input, Tensor) else constant(input)
+    size = _pair_arg(ksize, "max_pool2d", "ksize")
+    st_ = _pair_arg(size if strides is None else strides, "max_pool2d", "strides")
+    xp, _, _, _ = _windows(x, size, st_, padding, "max_pool2d", -np.inf)
+    return ops.max_pool2d.bind(xp, ksize=size, strides=st_)
 
 
 @_composite("avg_pool2d")

@@ -1,7 +1,8 @@
-"""The convolution ops (``symtape/ops/conv.py``): values of all three against numpy
-definitions, eager and compiled as loop nests (strided, with input places no window
-covers), their derivatives to second order against finite differences, Jacobians through
-batching, sparsity, formulas, and errors naming the argument."""
+"""The convolution and max-pooling ops (``symtape/ops/conv.py``, ``pool.py``): values
+against numpy definitions, eager and compiled as loop nests (strided, overlapping, with
+input places no window covers), derivatives to second order against finite differences,
+Jacobians through batching, sparsity, formulas, ties and NaN, and errors naming the
+argument."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import symtape as st
 from symtape import loopnest, ops
 from symtape.codegen.loops import LoopPlan
 from symtape.errors import InvalidArgumentError, ShapeError
-from test_ops import np_conv2d, np_conv2d_filter, np_conv2d_input
+from test_ops import (np_conv2d, np_conv2d_filter, np_conv2d_input, np_pool, np_pool_grad,
+                      np_pool_pick)
 
 CASES = [  # (x shape, k shape, strides)
     ((3, 9, 8, 3), (3, 3, 3, 5), (1, 1)),
@@ -208,3 +210,101 @@ def test_bad_arguments_are_named():
         ops.conv2d_backprop_filter(x, np.ones((1, 2, 2, 1)), strides=(1, 1), size=(3,))
     with pytest.raises(ShapeError, match="does not fit"):
         ops.conv2d(np.ones((1, 2, 2, 2)), k, strides=(1, 1))
+
+
+POOLS = [((2, 7, 6, 3), (2, 2), (2, 2)),  # row 6 of x is in no window
+         ((2, 7, 6, 3), (3, 2), (2, 1))]  # overlapping windows
+
+
+def _pools(x, g, h, size, strides):
+    kw = {"ksize": size, "strides": strides}
+    return [ops.max_pool2d(x, **kw), ops.max_pool2d_grad(x, g, **kw),
+            ops.max_pool2d_pick(x, h, **kw)]
+
+
+@pytest.mark.parametrize("xs,size,strides", POOLS)
+def test_pooling_eager_and_loop_values_equal_the_definitions(monkeypatch, xs, size, strides):
+    rng = np.random.default_rng(5)
+    x, h = rng.normal(size=xs), rng.normal(size=xs)
+    want_max = np_pool(x, size, strides, [(0, 0), (0, 0)], np.max, 0.0)
+    g = rng.normal(size=want_max.shape)
+    refs = [want_max, np_pool_grad(x, g, size, strides), np_pool_pick(x, h, size, strides)]
+    for got, want in zip(_pools(x, g, h, size, strides), refs):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-14, atol=0)
+    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    f = st.function(lambda a, b, c: _pools(a, b, c, size, strides))
+    got = f(x, g, h)
+    assert isinstance(f.get_concrete_function(x, g, h).plan, LoopPlan)
+    for a, want in zip(got, refs):
+        np.testing.assert_allclose(a.numpy(), want, rtol=1e-14, atol=0)
+    assert not np.signbit(got[1].numpy()[:, 6]).any() or strides == (2, 1)
+
+
+def test_ties_and_nan_pick_the_same_tap_everywhere(monkeypatch):
+    """A window of equal values gives its gradient to its first tap (TensorFlow's choice);
+    once a tap is NaN the running maximum is NaN and the window's last tap is taken (as a
+    chain of maximum ops takes it): the element view, eager numpy and the loop kernel
+    agree."""
+    x = np.array([[1.0, 1.0], [0.0, 1.0], [2.0, np.nan], [5.0, 3.0]]).reshape(1, 4, 2, 1)
+    g = np.array([10.0, 20.0]).reshape(1, 2, 1, 1)
+    want = np.array([[10.0, 0.0], [0.0, 0.0], [0.0, 0.0], [0.0, 20.0]]).reshape(x.shape)
+    kw = {"ksize": (2, 2), "strides": (2, 2)}
+    eager = ops.max_pool2d_grad(x, g, **kw).numpy()
+    np.testing.assert_array_equal(eager, want)
+    xs = st.symbol("x", shape=x.shape)
+    gs = st.symbol("g", shape=g.shape)
+    exact = st.compile(ops.max_pool2d_grad(xs, gs, **kw), [xs, gs])
+    np.testing.assert_array_equal(exact(x, g), want)
+    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    f = st.function(lambda a, b: ops.max_pool2d_grad(a, b, **kw))
+    np.testing.assert_array_equal(f(x, g).numpy(), want)
+    assert isinstance(f.get_concrete_function(x, g).plan, LoopPlan)
+    with st.GradientTape() as t:
+        v = st.Variable(x)
+        y = st.nn.max_pool2d(v, 2, 2, "VALID")
+    np.testing.assert_array_equal(t.gradient(y, v, output_gradients=g).numpy(), want)
+
+
+def test_pooling_second_derivative_against_differences():
+    """The Hessian-vector product of ``sum(tanh(max_pool(x * s))**2)`` (the pick and the
+    grad maps carry it) against central differences of the gradient."""
+    rng = np.random.default_rng(6)
+    x0, s = rng.normal(size=(1, 5, 4, 2)), rng.normal(size=(1, 5, 4, 2))
+    v = rng.normal(size=x0.shape)
+
+    def grad(xv):
+        x = st.Variable(xv)
+        with st.GradientTape() as t:
+            y = st.reduce_sum(st.tanh(st.nn.max_pool2d(x * s, [3, 2], [2, 1], "SAME")) ** 2)
+        return t.gradient(y, x).numpy()
+
+    x = st.Variable(x0)
+    with st.GradientTape() as outer:
+        with st.GradientTape() as inner:
+            y = st.reduce_sum(st.tanh(st.nn.max_pool2d(x * s, [3, 2], [2, 1], "SAME")) ** 2)
+        gv = st.reduce_sum(inner.gradient(y, x) * v)
+    hv = outer.gradient(gv, x).numpy()
+    eps = 1e-6
+    fd = (grad(x0 + eps * v) - grad(x0 - eps * v)) / (2 * eps)
+    np.testing.assert_allclose(hv, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_pooling_jacobian_and_bad_arguments():
+    x0 = np.random.default_rng(8).normal(size=(1, 4, 4, 1))
+    x = st.Variable(x0)
+    with st.GradientTape() as t:
+        y = st.nn.max_pool2d(x, 2, 2, "VALID")
+    jac = t.jacobian(y, x).numpy().reshape(4, 16)
+    want = np.zeros((4, 16))
+    for idx in np.ndindex(1, 2, 2, 1):
+        g = np.zeros((1, 2, 2, 1))
+        g[idx] = 1.0
+        want[np.ravel_multi_index(idx, (1, 2, 2, 1))] = np_pool_grad(
+            x0, g, (2, 2), (2, 2)).reshape(-1)
+    np.testing.assert_array_equal(jac, want)
+    with pytest.raises(ShapeError, match="argument g must have shape"):
+        ops.max_pool2d_grad(x0, np.ones((1, 3, 3, 1)), ksize=(2, 2), strides=(2, 2))
+    with pytest.raises(InvalidArgumentError, match="ksize must be two positive ints"):
+        ops.max_pool2d(x0, ksize=(2,), strides=(2, 2))
+    with pytest.raises(ShapeError, match="does not fit"):
+        ops.max_pool2d(x0, ksize=(5, 2), strides=(1, 1))

@@ -58,6 +58,19 @@ def test_unbound_leaf_error_names_the_leaf():
         float(y)
 
 
+def test_unbound_leaf_error_stays_short_for_large_and_many_leaves():
+    """A traced image batch is named by its shape (its million elements are not built to
+    be listed); many small leaves are listed up to eight, then '...'."""
+    f = st.function(lambda x: float(st.reduce_sum(x)))
+    with pytest.raises(errors.InvalidArgumentError, match=r"leaf of shape \(64, 28, 28, 16\)") \
+            as info:
+        f(np.ones((64, 28, 28, 16)))
+    assert len(str(info.value)) < 600
+    y = sum(st.symbol(f"s{i}") for i in range(20))
+    with pytest.raises(errors.UnboundLeafError, match=r"\((s\d+, ){8}\.\.\.\)"):
+        y.numpy()
+
+
 def test_nan_and_inf_inputs_give_ieee_values_not_errors():
     x = st.Variable([math.nan, math.inf, -1.0])
     with st.GradientTape() as t:

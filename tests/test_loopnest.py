@@ -16,7 +16,7 @@ from test_ops import ROWS
 import symtape as st
 from symtape import loopnest
 from symtape.codegen import compile_plan
-from symtape.codegen.loops import LoopPlan
+from symtape.codegen.loops import Access, LoopPlan
 from symtape.errors import LoweringError
 
 
@@ -719,3 +719,16 @@ def test_a_scatters_argument_read_elsewhere_too_is_recomputed_in_each_loop(monke
     want[..., :-1] += np.sin(ex)
     for p in (plan, once):
         np.testing.assert_allclose(compile_plan(p)(xs), want, rtol=1e-15, atol=1e-15)
+
+
+def test_disjoint_outer_iterations():
+    """Threads split a block's outermost loop only when its iterations write disjoint
+    elements: slabs (told from the strides' span), interleaved rows (enumerated), and
+    overlapping windows or a zero stride (refused)."""
+    from symtape.codegen.loops import _disjoint
+    assert _disjoint(Access(0, 0, (10, 1)), (5, 10))
+    assert _disjoint(Access(0, 0, (2, 10)), (2, 3))  # {0, 10, 20} and {2, 12, 22}
+    assert _disjoint(Access(0, 0, (-10, 1)), (5, 10))
+    assert not _disjoint(Access(0, 0, (1, 1)), (5, 10))
+    assert not _disjoint(Access(0, 0, (0, 1)), (3, 3))
+    assert not _disjoint(Access(0, 0, (3, 1), (0, 1, 2, 3)), (4, 1))

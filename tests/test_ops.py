@@ -328,6 +328,44 @@ row("conv2d_backprop_filter",
 row("max_pool2d", lambda x: st.nn.max_pool2d(x, 2, [1, 2, 1, 1], "SAME"),
     [Arg((2, 4, 3, 2))],
     lambda x: np_pool(x, (2, 2), (2, 1), [(0, 0), (0, 1)], np.max, -np.inf))
+
+
+def np_argmax_taps(x, size, strides):
+    """``(tap rows, tap columns)`` of each window's first maximum (numpy's argmax)."""
+    (kh, kw), (sh, sw) = size, strides
+    n, h, w, c = x.shape
+    oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+    win = np.stack([x[:, p:p + sh * (oh - 1) + 1:sh, q:q + sw * (ow - 1) + 1:sw, :]
+                    for p in range(kh) for q in range(kw)], axis=3)
+    k = np.argmax(win, axis=3)
+    return k // kw, k % kw
+
+
+def np_pool_pick(x, hv, size, strides):
+    p, q = np_argmax_taps(x, size, strides)
+    n, oh, ow, c = p.shape
+    ni, ii, jj, ci = np.indices((n, oh, ow, c))
+    return hv[ni, ii * strides[0] + p, jj * strides[1] + q, ci]
+
+
+def np_pool_grad(x, g, size, strides):
+    p, q = np_argmax_taps(x, size, strides)
+    out = np.zeros_like(x)
+    for idx in np.ndindex(*g.shape):
+        n, i, j, c = idx
+        out[n, i * strides[0] + p[idx], j * strides[1] + q[idx], c] += g[idx]
+    return out
+
+
+# overlapping windows (3x2 every 2x1): a place can take the gradient of two windows
+row("max_pool2d_grad",
+    lambda x, g: ops.max_pool2d_grad(x, g, ksize=(3, 2), strides=(2, 1)),
+    [Arg((2, 6, 4, 2)), Arg((2, 2, 3, 2))],
+    lambda x, g: np_pool_grad(x, g, (3, 2), (2, 1)), diff=(1,), zerograd=(0,))
+row("max_pool2d_pick",
+    lambda x, h: ops.max_pool2d_pick(x, h, ksize=(3, 2), strides=(2, 1)),
+    [Arg((2, 6, 4, 2)), Arg((2, 6, 4, 2))],
+    lambda x, h: np_pool_pick(x, h, (3, 2), (2, 1)), diff=(1,), zerograd=(0,))
 row("avg_pool2d", lambda x: st.nn.avg_pool2d(x, [2, 3], 2, "SAME"), [Arg((1, 5, 5, 2))],
     lambda x: np_pool(x, (2, 3), (2, 2), [(0, 1), (1, 1)], np.sum, 0.0)
     / np_pool(np.ones_like(x), (2, 3), (2, 2), [(0, 1), (1, 1)], np.sum, 0.0))

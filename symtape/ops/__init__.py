@@ -14,9 +14,10 @@ default rule is SymPy's local partial of the template, itself a template op. Ten
 conventions at kinks, and stable forms, override it where named.
 
 The table is split by kind: ``core`` (the framework), ``elementwise``, ``structural``,
-``reductions``, ``linalg`` (contractions and linear algebra), ``conv`` (convolutions),
-``axis`` (softmax family, ``stop_gradient``) and ``binder`` (tensors and the application
-of ops). TensorFlow's composites live in ``math.py``, ``nn.py`` and ``linalg.py``.
+``reductions``, ``linalg`` (contractions and linear algebra), ``conv`` and ``pool``
+(convolutions, max pooling), ``axis`` (softmax family, ``stop_gradient``) and ``binder``
+(tensors and the application of ops). TensorFlow's composites live in ``math.py``,
+``nn.py`` and ``linalg.py``.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ from .elementwise import (  # noqa: F401
     where,
 )
 from .conv import Conv, conv2d, conv2d_backprop_filter, conv2d_backprop_input  # noqa: F401
+from .pool import MaxPool, max_pool2d, max_pool2d_grad, max_pool2d_pick  # noqa: F401
 from .linalg import (  # noqa: F401
     Det,
     Einsum,

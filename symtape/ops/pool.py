@@ -1,0 +1,246 @@
+"""Max pooling: the maximum of each window, and the two linear maps of its derivative.
+
+For an input ``x`` (NHWC), windows of ``ksize`` taps every ``strides`` (unpadded: padding is
+a ``pad`` with ``-inf`` before it) and taps numbered ``k = p * kw + q``:
+
+- ``max_pool2d(x)``: each window's running maximum ``m_k = maximum(m_{k-1}, t_k)``, taps in
+  order (as a chain of ``maximum`` ops is);
+- ``max_pool2d_pick(x, h)``: pool-shaped, each window's element of ``h`` (``x``-shaped) at
+  the tap the maximum came from: the first largest, as TensorFlow's gradient takes it;
+- ``max_pool2d_grad(x, g)``: ``x``-shaped, each window's ``g`` added at that tap (windows
+  in order where they overlap; zero where no window reaches).
+
+``max_pool2d``'s derivative is ``max_pool2d_grad``; ``pick`` and ``grad`` are each other's
+transpose in their second argument, and piecewise constant (a zero derivative) in ``x``.
+Which tap a window takes follows ``maximum``'s rule: step ``k`` keeps the earlier taps where
+``m_{k-1} >= t_k`` (after a NaN tap, the running maximum is NaN and every later tap is
+taken, as in the chain), which the numeric evaluation, the element view (``maximum``'s
+derivative templates) and the loop lowering all follow.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from .. import graph as G
+from ..errors import InvalidArgumentError, ShapeError
+from .conv import Dims, reached, windows
+from .core import (GS, Aval, Primitive, W, X, Y, Zero, _fmt, _irregular_anywhere, _obj,
+                   _register, spread, union)
+from .elementwise import maximum
+from .structural import reshape
+
+#: ``maximum(m, t)``'s derivative templates: what reaches the kept earlier taps, and tap t.
+_KEEP = G.compile_template(sp.Piecewise((GS, X >= Y), (0, True)), (GS, X, Y))
+_TAKE = G.compile_template(sp.Piecewise((0, X >= Y), (GS, True)), (GS, X, Y))
+#: One step of a pick: the earlier pick ``x`` where ``m >= t`` (``y``, ``w``), else ``g``.
+_STEP = G.compile_template(sp.Piecewise((X, Y >= W), (GS, True)), (X, Y, W, GS))
+
+
+def _pair(value, name: str, what: str) -> tuple:
+    try:
+        v = tuple(int(s) for s in value)
+    except (TypeError, ValueError):
+        v = ()
+    if len(v) != 2 or min(v) < 1:
+        raise InvalidArgumentError(f"st.{name}: {what} must be two positive ints, got "
+                                   f"{value!r}")
+    return v
+
+
+def pool_dims(name: str, shape: tuple, params: dict) -> Dims:
+    """The :class:`~symtape.ops.conv.Dims` of pooling an input of ``shape`` (``o`` is
+    ``c``)."""
+    kh, kw = _pair(params.get("ksize"), name, "ksize")
+    sh, sw = _pair(params.get("strides"), name, "strides")
+    if len(shape) != 4:
+        raise ShapeError(f"st.{name}: argument x must be NHWC (rank 4), got shape "
+                         f"{_fmt(shape)}")
+    n, h, w, c = shape
+    if h < kh or w < kw:
+        raise ShapeError(f"st.{name}: a {kh}x{kw} window does not fit an input of {h}x{w}")
+    return Dims(n=n, h=h, w=w, c=c, kh=kh, kw=kw, o=c, oh=(h - kh) // sh + 1,
+                ow=(w - kw) // sw + 1, sh=sh, sw=sw)
+
+
+def taken(xw: np.ndarray) -> tuple:
+    """``(tap, maximum)`` of windows ``(n, oh, ow, taps, c)`` (floats): the tap each
+    window's maximum comes from, by ``maximum``'s rule, and the maximum."""
+    m = xw[:, :, :, 0]
+    tap = np.zeros(m.shape, dtype=np.int64)
+    for k in range(1, xw.shape[3]):
+        t = xw[:, :, :, k]
+        tap = np.where(m >= t, tap, k)
+        m = np.maximum(m, t)
+    return tap, m
+
+
+def chain(taps: list) -> list:
+    """The running maxima ``m_0 .. m_{K-1}`` of atoms ``taps``."""
+    out = [taps[0]]
+    for t in taps[1:]:
+        out.append(maximum._build_one(out[-1], t))
+    return out
+
+
+def pick_atom(taps: list, values: list):
+    """The atom of the element of ``values`` at the tap the maximum of ``taps`` takes."""
+    m = chain(taps)
+    out = values[0]
+    for k in range(1, len(taps)):
+        out = _STEP(out, m[k - 1], taps[k], values[k])
+    return out
+
+
+def spread_atoms(taps: list, g) -> list:
+    """What each tap of a window receives of its cotangent ``g``: ``g`` at the tap taken,
+    zero at the others (``maximum``'s derivative, back along the chain)."""
+    m = chain(taps)
+    out = [None] * len(taps)
+    for k in range(len(taps) - 1, 0, -1):
+        out[k] = _TAKE(g, m[k - 1], taps[k])
+        g = _KEEP(g, m[k - 1], taps[k])
+    out[0] = g
+    return out
+
+
+def _sum_atoms(atoms: list):
+    if len(atoms) == 1:
+        return atoms[0]
+    const, terms = G.ZERO, []
+    for a in atoms:
+        if G.is_const(a):
+            const = G.c_add(const, a)
+        else:
+            terms.append((G.ONE, a))
+    return G.lincomb(terms, const)
+
+
+class MaxPool(Primitive):
+    """One of the three pooling ops (see the module's docstring)."""
+
+    def __init__(self, name: str) -> None:
+        nargs = 1 if name == "max_pool2d" else 2
+        super().__init__(name, ("T",) * nargs, "fi" if nargs == 1 else "f",
+                         rules=(self._rule0,) if nargs == 1 else (self._zero, self._rule1))
+
+    def prepare(self, avals, params):
+        t = self.check_dtypes(avals)
+        keep = {"ksize": _pair(params.get("ksize"), self.name, "ksize"),
+                "strides": _pair(params.get("strides"), self.name, "strides")}
+        d = pool_dims(self.name, avals[0].shape, keep)
+        pooled = (d.n, d.oh, d.ow, d.c)
+        if self.name != "max_pool2d":
+            want = pooled if self.name == "max_pool2d_grad" else d.shape("x")
+            if tuple(avals[1].shape) != want:
+                role = "g" if self.name == "max_pool2d_grad" else "h"
+                raise ShapeError(f"st.{self.name}: argument {role} must have shape "
+                                 f"{_fmt(want)}, got {_fmt(avals[1].shape)}")
+        return Aval(d.shape("x") if self.name == "max_pool2d_grad" else pooled, t), keep
+
+    def dims(self, shape, params) -> Dims:
+        return pool_dims(self.name, shape, params)
+
+    def structure(self, args, params, shape):
+        x = args[0]
+        regular = self.name == "max_pool2d" and x.regular and x.dtype.kind == "f"
+        return regular and not x.constant, None, None
+
+    unsettled = _irregular_anywhere
+
+    # -- values ----------------------------------------------------------------------------
+    def numeric(self, values, params):
+        x = np.asarray(values[0])
+        d = self.dims(x.shape, params)
+        tap, m = taken(windows(x, d))
+        if self.name == "max_pool2d":
+            return m
+        other = np.asarray(values[1])
+        if self.name == "max_pool2d_pick":
+            return np.take_along_axis(windows(other, d), tap[:, :, :, None], axis=3)[:, :, :, 0]
+        out = np.full(x.shape, -0.0, dtype=other.dtype)
+        for k in range(d.kh * d.kw - 1, -1, -1):  # windows in order: their taps backwards
+            p, q = divmod(k, d.kw)
+            out[(slice(None),) + d.rows(p, q)] += np.where(tap == k, other, 0.0)
+        out[:, ~reached(d), :] = 0.0
+        return out
+
+    def build(self, atoms, params):
+        x = atoms[0]
+        d = self.dims(x.shape, params)
+        xw = windows(x, d)
+        if self.name == "max_pool2d":
+            out = _obj((d.n, d.oh, d.ow, d.c))
+            for idx in np.ndindex(*out.shape):
+                out[idx] = chain(list(xw[idx[:3] + (slice(None), idx[3])]))[-1]
+            return out
+        other = atoms[1]
+        if self.name == "max_pool2d_pick":
+            hw = windows(other, d)
+            out = _obj((d.n, d.oh, d.ow, d.c))
+            for idx in np.ndindex(*out.shape):
+                at = idx[:3] + (slice(None), idx[3])
+                out[idx] = pick_atom(list(xw[at]), list(hw[at]))
+            return out
+        parts = np.empty(d.shape("x"), dtype=object)  # each place's contributions
+        for idx in np.ndindex(*parts.shape):
+            parts[idx] = []
+        for n, i, j, c in np.ndindex(d.n, d.oh, d.ow, d.c):  # windows in order
+            at = (n, i, j, slice(None), c)
+            for k, a in enumerate(spread_atoms(list(xw[at]), other[n, i, j, c])):
+                p, q = divmod(k, d.kw)
+                parts[n, i * d.sh + p, j * d.sw + q, c].append(a)
+        out = _obj(d.shape("x"))
+        for idx in np.ndindex(*out.shape):
+            if parts[idx]:
+                out[idx] = _sum_atoms(parts[idx])
+        return out
+
+    # -- derivatives -----------------------------------------------------------------------
+    def _rule0(self, g, ans, x, **params):
+        return max_pool2d_grad.bind(x, g, **params)
+
+    @staticmethod
+    def _zero(g, ans, x, other, **params):
+        return Zero(x.shape, x.dtype)
+
+    def _rule1(self, g, ans, x, other, **params):
+        partner = max_pool2d_pick if self.name == "max_pool2d_grad" else max_pool2d_grad
+        return partner.bind(x, g, **params)
+
+    # -- batching --------------------------------------------------------------------------
+    def batch(self, args, batched, params, shape):
+        """Every argument with the batch in front (shared ones repeated), merged into the
+        images axis."""
+        nb = next(int(a.shape[0]) for a, b in zip(args, batched) if b)
+        merged = []
+        for a, b in zip(args, batched):
+            full = spread(a, b, nb)
+            merged.append(reshape.bind(full, shape=(nb * int(full.shape[1]),)
+                                       + tuple(full.shape[2:])))
+        out = self.bind(*merged, **params)
+        return reshape.bind(out, shape=(nb,) + tuple(shape))
+
+    # -- sparsity --------------------------------------------------------------------------
+    def dependencies(self, deps, params, shape):
+        x = deps[0]
+        d = self.dims(x.shape, params)
+        xs = union([windows(x, d)], axis=3)  # (n, oh, ow, c)
+        if self.name == "max_pool2d":
+            return xs
+        other = deps[1]
+        if self.name == "max_pool2d_pick":
+            return np.bitwise_or(xs, union([windows(other, d)], axis=3)).astype(object)
+        both = np.bitwise_or(xs, other)
+        out = np.zeros(d.shape("x"), dtype=object)
+        for p in range(d.kh):
+            for q in range(d.kw):
+                at = (slice(None),) + d.rows(p, q)
+                out[at] = np.bitwise_or(out[at], both)
+        return out
+
+
+max_pool2d = _register(MaxPool("max_pool2d"))
+max_pool2d_grad = _register(MaxPool("max_pool2d_grad"))
+max_pool2d_pick = _register(MaxPool("max_pool2d_pick"))

@@ -29,7 +29,7 @@ __all__ = [
     "zeros_like", "ones_like", "eye", "linspace", "range", "fill", "norm", "clip_by_value",
     "clip_by_norm", "clip_by_global_norm", "global_norm", "sigmoid", "softplus",
     "stop_gradient", "shape", "size", "rank", "unstack", "split", "pad", "argmax", "argmin",
-    "divide_no_nan",
+    "divide_no_nan", "squared_difference",
 ]
 
 
@@ -358,6 +358,8 @@ subtract = _binary(ops.subtract, "subtract", "x - y", "x - y")
 multiply = _binary(ops.multiply, "multiply", "x * y", "x*y")
 maximum = _binary(ops.maximum, "maximum", "max(x, y)", "Max(x, y)")
 minimum = _binary(ops.minimum, "minimum", "min(x, y)", "Min(x, y)")
+squared_difference = _binary(ops.squared_difference, "squared_difference", "(x - y)**2",
+                             "(x - y)**2")
 atan2 = _binary(ops.atan2, "atan2", "atan2(y, x) of arguments (y, x)", "atan2(x, y)")
 floordiv = _binary(ops.floordiv, "floordiv", "floor(x / y)", "floor(x/y)")
 floormod = _binary(ops.floormod, "floormod", "x - y*floor(x/y)", "Mod(x, y)")

@@ -293,7 +293,9 @@ def avg_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=
 
 @_composite("moments")
 def moments(x, axes, shift=None, keepdims=False, name=None):
-    """``(mean, variance)`` over ``axes`` (the biased variance, as TensorFlow's).
+    """``(mean, variance)`` over ``axes`` (the biased variance, as TensorFlow's): the mean,
+    then the mean of the table's ``squared_difference`` from it. Unlike TensorFlow, no
+    ``stop_gradient`` on the mean inside the variance: second derivatives stay exact.
 
     >>> import symtape as st
     >>> m, v = st.nn.moments(st.constant([1.0, 2.0, 3.0, 6.0]), axes=[0])
@@ -301,7 +303,7 @@ def moments(x, axes, shift=None, keepdims=False, name=None):
     (3.0, 3.5)
     """
     mean = M.reduce_mean(x, axis=axes, keepdims=True)
-    var = M.reduce_mean(M.square(x - mean), axis=axes, keepdims=keepdims)
+    var = M.reduce_mean(ops.squared_difference.bind(x, mean), axis=axes, keepdims=keepdims)
     return (mean if keepdims else M.reshape(mean, var.shape)), var
 
 
@@ -310,7 +312,8 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None) -> Tensor:
     by ``1 / (1 - rate)``, as ``tf.nn.dropout``; ``noise_shape``: the shape of the mask
     (broadcast over ``x``: whole channels dropped). The mask is ``st.random.uniform(...) >=
     rate`` from the stream of ``seed``: drawn now, or, inside ``st.function``, anew at each
-    call of the compiled function. Its gradient is the same mask times the scale.
+    call of the compiled function. The table's ``dropout`` op applies it (a dropped element
+    is exactly 0, inf and NaN included); its gradient is the same mask times the scale.
 
     >>> import symtape as st
     >>> st.random.set_seed(3)
@@ -336,5 +339,4 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None) -> Tensor:
     if rate == 0.0:
         return x
     u = random.uniform(shape, dtype=x.dtype.name, seed=seed)
-    keep = M.cast(M.greater_equal(u, rate), x.dtype) * (1.0 / (1.0 - rate))
-    return x * keep
+    return ops.dropout.bind(x, u, rate, 1.0 / (1.0 - rate))

@@ -325,6 +325,11 @@ row("conv2d_backprop_filter",
     lambda x, y: ops.conv2d_backprop_filter(x, y, strides=(2, 1), size=(2, 2)),
     [Arg((2, 5, 4, 2)), Arg((2, 2, 3, 3))],
     lambda x, y: np_conv2d_filter(x, y, (2, 1), (2, 2)))
+row("dropout", lambda x, u: ops.dropout(x, u, 0.3, 1 / 0.7),
+    [S3, Arg((3,), 0.0, 1.0, avoid=(0.3,))],
+    lambda x, u: np.where(u >= 0.3, x / 0.7, 0.0), diff=(0,), zerograd=(1,))
+row("squared_difference", st.math.squared_difference, [S3, S3], lambda x, y: (x - y) ** 2,
+    scalar=True)
 row("max_pool2d", lambda x: st.nn.max_pool2d(x, 2, [1, 2, 1, 1], "SAME"),
     [Arg((2, 4, 3, 2))],
     lambda x: np_pool(x, (2, 2), (2, 1), [(0, 0), (0, 1)], np.max, -np.inf))

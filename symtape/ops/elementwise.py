@@ -21,6 +21,7 @@ from .core import (
     OPS,
     C,
     Primitive,
+    W,
     X,
     Y,
     Z,
@@ -595,6 +596,15 @@ where = _ew("where", sp.Piecewise((X, C), (Y, True)), (C, X, Y), args=("bool", "
             rules=(None,
                    lambda g, ans, c, x, y: where.bind(c, g, 0),
                    lambda g, ans, c, x, y: where.bind(c, 0, g)))
+# dropout(x, u, rate, scale): x * scale where the uniform draw u >= rate, else exactly 0 (a
+# dropped inf or NaN is 0); its derivative in x is the same mask times the scale, in the draw
+# zero (piecewise constant), and none in the rate and scale (plain numbers)
+dropout = _ew("dropout", sp.Piecewise((X * W, Y >= Z), (0, True)), (X, Y, Z, W),
+              numeric=lambda x, u, rate, scale: np.where(u >= rate, x * scale, 0.0),
+              rules=("diff", "diff", None, None))
+# (x - y)**2, TensorFlow's squared_difference (the variance of moments)
+squared_difference = _ew("squared_difference", (X - Y) ** 2, (X, Y), kinds="fi",
+                         numeric=lambda x, y: np.square(x - y))
 # TF computes clip_by_value as maximum(minimum(t, hi), lo) and differentiates those two ops
 # (ties to the first argument; nan compares false): the gradient passes to t at and between
 # the bounds, to a bound beyond it, and to lo alone when lo > hi (the result is then lo)

@@ -624,3 +624,18 @@ def test_batching_rules_match_rows(name):
                                        err_msg=f"{e.prim} batched over {chosen}")
             checked += 1
     assert checked
+
+
+def test_moments_variance_has_exact_second_derivatives():
+    """The variance of st.nn.moments keeps the mean's derivative (TensorFlow stops it,
+    which leaves the Hessian 2/N * I instead of 2/N * (I - 1/N))."""
+    x = st.Variable(np.array([0.3, -1.2, 2.0, 0.5]))
+    with st.GradientTape() as outer:
+        with st.GradientTape() as inner:
+            _, var = st.nn.moments(x, axes=[0])
+        g = inner.gradient(var, x)
+    h = outer.jacobian(g, x).numpy()
+    n = 4
+    np.testing.assert_allclose(h, 2.0 / n * (np.eye(n) - 1.0 / n), rtol=1e-14, atol=1e-15)
+    np.testing.assert_allclose(g.numpy(), 2.0 / n * (x.numpy() - x.numpy().mean()),
+                               rtol=1e-13)

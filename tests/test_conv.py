@@ -308,3 +308,35 @@ def test_pooling_jacobian_and_bad_arguments():
         ops.max_pool2d(x0, ksize=(2,), strides=(2, 2))
     with pytest.raises(ShapeError, match="does not fit"):
         ops.max_pool2d(x0, ksize=(5, 2), strides=(1, 1))
+
+
+@pytest.mark.parametrize("wrt", [0, 1])
+def test_hessians_through_convolution_and_pooling(wrt):
+    """Hessians in the input and in the filters (one-hot seeds batched through every op of
+    both families, each argument's batching rule) against central differences of the
+    gradient."""
+    rng = np.random.default_rng(11 + wrt)
+    x0, k0 = rng.normal(size=(1, 4, 4, 2)), rng.normal(size=(2, 2, 2, 2)) / 2
+
+    def loss(x, k):
+        y = st.tanh(st.nn.conv2d(x, k, [1, 1], "SAME"))
+        return st.reduce_sum(st.nn.max_pool2d(y, 2, [2, 1], "VALID") ** 2)
+
+    def grad(a):
+        v = st.Variable(a)
+        with st.GradientTape() as t:
+            s = loss(v, k0) if wrt == 0 else loss(x0, v)
+        return t.gradient(s, v).numpy().reshape(-1)
+
+    a0 = [x0, k0][wrt]
+    v = st.Variable(a0)
+    with st.GradientTape() as outer:
+        with st.GradientTape() as inner:
+            s = loss(v, k0) if wrt == 0 else loss(x0, v)
+        g = inner.gradient(s, v)
+    h = outer.jacobian(g, v).numpy().reshape(a0.size, a0.size)
+    eps = 1e-6
+    fd = np.stack([(grad(a0 + eps * e.reshape(a0.shape)) - grad(a0 - eps * e.reshape(a0.shape)))
+                   / (2 * eps) for e in np.eye(a0.size)], 1)
+    np.testing.assert_allclose(h, fd, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(h, h.T, rtol=1e-10, atol=1e-12)

@@ -17,7 +17,6 @@ evaluation of small tensors and the loop lowering (``loopnest.py``) follow.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -289,8 +288,3 @@ conv2d = _register(Conv("conv2d"))
 conv2d_backprop_input = _register(Conv("conv2d_backprop_input"))
 conv2d_backprop_filter = _register(Conv("conv2d_backprop_filter"))
 OPS_BY_ROLE = {"y": conv2d, "x": conv2d_backprop_input, "k": conv2d_backprop_filter}
-
-
-def flops(d: Dims) -> int:
-    """Multiply-adds of one application (a cost estimate)."""
-    return math.prod((d.n, d.oh, d.ow, d.kh, d.kw, d.c, d.o))

@@ -1246,74 +1246,92 @@ class _Planner:
         over ``(p, q, c)``; ``conv2d_backprop_filter`` rows ``(p, q, c)``, columns ``o``,
         sums over ``(n, i, j)``; ``conv2d_backprop_input`` is one product per filter tap
         ``(p, q)``, each adding ``y[n, i, j, :] k[p, q]^T`` into the places that tap read,
-        taps in order. Each element adds its terms in its definition's order."""
+        taps in order. Each element adds its terms in its definition's order. Over chunks
+        of points, the points are one more batch dimension (first)."""
         a, b = node.inputs
         la, lb = self.loc[id(a)], self.loc[id(b)]
-        if self.batched(la) or self.batched(lb):
-            raise Unplannable("a convolution of each point of a chunk")
+        pts = self.batched(la) or self.batched(lb)
         d = node.prim.dims([a.shape, b.shape], node.params)
-        loc = self.fresh(node)
-        self.fill(loc, node.shape, -0.0)
-        ra, rb, ro = (self.access(la, a.shape), self.access(lb, b.shape),
-                      self.access(loc, node.shape))
+        loc = self.fresh(node, pts)
+        self.fill(loc, node.shape, -0.0, pts)
+        ra, rb, ro = (self.access(la, a.shape, pts), self.access(lb, b.shape, pts),
+                      self.access(loc, node.shape, pts))
         if node.prim.name == "conv2d_backprop_input":  # a: y, b: k, out: x
-            self.backprop_input(d, ra, rb, ro, loc)
+            self.backprop_input(d, ra, rb, ro, loc, pts, self.batched(lb))
             return loc
+        lead = ((self.P, ra.strides[0], rb.strides[0], ro.strides[0]),) if pts else ()
         (an, ah, aw, ac), (bn, bh, bw, bc), (on, oh, ow, oc) = \
-            ra.strides, rb.strides, ro.strides
+            ra.strides[pts:], rb.strides[pts:], ro.strides[pts:]
         sh, sw = d.sh, d.sw
         if node.prim.name == "conv2d":  # a: x, b: k, out: y
-            self.tiled(((d.n, an, 0, on), (d.oh, sh * ah, 0, oh)), (d.ow, sw * aw, ow),
+            self.tiled(lead + ((d.n, an, 0, on), (d.oh, sh * ah, 0, oh)), (d.ow, sw * aw, ow),
                        (d.o, bc, oc), ((d.kh, ah, bn), (d.kw, aw, bh), (d.c, ac, bw)),
-                       (ra, rb, ro))
+                       (ra, rb, ro), points=pts)
         else:  # conv2d_backprop_filter; a: x, b: y, out: k
             # each image's y is read for every (q, c) of a filter row while in cache
-            self.tiled(((d.kh, ah, 0, on), (d.kw, aw, 0, oh)), (d.c, ac, ow), (d.o, bc, oc),
+            self.tiled(lead + ((d.kh, ah, 0, on), (d.kw, aw, 0, oh)), (d.c, ac, ow),
+                       (d.o, bc, oc),
                        ((d.n, an, bn), (d.oh, sh * ah, bh), (d.ow, sw * aw, bw)),
-                       (ra, rb, ro), hoist=1)
+                       (ra, rb, ro), hoist=1, points=pts)
         return loc
 
-    def backprop_input(self, d, ra: Access, rb: Access, ro: Access, loc: tuple) -> None:
+    def backprop_input(self, d, ra: Access, rb: Access, ro: Access, loc: tuple, pts: bool,
+                       k_pts: bool) -> None:
         """``x``-shaped ``conv2d_backprop_input(y, k)`` (see :meth:`conv`); the filters are
-        first copied with ``c`` innermost (the columns of its products)."""
-        (an, ah, aw, ac), (on, oh, ow, oc) = ra.strides, ro.strides
+        first copied with ``c`` innermost (the columns of its products); ``pts``: over
+        chunks of points (``k_pts``: the filters too)."""
+        (an, ah, aw, ac), (on, oh, ow, oc) = ra.strides[pts:], ro.strides[pts:]
         sh, sw = d.sh, d.sw
-        kt = self.add_buffer(Buffer("temp", -1, d.kh * d.kw * d.o * d.c))
-        bn, bh, bc, bw = d.kw * d.o * d.c, d.o * d.c, d.c, 1
-        self.block((d.kh, d.kw, d.o, d.c), _copy_body(1, False),
-                   (Access(rb.buffer, rb.offset, (rb.strides[0], rb.strides[1], rb.strides[3],
-                                                   rb.strides[2])),),
-                   (Access(kt, 0, (bn, bh, bc, bw)),))
-        rb = Access(kt, 0, ())
+        kshape = (d.kh, d.kw, d.o, d.c)
+        kt = (self.add_buffer(Buffer("temp", -1, math.prod(kshape)), k_pts),
+              _flat(self.shape(kshape, k_pts)))
+        kacc = self.access(kt, kshape, pts)
+        src = rb.strides[:k_pts] + tuple(rb.strides[pts:][i] for i in (0, 1, 3, 2))
+        self.block(kshape, _copy_body(1, False), (Access(rb.buffer, rb.offset, src),),
+                   (self.access(kt, kshape, k_pts),), batched=k_pts)
+        bn, bh, bc, bw = kacc.strides[pts:]
+        lead = ((self.P, ra.strides[0], kacc.strides[0], ro.strides[0]),) if pts else ()
         if (sh, sw) == (1, 1):
             # x[n, h, w, c] = sum over (p, q, o) of y'[n, h + kh-1-p, w + kw-1-q, o]
             # k[p, q, c, o], y' being y with kh-1 and kw-1 zero rows and columns around it
             padded = (d.n, d.oh + 2 * (d.kh - 1), d.ow + 2 * (d.kw - 1), d.o)
-            ploc = (self.add_buffer(Buffer("temp", -1, math.prod(padded))), _flat(padded))
-            self.fill(ploc, padded, 0.0)
-            pn, ph, pw, po = _affine(ploc[1])[1]
-            inner = ploc[1][:, d.kh - 1:d.kh - 1 + d.oh, d.kw - 1:d.kw - 1 + d.ow]
+            ploc = (self.add_buffer(Buffer("temp", -1, math.prod(padded)), pts),
+                    _flat(self.shape(padded, pts)))
+            self.fill(ploc, padded, 0.0, pts)
+            pacc = self.access(ploc, padded, pts)
+            pn, ph, pw, po = pacc.strides[pts:]
+            at = (slice(None),) * (1 + pts)
+            inner = ploc[1][at + (slice(d.kh - 1, d.kh - 1 + d.oh),
+                                  slice(d.kw - 1, d.kw - 1 + d.ow))]
             self.block(d.shape("y"), _copy_body(1, False), (ra,),
-                       (self.access((ploc[0], inner), d.shape("y")),))
+                       (self.access((ploc[0], inner), d.shape("y"), pts),), batched=pts)
             start = Access(ploc[0], (d.kh - 1) * ph + (d.kw - 1) * pw, ())
-            self.tiled(((d.n, pn, 0, on), (d.h, ph, 0, oh)), (d.w, pw, ow), (d.c, bw, oc),
-                       ((d.kh, -ph, bn), (d.kw, -pw, bh), (d.o, po, bc)), (start, rb, ro))
-        else:
-            for p, q in itertools.product(range(d.kh), range(d.kw)):
-                tap_b = rb._replace(offset=rb.offset + p * bn + q * bh)
-                tap_o = ro._replace(offset=ro.offset + p * oh + q * ow)
-                self.tiled(((d.n, an, 0, on), (d.oh, ah, 0, sh * oh)), (d.ow, aw, sw * ow),
-                           (d.c, bw, oc), ((d.o, ac, bc),), (ra, tap_b, tap_o))
-            self.unreached(loc, d)
+            if pts:
+                lead = ((self.P, pacc.strides[0], kacc.strides[0], ro.strides[0]),)
+            self.tiled(lead + ((d.n, pn, 0, on), (d.h, ph, 0, oh)), (d.w, pw, ow),
+                       (d.c, bw, oc), ((d.kh, -ph, bn), (d.kw, -pw, bh), (d.o, po, bc)),
+                       (start, kacc, ro), points=pts)
+            return
+        for p, q in itertools.product(range(d.kh), range(d.kw)):
+            tap_b = kacc._replace(offset=kacc.offset + p * bn + q * bh)
+            tap_o = ro._replace(offset=ro.offset + p * oh + q * ow)
+            self.tiled(lead + ((d.n, an, 0, on), (d.oh, ah, 0, sh * oh)),
+                       (d.ow, aw, sw * ow), (d.c, bw, oc), ((d.o, ac, bc),),
+                       (ra, tap_b, tap_o), points=pts)
+        self.unreached(loc, d)
 
     def unreached(self, loc: tuple, d) -> None:
         """Zeros into the rows and columns of an input-shaped ``loc`` that no window of
         ``d`` covers (filled with -0.0 before its sums)."""
+        pts = self.batched(loc)
+        at = (slice(None),) * (1 + pts)
         inside = reached(d)
         for y in np.flatnonzero(~inside.any(axis=1)):
-            self.fill((loc[0], loc[1][:, y:y + 1]), (d.n, 1, d.w, d.c), 0.0)
+            self.fill((loc[0], loc[1][at + (slice(y, y + 1),)]), (d.n, 1, d.w, d.c), 0.0,
+                      pts)
         for x in np.flatnonzero(~inside.any(axis=0)):
-            self.fill((loc[0], loc[1][:, :, x:x + 1]), (d.n, d.h, 1, d.c), 0.0)
+            self.fill((loc[0], loc[1][at + (slice(None), slice(x, x + 1))]),
+                      (d.n, d.h, 1, d.c), 0.0, pts)
 
     def pool(self, node: N.Node) -> tuple:
         """Max pooling (``ops/pool.py``) as one loop over the windows ``(n, i, j, c)``, the
@@ -1321,43 +1339,45 @@ class _Planner:
         pick of the second argument; or, for the gradient, the window's cotangent added at
         its taps (an accumulation, windows in order, over an output of -0.0)."""
         x = node.inputs[0]
-        if any(self.batched(self.loc[id(a)]) for a in node.inputs):
-            raise Unplannable("a pooling of each point of a chunk")
+        pts = any(self.batched(self.loc[id(a)]) for a in node.inputs)
         d = node.prim.dims(x.shape, node.params)
         taps = [(p, q) for p in range(d.kh) for q in range(d.kw)]
         space = (d.n, d.oh, d.ow, d.c)
 
         def windows_of(loc):  # an input-shaped location read window by window
-            acc = self.access(loc, d.shape("x"))
-            sn, sh_, sw_, sc = acc.strides
-            return Access(acc.buffer, acc.offset, (sn, d.sh * sh_, d.sw * sw_, sc),
+            acc = self.access(loc, d.shape("x"), pts)
+            sn, sh_, sw_, sc = acc.strides[pts:]
+            return Access(acc.buffer, acc.offset,
+                          acc.strides[:pts] + (sn, d.sh * sh_, d.sw * sw_, sc),
                           tuple(p * sh_ + q * sw_ for p, q in taps))
 
         rx = windows_of(self.loc[id(x)])
         t = _stand_ins((len(taps),), "t")
-        loc = self.fresh(node)
+        loc = self.fresh(node, pts)
         if node.prim.name == "max_pool2d":
             body = build_plan([np.asarray(chain(list(t))[-1], dtype=object)], [t])
-            self.block(space, body, (rx,), (self.access(loc, space),))
+            self.block(space, body, (rx,), (self.access(loc, space, pts),), batched=pts)
             return loc
         other = self.loc[id(node.inputs[1])]
         if node.prim.name == "max_pool2d_pick":
             h = _stand_ins((len(taps),), "h")
             body = build_plan([np.asarray(pick_atom(list(t), list(h)), dtype=object)], [t, h])
-            self.block(space, body, (rx, windows_of(other)), (self.access(loc, space),))
+            self.block(space, body, (rx, windows_of(other)), (self.access(loc, space, pts),),
+                       batched=pts)
             return loc
-        self.fill(loc, node.shape, -0.0)
+        self.fill(loc, node.shape, -0.0, pts)
         acc, g = _stand_ins((len(taps),), "acc"), G.Leaf.new("g")
         value = np.array([G.add(a, s) for a, s in zip(acc, spread_atoms(list(t), g))],
                          dtype=object)
         body = build_plan([value], [acc, t, np.asarray(g, dtype=object)])
         out = windows_of(loc)
-        self.block(space, body, (out, rx, self.access(other, space)), (out,), accumulate=True)
+        self.block(space, body, (out, rx, self.access(other, space, pts)), (out,),
+                   accumulate=True, batched=pts)
         self.unreached(loc, d)
         return loc
 
     def tiled(self, batch: tuple, rows: tuple, cols: tuple, depth: tuple, accs: tuple,
-              hoist: int = 0) -> None:
+              hoist: int = 0, points: bool = False) -> None:
         """``out[B, i, j] += sum over K of a[B, i, K] b[B, K, j]`` in register tiles, as
         :meth:`matmul_tile`, over index spaces given by strides: ``batch``: ``(extent,
         a stride, b stride, out stride)`` per batch dimension; ``rows``: ``(m, a stride,
@@ -1367,7 +1387,8 @@ class _Planner:
         the first batch dimension (threads split it), column tiles, the first ``hoist``
         summed dimensions (``b``'s panel for them is then read by every row tile while in
         cache), the other batch dimensions, row tiles, the other summed dimensions and the
-        columns of a tile."""
+        columns of a tile. ``points``: the first batch dimension is the chunk's points
+        (its extent is the run-time count, :meth:`block`'s ``batched``)."""
         ra, rb, ro = accs
         (m, am, om), (n, bn, on) = rows, cols
         r = MATMUL_ROWS if m >= MATMUL_ROWS else 1
@@ -1398,7 +1419,8 @@ class _Planner:
             so = Access(ro.buffer, ro.offset + i0 * om + j0 * on,
                         order(sb_o, ct * on, (0,) * len(depth), rt * om, on),
                         tuple(t * om for t in range(rt)))
-            self.block(space, body, (so, sa, sb), (so,), accumulate=True, contract=True)
+            self.block(space[1:] if points else space, body, (so, sa, sb), (so,),
+                       accumulate=True, contract=True, batched=points)
 
     def along_axis(self, node: N.Node) -> tuple:
         args, axis = node.inputs, node.params["axis"]

@@ -61,10 +61,11 @@ _creation = functools.partial(_entry, CREATION)
 
 @_composite("reduce_variance")
 def _reduce_variance(x, axis=None, keepdims=False):
-    """Variance over ``axis`` (mean of squared deviations)."""
+    """Variance over ``axis``: the mean of the ``squared_difference`` from the mean (as
+    ``st.nn.moments``)."""
     m = ops.reduce_mean.bind(x, axis=axis, keepdims=True)
-    deviations = ops.square.bind(ops.subtract.bind(x, m))
-    return ops.reduce_mean.bind(deviations, axis=axis, keepdims=keepdims)
+    return ops.reduce_mean.bind(ops.squared_difference.bind(x, m), axis=axis,
+                                keepdims=keepdims)
 
 
 def _arg_extreme(x, axis: int, largest: bool):

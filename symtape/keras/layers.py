@@ -326,8 +326,7 @@ class BatchNormalization(Layer):
         axes = [a for a in range(rank) if a != axis]
         shape = [inputs.shape[a] if a == axis else 1 for a in range(rank)]
         if training:
-            mean = M.reduce_mean(inputs, axis=axes)
-            var = M.reduce_mean(M.square(inputs - M.reshape(mean, shape)), axis=axes)
+            mean, var = nn.moments(inputs, axes)
             m = self.momentum
             self.moving_mean.assign(self.moving_mean * m + mean * (1.0 - m))
             self.moving_variance.assign(self.moving_variance * m + var * (1.0 - m))

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import pickle
+import re
 
 import numpy as np
 import pytest
@@ -732,3 +733,21 @@ def test_disjoint_outer_iterations():
     assert not _disjoint(Access(0, 0, (1, 1)), (5, 10))
     assert not _disjoint(Access(0, 0, (0, 1)), (3, 3))
     assert not _disjoint(Access(0, 0, (3, 1), (0, 1, 2, 3)), (4, 1))
+
+
+def test_blocks_alike_but_for_their_buffers_share_one_function(monkeypatch):
+    """Two equal-sized tanh loops over different buffers are one LLVM function called twice
+    (LLVM optimises it once); values are each block's own."""
+    from symtape.codegen import loops
+    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    a, b = st.symbol("a", shape=(50,)), st.symbol("b", shape=(50,))
+    c = st.symbol("c", shape=(60,))
+    f, plan = _loop_compiled([st.tanh(a) * 3.0, st.tanh(b) * 3.0, st.tanh(c) * 3.0],
+                             [a, b, c])
+    ir = loops.render(plan, "alike")
+    defined = re.findall(r"define internal void @(b\d+)\(", ir)
+    called = re.findall(r"call void @(b\d+)\(", ir)
+    assert len(plan.blocks) == 3 and len(defined) == 2 and len(called) == 3
+    x, y, z = np.linspace(-2, 2, 50), np.linspace(0, 1, 50), np.linspace(-1, 3, 60)
+    for got, want in zip(f(x, y, z), (x, y, z)):
+        np.testing.assert_allclose(got, np.tanh(want) * 3.0, rtol=1e-15)

@@ -23,6 +23,7 @@ written in place, and the last chunk, or strided arguments, go through staging a
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -177,14 +178,22 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     t = fmt["t"]
     decls: set = set()
     lines: list = []
+    first: dict = {}  # a block's function, its buffers renamed in order: the block defining it
+    calls: list = []  # per block: the block whose function it calls
     for k, block in enumerate(plan.blocks):
-        lines += _block(plan, k, block, fmt, size, decls)
+        text = _block(plan, k, block, fmt, size, decls)
         chunks = _chunks(plan, block)
         if len(chunks) > 1:
-            lines += _parallel(plan, k, block, chunks)
+            lines += text + _parallel(plan, k, block, chunks)
             decls.update(_PTHREAD)
+            calls.append(k)
+            continue
+        same = first.setdefault(_shape_of(text, k), k)
+        calls.append(same)
+        if same == k:
+            lines += text
     offsets, arena = plan.arena
-    lines += _program(plan, offsets)
+    lines += _program(plan, offsets, calls)
     if plan.points:
         lines += _chunk_loop(plan, arena, t, size)
         decls.update(_MEMORY)
@@ -433,8 +442,19 @@ def _base(plan: LoopPlan, buf: int, offsets: tuple) -> str:
     return f"%t{buf}"
 
 
-def _program(plan: LoopPlan, offsets: tuple) -> list:
-    """``@program(ptr %in..., ptr %out..., ptr %arena)``: one point, every block in order."""
+def _shape_of(text: list, k: int) -> str:
+    """Block ``k``'s function text with its name and buffer parameters renamed in order of
+    appearance: blocks alike in everything but which buffers they read and write (the Adam
+    update of equal-sized weights, the same activation of two layers) share one function,
+    which LLVM then optimises once."""
+    names: dict = {}
+    body = re.sub(rf"@b{k}\b", "@b", "\n".join(text))
+    return re.sub(r"%B(\d+)", lambda m: f"%B{names.setdefault(m.group(1), len(names))}", body)
+
+
+def _program(plan: LoopPlan, offsets: tuple, calls: list) -> list:
+    """``@program(ptr %in..., ptr %out..., ptr %arena)``: one point, every block in order
+    (``calls[k]``: the block whose function block ``k`` calls, see :func:`_shape_of`)."""
     params = [f"ptr noalias %in{i}" for i in range(len(plan.inputs))]
     params += [f"ptr noalias %out{i}" for i in range(len(plan.outputs))]
     params.append("ptr noalias %arena")
@@ -455,7 +475,7 @@ def _program(plan: LoopPlan, offsets: tuple) -> list:
             args += ", i64 %np"
         if block.count >= 0:
             args += ", i64 %nc"
-        out.append(f"  call void @b{k}{par}({args})")
+        out.append(f"  call void @b{calls[k]}{par}({args})")
     return out + ["  ret void", "}", ""]
 
 

@@ -119,7 +119,7 @@ class Conv(Primitive):
     """One partial of the convolution form (see the module's docstring)."""
 
     def __init__(self, name: str) -> None:
-        super().__init__(name, ("T", "T"), "f", rules=(self._rule0, self._rule1))
+        super().__init__(name, ("T", "T"), "fi", rules=(self._rule0, self._rule1))
         self.roles = ROLES[name]
 
     def prepare(self, avals, params):

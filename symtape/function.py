@@ -878,7 +878,11 @@ class Function:
 
     Variables it reads are extra inputs (their current values are passed at each call);
     ``assign``/``assign_add``/``assign_sub`` on them are extra outputs written back after the
-    call. Results are tensors, as ``tf.function``'s.
+    call. Results are tensors, as ``tf.function``'s. Called while another function is being
+    traced, or while a tape records, it runs its Python function in place instead (as
+    TensorFlow inlines a nested ``tf.function`` and differentiates through one under a
+    tape): its operations join that trace, or that tape, so gradients flow through it to its
+    arguments and to the variables it reads.
 
     >>> import symtape as st
     >>> f = st.function(lambda x: st.reduce_sum(x ** 2))
@@ -1044,6 +1048,28 @@ class Function:
         return nest.pack_sequence_as(traced.structure, tensors) \
             if nest.is_nested(traced.structure) else tensors[0]
 
+    def _inline(self, args: tuple):
+        """The Python function run on ``args`` in place (inside another trace, under a
+        recording tape), after the checks of its input signature.
+
+        >>> import symtape as st
+        >>> f = st.function(lambda x: st.reduce_sum(x ** 3))
+        >>> x = st.Variable([1.0, 2.0])
+        >>> with st.GradientTape() as t:
+        ...     y = f(x)
+        >>> t.gradient(y, x).numpy()
+        array([ 3., 12.])
+        """
+        sig = self.input_signature
+        if sig is not None:
+            shapes = [tuple(a.shape) if isinstance(a, Tensor) else np.shape(a) for a in args]
+            if len(sig) != len(shapes) or any(
+                    s.shape is not None and not _fits(s.shape, k) for s, k in zip(sig, shapes)):
+                raise ShapeError(f"st.function {self.__name__}: argument shapes {shapes} do "
+                                 "not match input_signature "
+                                 f"{[None if s.shape is None else tuple(s.shape) for s in sig]}")
+        return self.python_function(*args)
+
     def _key(self, arrays) -> tuple:
         return tuple(a.shape for a in arrays)
 
@@ -1073,6 +1099,8 @@ class Function:
         if kwargs:
             args = self._positional(args, kwargs)
         sig = self.input_signature
+        if recording.current_trace() is not None or recording.active():
+            return self._inline(args)
         python = () if sig is not None else tuple(
             (i, a) for i, a in enumerate(args) if _python_value(a))
         if python:

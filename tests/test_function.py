@@ -583,3 +583,46 @@ def test_export_c_refuses_what_it_cannot_name_or_write(tmp_path):
     header, _ = st.export_c({"twice": step}, tmp_path / "t")
     assert "void twice(" in header.read_text()
     assert step.get_concrete_function(np.ones(2)).c_source().count("void twice(") == 1
+
+
+def test_nested_functions_are_inlined_into_the_outer_trace():
+    """A function called while another is traced runs in place (TensorFlow inlines nested
+    tf.functions): one compiled program, the inner function never traced on its own."""
+    @st.function
+    def inner(x):
+        return st.sin(x) * 2
+
+    @st.function
+    def outer(x):
+        return inner(x) + 1
+
+    x = np.array([0.5, 2.0])
+    np.testing.assert_allclose(outer(x).numpy(), 2 * np.sin(x) + 1, rtol=1e-15)
+    assert len(outer.traced_signatures) == 1 and inner.traced_signatures == []
+
+
+def test_gradients_flow_through_a_function_called_under_a_tape():
+    """Under a recording tape a compiled function runs its Python function, so the tape
+    sees its operations: first and second derivatives with respect to its arguments and to
+    the variables it reads, as TensorFlow gives them (by hand: f = sum(w x^3))."""
+    w = st.Variable([1.0, -2.0])
+
+    class Model(st.Module):
+        @st.function(input_signature=[st.TensorSpec((2,))])
+        def __call__(self, x):
+            return st.reduce_sum(w * x ** 3)
+
+    model = Model()
+    x = st.Variable([3.0, 0.5])
+    with st.GradientTape() as outer:
+        with st.GradientTape() as inner:
+            y = model(x)
+        gx, gw = inner.gradient(y, [x, w])
+    hxx = outer.jacobian(gx, x)
+    np.testing.assert_allclose(gx.numpy(), 3 * w.numpy() * x.numpy() ** 2, rtol=1e-15)
+    np.testing.assert_allclose(gw.numpy(), x.numpy() ** 3, rtol=1e-15)
+    np.testing.assert_allclose(hxx.numpy(), np.diag(6 * w.numpy() * x.numpy()), rtol=1e-15)
+    np.testing.assert_allclose(float(model(x.numpy())), float(y), rtol=1e-15)
+    with st.GradientTape():
+        with pytest.raises(errors.ShapeError, match="input_signature"):
+            model(np.ones(3))

@@ -39,7 +39,7 @@ from .codegen.plan import Instr, OutLayout, Plan, build_plan
 from .errors import UnboundLeafError
 from .ops.axis import AxisOp, StopGradient
 from .ops.conv import Conv, reached
-from .ops.pool import MaxPool, chain, pick_atom, spread_atoms
+from .ops.pool import MaxPool, SumPool, sum_atoms, chain, pick_atom, spread_atoms
 from .ops.elementwise import Elementwise
 from .ops.linalg import MatMul
 from .ops.reductions import Reduction
@@ -775,7 +775,7 @@ class _Planner:
             return self.matmul(node)
         if isinstance(prim, Conv):
             return self.conv(node)
-        if isinstance(prim, MaxPool):
+        if isinstance(prim, (MaxPool, SumPool)):
             return self.pool(node)
         if isinstance(prim, AxisOp):
             return self.along_axis(node)
@@ -1334,15 +1334,16 @@ class _Planner:
                       (d.n, d.h, 1, d.c), 0.0, pts)
 
     def pool(self, node: N.Node) -> tuple:
-        """Max pooling (``ops/pool.py``) as one loop over the windows ``(n, i, j, c)``, the
-        body reading every tap (the core offsets of the accesses): the running maximum; the
-        pick of the second argument; or, for the gradient, the window's cotangent added at
-        its taps (an accumulation, windows in order, over an output of -0.0)."""
+        """Pooling (``ops/pool.py``) as one loop over the windows ``(n, i, j, c)``, the body
+        reading every tap (the core offsets of the accesses): the running maximum, or sum;
+        the pick of the second argument; or, for the gradients, the window's cotangent added
+        at its taps (an accumulation, windows in order, over an output of -0.0)."""
         x = node.inputs[0]
         pts = any(self.batched(self.loc[id(a)]) for a in node.inputs)
         d = node.prim.dims(x.shape, node.params)
         taps = [(p, q) for p in range(d.kh) for q in range(d.kw)]
         space = (d.n, d.oh, d.ow, d.c)
+        loc = self.fresh(node, pts)
 
         def windows_of(loc):  # an input-shaped location read window by window
             acc = self.access(loc, d.shape("x"), pts)
@@ -1351,11 +1352,22 @@ class _Planner:
                           acc.strides[:pts] + (sn, d.sh * sh_, d.sw * sw_, sc),
                           tuple(p * sh_ + q * sw_ for p, q in taps))
 
-        rx = windows_of(self.loc[id(x)])
         t = _stand_ins((len(taps),), "t")
-        loc = self.fresh(node, pts)
-        if node.prim.name == "max_pool2d":
-            body = build_plan([np.asarray(chain(list(t))[-1], dtype=object)], [t])
+        if node.prim.name == "sum_pool2d_grad":  # each window's g added at its taps
+            self.fill(loc, node.shape, -0.0, pts)
+            acc, g = _stand_ins((len(taps),), "acc"), G.Leaf.new("g")
+            value = np.array([G.add(a, g) for a in acc], dtype=object)
+            body = build_plan([value], [acc, np.asarray(g, dtype=object)])
+            out = windows_of(loc)
+            self.block(space, body, (out, self.access(self.loc[id(x)], space, pts)), (out,),
+                       accumulate=True, batched=pts)
+            self.unreached(loc, d)
+            return loc
+        rx = windows_of(self.loc[id(x)])
+        if node.prim.name in ("max_pool2d", "sum_pool2d"):
+            value = chain(list(t))[-1] if node.prim.name == "max_pool2d" else \
+                sum_atoms(list(t))
+            body = build_plan([np.asarray(value, dtype=object)], [t])
             self.block(space, body, (rx,), (self.access(loc, space, pts),), batched=pts)
             return loc
         other = self.loc[id(node.inputs[1])]

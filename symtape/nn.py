@@ -198,12 +198,6 @@ def _windows(x: Tensor, size: tuple, strides: tuple, padding, what: str,
     return x, oh, ow, pads
 
 
-def _patch(x: Tensor, i: int, j: int, oh: int, ow: int, strides: tuple) -> Tensor:
-    """The ``(i, j)`` element of every window: ``x[:, i::sh, j::sw, :]`` cut to the output."""
-    sh, sw = strides
-    return x[:, i:i + (oh - 1) * sh + 1:sh, j:j + (ow - 1) * sw + 1:sw, :]
-
-
 def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC", dilations=None,
            name=None):
     """2-D convolution (cross-correlation, as TensorFlow's): ``out[n, i, j, o] = sum over
@@ -235,15 +229,6 @@ def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC", dilat
     return ops.conv2d.bind(x, k, strides=st_)
 
 
-def _pool(x, ksize, strides, padding, what: str, fill: float):
-    x = x if isinstance(x, Tensor) else constant(x)
-    size = _pair_arg(ksize, what, "ksize")
-    st_ = _pair_arg(size if strides is None else strides, what, "strides")
-    xp, oh, ow, pads = _windows(x, size, st_, padding, what, fill)
-    return [_patch(xp, i, j, oh, ow, st_) for i in range(size[0]) for j in range(size[1])], \
-        (x.shape, size, st_, oh, ow, pads)
-
-
 def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):
     """The maximum of each window (NHWC); the gradient goes to the first maximum of a
     window, as TensorFlow's. A ``pad`` with ``-inf`` (when padding) then the table's
@@ -264,10 +249,10 @@ def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=
     return ops.max_pool2d.bind(xp, ksize=size, strides=st_)
 
 
-@_composite("avg_pool2d")
 def avg_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):
     """The mean of each window (NHWC); with ``'SAME'`` padding, of its elements inside the
-    input only, as TensorFlow's.
+    input only, as TensorFlow's: the table's ``sum_pool2d`` (a ``pad`` with zeros first, when
+    padding) divided by each window's count.
 
     >>> import symtape as st
     >>> x = st.reshape(st.range(1.0, 10.0), (1, 3, 3, 1))
@@ -277,13 +262,13 @@ def avg_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=
     """
     if data_format != "NHWC":
         raise InvalidArgumentError(f"st.nn.avg_pool2d: data_format {data_format!r}: only NHWC")
-    parts, (shape, size, st_, oh, ow, pads) = _pool(input, ksize, strides, padding,
-                                                    "avg_pool2d", 0.0)
-    total = parts[0]
-    for p in parts[1:]:
-        total = total + p
-    inside = np.zeros((shape[1] + sum(pads[1]), shape[2] + sum(pads[2])))
-    inside[pads[1][0]:pads[1][0] + shape[1], pads[2][0]:pads[2][0] + shape[2]] = 1.0
+    x = input if isinstance(input, Tensor) else constant(input)
+    size = _pair_arg(ksize, "avg_pool2d", "ksize")
+    st_ = _pair_arg(size if strides is None else strides, "avg_pool2d", "strides")
+    xp, oh, ow, pads = _windows(x, size, st_, padding, "avg_pool2d", 0.0)
+    total = ops.sum_pool2d.bind(xp, ksize=size, strides=st_)
+    inside = np.zeros((x.shape[1] + sum(pads[1]), x.shape[2] + sum(pads[2])))
+    inside[pads[1][0]:pads[1][0] + x.shape[1], pads[2][0]:pads[2][0] + x.shape[2]] = 1.0
     count = sum(inside[i:i + (oh - 1) * st_[0] + 1:st_[0], j:j + (ow - 1) * st_[1] + 1:st_[1]]
                 for i in range(size[0]) for j in range(size[1]))
     if np.all(count == _pymath.prod(size)):

@@ -1,4 +1,4 @@
-"""The convolution and max-pooling ops (``symtape/ops/conv.py``, ``pool.py``): values
+"""The convolution and pooling ops (``symtape/ops/conv.py``, ``pool.py``): values
 against numpy definitions, eager and compiled as loop nests (strided, overlapping, with
 input places no window covers), derivatives to second order against finite differences,
 Jacobians through batching, sparsity, formulas, ties and NaN, and errors naming the
@@ -15,7 +15,7 @@ from symtape import loopnest, ops
 from symtape.codegen.loops import LoopPlan
 from symtape.errors import InvalidArgumentError, ShapeError
 from test_ops import (np_conv2d, np_conv2d_filter, np_conv2d_input, np_pool, np_pool_grad,
-                      np_pool_pick)
+                      np_pool_pick, np_sum_pool_grad)
 
 CASES = [  # (x shape, k shape, strides)
     ((3, 9, 8, 3), (3, 3, 3, 5), (1, 1)),
@@ -219,7 +219,8 @@ POOLS = [((2, 7, 6, 3), (2, 2), (2, 2)),  # row 6 of x is in no window
 def _pools(x, g, h, size, strides):
     kw = {"ksize": size, "strides": strides}
     return [ops.max_pool2d(x, **kw), ops.max_pool2d_grad(x, g, **kw),
-            ops.max_pool2d_pick(x, h, **kw)]
+            ops.max_pool2d_pick(x, h, **kw), ops.sum_pool2d(x, **kw),
+            ops.sum_pool2d_grad(g, size=tuple(x.shape[1:3]), **kw)]
 
 
 @pytest.mark.parametrize("xs,size,strides", POOLS)
@@ -228,16 +229,20 @@ def test_pooling_eager_and_loop_values_equal_the_definitions(monkeypatch, xs, si
     x, h = rng.normal(size=xs), rng.normal(size=xs)
     want_max = np_pool(x, size, strides, [(0, 0), (0, 0)], np.max, 0.0)
     g = rng.normal(size=want_max.shape)
-    refs = [want_max, np_pool_grad(x, g, size, strides), np_pool_pick(x, h, size, strides)]
+    refs = [want_max, np_pool_grad(x, g, size, strides), np_pool_pick(x, h, size, strides),
+            np_pool(x, size, strides, [(0, 0), (0, 0)], np.sum, 0.0),
+            np_sum_pool_grad(g, size, strides, xs[1:3])]
     for got, want in zip(_pools(x, g, h, size, strides), refs):
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-14, atol=0)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-14, atol=1e-15)
     monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
     f = st.function(lambda a, b, c: _pools(a, b, c, size, strides))
     got = f(x, g, h)
     assert isinstance(f.get_concrete_function(x, g, h).plan, LoopPlan)
     for a, want in zip(got, refs):
-        np.testing.assert_allclose(a.numpy(), want, rtol=1e-14, atol=0)
-    assert not np.signbit(got[1].numpy()[:, 6]).any() or strides == (2, 1)
+        np.testing.assert_allclose(a.numpy(), want, rtol=1e-14, atol=1e-15)
+    if strides == (2, 2):  # row 6 is in no window: exact (positive) zeros
+        for grad in (got[1], got[4]):
+            assert (grad.numpy()[:, 6] == 0).all() and not np.signbit(grad.numpy()[:, 6]).any()
 
 
 def test_ties_and_nan_pick_the_same_tap_everywhere(monkeypatch):

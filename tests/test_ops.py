@@ -362,6 +362,15 @@ def np_pool_grad(x, g, size, strides):
     return out
 
 
+def np_sum_pool_grad(g, size, strides, hw):
+    """Each place: the sum of the ``g`` of the windows covering it."""
+    out = np.zeros((g.shape[0],) + tuple(hw) + (g.shape[3],))
+    for n, i, j, c in np.ndindex(*g.shape):
+        out[n, i * strides[0]:i * strides[0] + size[0], j * strides[1]:j * strides[1] + size[1],
+            c] += g[n, i, j, c]
+    return out
+
+
 # overlapping windows (3x2 every 2x1): a place can take the gradient of two windows
 row("max_pool2d_grad",
     lambda x, g: ops.max_pool2d_grad(x, g, ksize=(3, 2), strides=(2, 1)),
@@ -371,6 +380,11 @@ row("max_pool2d_pick",
     lambda x, h: ops.max_pool2d_pick(x, h, ksize=(3, 2), strides=(2, 1)),
     [Arg((2, 6, 4, 2)), Arg((2, 6, 4, 2))],
     lambda x, h: np_pool_pick(x, h, (3, 2), (2, 1)), diff=(1,), zerograd=(0,))
+row("sum_pool2d", lambda x: ops.sum_pool2d(x, ksize=(3, 2), strides=(2, 1)),
+    [Arg((2, 6, 4, 2))], lambda x: np_pool(x, (3, 2), (2, 1), [(0, 0), (0, 0)], np.sum, 0.0))
+row("sum_pool2d_grad", lambda g: ops.sum_pool2d_grad(g, ksize=(3, 2), strides=(2, 1),
+                                                     size=(6, 4)),
+    [Arg((2, 2, 3, 2))], lambda g: np_sum_pool_grad(g, (3, 2), (2, 1), (6, 4)))
 row("avg_pool2d", lambda x: st.nn.avg_pool2d(x, [2, 3], 2, "SAME"), [Arg((1, 5, 5, 2))],
     lambda x: np_pool(x, (2, 3), (2, 2), [(0, 1), (1, 1)], np.sum, 0.0)
     / np_pool(np.ones_like(x), (2, 3), (2, 2), [(0, 1), (1, 1)], np.sum, 0.0))

@@ -110,7 +110,15 @@ from .elementwise import (  # noqa: F401
     where,
 )
 from .conv import Conv, conv2d, conv2d_backprop_filter, conv2d_backprop_input  # noqa: F401
-from .pool import MaxPool, max_pool2d, max_pool2d_grad, max_pool2d_pick  # noqa: F401
+from .pool import (  # noqa: F401
+    MaxPool,
+    SumPool,
+    max_pool2d,
+    max_pool2d_grad,
+    max_pool2d_pick,
+    sum_pool2d,
+    sum_pool2d_grad,
+)
 from .linalg import (  # noqa: F401
     Det,
     Einsum,

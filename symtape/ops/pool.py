@@ -1,4 +1,5 @@
-"""Max pooling: the maximum of each window, and the two linear maps of its derivative.
+"""Pooling: the maximum of each window and the two linear maps of its derivative; the sum
+of each window and its transpose (average pooling divides it by the window's count).
 
 For an input ``x`` (NHWC), windows of ``ksize`` taps every ``strides`` (unpadded: padding is
 a ``pad`` with ``-inf`` before it) and taps numbered ``k = p * kw + q``:
@@ -9,6 +10,10 @@ a ``pad`` with ``-inf`` before it) and taps numbered ``k = p * kw + q``:
   the tap the maximum came from: the first largest, as TensorFlow's gradient takes it;
 - ``max_pool2d_grad(x, g)``: ``x``-shaped, each window's ``g`` added at that tap (windows
   in order where they overlap; zero where no window reaches).
+
+- ``sum_pool2d(x)``: each window's sum, taps in order; ``sum_pool2d_grad(g, size)``:
+  ``x``-shaped (``size``: its height and width), each place the sum of the ``g`` of the
+  windows that cover it, windows in order (the derivative of either is the other).
 
 ``max_pool2d``'s derivative is ``max_pool2d_grad``; ``pick`` and ``grad`` are each other's
 transpose in their second argument, and piecewise constant (a zero derivative) in ``x``.
@@ -105,7 +110,8 @@ def spread_atoms(taps: list, g) -> list:
     return out
 
 
-def _sum_atoms(atoms: list):
+def sum_atoms(atoms: list):
+    """The atom of the sum of ``atoms`` (the one atom itself when alone)."""
     if len(atoms) == 1:
         return atoms[0]
     const, terms = G.ZERO, []
@@ -194,7 +200,7 @@ class MaxPool(Primitive):
         out = _obj(d.shape("x"))
         for idx in np.ndindex(*out.shape):
             if parts[idx]:
-                out[idx] = _sum_atoms(parts[idx])
+                out[idx] = sum_atoms(parts[idx])
         return out
 
     # -- derivatives -----------------------------------------------------------------------
@@ -244,3 +250,102 @@ class MaxPool(Primitive):
 max_pool2d = _register(MaxPool("max_pool2d"))
 max_pool2d_grad = _register(MaxPool("max_pool2d_grad"))
 max_pool2d_pick = _register(MaxPool("max_pool2d_pick"))
+
+
+class SumPool(Primitive):
+    """``sum_pool2d`` or its transpose ``sum_pool2d_grad`` (see the module's docstring)."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name, ("T",), "fi", rules=(self._rule,))
+
+    def prepare(self, avals, params):
+        t = self.check_dtypes(avals)
+        keep = {"ksize": _pair(params.get("ksize"), self.name, "ksize"),
+                "strides": _pair(params.get("strides"), self.name, "strides")}
+        shape = tuple(avals[0].shape)
+        if self.name == "sum_pool2d_grad":
+            keep["size"] = _pair(params.get("size"), self.name, "size")
+            if len(shape) != 4:
+                raise ShapeError(f"st.{self.name}: argument g must be NHWC (rank 4), got "
+                                 f"shape {_fmt(shape)}")
+            d = self.dims(shape, keep)
+            if (d.n, d.oh, d.ow, d.c) != shape:
+                raise ShapeError(f"st.{self.name}: argument g must have shape "
+                                 f"{_fmt((d.n, d.oh, d.ow, d.c))}, got {_fmt(shape)}")
+            return Aval(d.shape("x"), t), keep
+        d = self.dims(shape, keep)
+        return Aval((d.n, d.oh, d.ow, d.c), t), keep
+
+    def dims(self, shape, params) -> Dims:
+        """The dims of the pooling; for the transpose, of the pooling of its result."""
+        if self.name == "sum_pool2d_grad":
+            shape = (shape[0],) + tuple(params["size"]) + (shape[3],)
+        return pool_dims(self.name, shape, params)
+
+    def structure(self, args, params, shape):
+        (x,) = args
+        regular = self.name == "sum_pool2d" and x.regular and x.dtype.kind == "f"
+        return regular and not x.constant, None, None
+
+    unsettled = _irregular_anywhere
+
+    def numeric(self, values, params):
+        a = np.asarray(values[0])
+        d = self.dims(a.shape, params)
+        if self.name == "sum_pool2d":
+            xw = windows(a, d)
+            out = xw[:, :, :, 0]
+            for k in range(1, xw.shape[3]):  # taps in order
+                out = out + xw[:, :, :, k]
+            return out
+        out = np.full(d.shape("x"), -0.0, dtype=a.dtype)
+        for k in range(d.kh * d.kw - 1, -1, -1):  # windows in order: their taps backwards
+            p, q = divmod(k, d.kw)
+            out[(slice(None),) + d.rows(p, q)] += a
+        out[:, ~reached(d), :] = 0.0
+        return out
+
+    def build(self, atoms, params):
+        a = atoms[0]
+        d = self.dims(a.shape, params)
+        if self.name == "sum_pool2d":
+            xw = windows(a, d)
+            out = _obj((d.n, d.oh, d.ow, d.c))
+            for idx in np.ndindex(*out.shape):
+                out[idx] = sum_atoms(list(xw[idx[:3] + (slice(None), idx[3])]))
+            return out
+        parts = np.empty(d.shape("x"), dtype=object)
+        for idx in np.ndindex(*parts.shape):
+            parts[idx] = []
+        for n, i, j, c in np.ndindex(d.n, d.oh, d.ow, d.c):  # windows in order
+            for p in range(d.kh):
+                for q in range(d.kw):
+                    parts[n, i * d.sh + p, j * d.sw + q, c].append(a[n, i, j, c])
+        out = _obj(d.shape("x"))
+        for idx in np.ndindex(*out.shape):
+            if parts[idx]:
+                out[idx] = sum_atoms(parts[idx])
+        return out
+
+    def _rule(self, g, ans, a, **params):
+        if self.name == "sum_pool2d":
+            return sum_pool2d_grad.bind(g, size=tuple(a.shape[1:3]), **params)
+        return sum_pool2d.bind(g, ksize=params["ksize"], strides=params["strides"])
+
+    batch = MaxPool.batch
+
+    def dependencies(self, deps, params, shape):
+        (a,) = deps
+        d = self.dims(a.shape, params)
+        if self.name == "sum_pool2d":
+            return union([windows(a, d)], axis=3)
+        out = np.zeros(d.shape("x"), dtype=object)
+        for p in range(d.kh):
+            for q in range(d.kw):
+                at = (slice(None),) + d.rows(p, q)
+                out[at] = np.bitwise_or(out[at], a)
+        return out
+
+
+sum_pool2d = _register(SumPool("sum_pool2d"))
+sum_pool2d_grad = _register(SumPool("sum_pool2d_grad"))

@@ -1265,11 +1265,13 @@ class _Planner:
         sh, sw = d.sh, d.sw
         if node.prim.name == "conv2d":  # a: x, b: k, out: y
             self.tiled(lead + ((d.n, an, 0, on), (d.oh, sh * ah, 0, oh)), (d.ow, sw * aw, ow),
-                       (d.o, bc, oc), ((d.kh, ah, bn), (d.kw, aw, bh), (d.c, ac, bw)),
+                       (d.o, bc, oc),
+                       ((d.kh, d.dh * ah, bn), (d.kw, d.dw * aw, bh), (d.c, ac, bw)),
                        (ra, rb, ro), points=pts)
         else:  # conv2d_backprop_filter; a: x, b: y, out: k
             # each image's y is read for every (q, c) of a filter row while in cache
-            self.tiled(lead + ((d.kh, ah, 0, on), (d.kw, aw, 0, oh)), (d.c, ac, ow),
+            self.tiled(lead + ((d.kh, d.dh * ah, 0, on), (d.kw, d.dw * aw, 0, oh)),
+                       (d.c, ac, ow),
                        (d.o, bc, oc),
                        ((d.n, an, bn), (d.oh, sh * ah, bh), (d.ow, sw * aw, bw)),
                        (ra, rb, ro), hoist=1, points=pts)
@@ -1292,29 +1294,31 @@ class _Planner:
         bn, bh, bc, bw = kacc.strides[pts:]
         lead = ((self.P, ra.strides[0], kacc.strides[0], ro.strides[0]),) if pts else ()
         if (sh, sw) == (1, 1):
-            # x[n, h, w, c] = sum over (p, q, o) of y'[n, h + kh-1-p, w + kw-1-q, o]
-            # k[p, q, c, o], y' being y with kh-1 and kw-1 zero rows and columns around it
-            padded = (d.n, d.oh + 2 * (d.kh - 1), d.ow + 2 * (d.kw - 1), d.o)
+            # x[n, h, w, c] = sum over (p, q, o) of y'[n, h + eh-1 - p*dh, w + ew-1 - q*dw, o]
+            # k[p, q, c, o], y' being y with eh-1 and ew-1 zero rows and columns around it
+            # (eh, ew: the span of a window)
+            eh, ew = d.span()
+            padded = (d.n, d.oh + 2 * (eh - 1), d.ow + 2 * (ew - 1), d.o)
             ploc = (self.add_buffer(Buffer("temp", -1, math.prod(padded)), pts),
                     _flat(self.shape(padded, pts)))
             self.fill(ploc, padded, 0.0, pts)
             pacc = self.access(ploc, padded, pts)
             pn, ph, pw, po = pacc.strides[pts:]
             at = (slice(None),) * (1 + pts)
-            inner = ploc[1][at + (slice(d.kh - 1, d.kh - 1 + d.oh),
-                                  slice(d.kw - 1, d.kw - 1 + d.ow))]
+            inner = ploc[1][at + (slice(eh - 1, eh - 1 + d.oh), slice(ew - 1, ew - 1 + d.ow))]
             self.block(d.shape("y"), _copy_body(1, False), (ra,),
                        (self.access((ploc[0], inner), d.shape("y"), pts),), batched=pts)
-            start = Access(ploc[0], (d.kh - 1) * ph + (d.kw - 1) * pw, ())
+            start = Access(ploc[0], (eh - 1) * ph + (ew - 1) * pw, ())
             if pts:
                 lead = ((self.P, pacc.strides[0], kacc.strides[0], ro.strides[0]),)
             self.tiled(lead + ((d.n, pn, 0, on), (d.h, ph, 0, oh)), (d.w, pw, ow),
-                       (d.c, bw, oc), ((d.kh, -ph, bn), (d.kw, -pw, bh), (d.o, po, bc)),
+                       (d.c, bw, oc),
+                       ((d.kh, -d.dh * ph, bn), (d.kw, -d.dw * pw, bh), (d.o, po, bc)),
                        (start, kacc, ro), points=pts)
             return
         for p, q in itertools.product(range(d.kh), range(d.kw)):
             tap_b = kacc._replace(offset=kacc.offset + p * bn + q * bh)
-            tap_o = ro._replace(offset=ro.offset + p * oh + q * ow)
+            tap_o = ro._replace(offset=ro.offset + p * d.dh * oh + q * d.dw * ow)
             self.tiled(lead + ((d.n, an, 0, on), (d.oh, ah, 0, sh * oh)),
                        (d.ow, aw, sw * ow), (d.c, bw, oc), ((d.o, ac, bc),),
                        (ra, tap_b, tap_o), points=pts)

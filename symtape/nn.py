@@ -201,9 +201,10 @@ def _windows(x: Tensor, size: tuple, strides: tuple, padding, what: str,
 def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC", dilations=None,
            name=None):
     """2-D convolution (cross-correlation, as TensorFlow's): ``out[n, i, j, o] = sum over
-    (p, q, c) of x[n, i*sh + p, j*sw + q, c] * filters[p, q, c, o]`` for NHWC ``input`` and
-    HWIO ``filters``; ``padding`` ``'SAME'`` (TensorFlow's split: the extra row and column
-    after), ``'VALID'`` or explicit. A ``pad`` (when padding) then the table's ``conv2d``,
+    (p, q, c) of x[n, i*sh + p*dh, j*sw + q*dw, c] * filters[p, q, c, o]`` for NHWC ``input``
+    and HWIO ``filters`` (``dilations`` ``(dh, dw)``, default 1: an int, a pair or
+    ``[1, dh, dw, 1]``); ``padding`` ``'SAME'`` (TensorFlow's split: the extra row and
+    column after), ``'VALID'`` or explicit. A ``pad`` (when padding) then the table's ``conv2d``,
     whose derivatives are its two transposes (``symtape/ops/conv.py``).
 
     >>> import symtape as st
@@ -214,8 +215,6 @@ def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC", dilat
     """
     if data_format != "NHWC":
         raise InvalidArgumentError(f"st.nn.conv2d: data_format {data_format!r}: only NHWC")
-    if dilations not in (None, 1, [1, 1], (1, 1), [1, 1, 1, 1], (1, 1, 1, 1)):
-        raise InvalidArgumentError("st.nn.conv2d: dilations other than 1 are not supported")
     x = input if isinstance(input, Tensor) else constant(input)
     k = filters if isinstance(filters, Tensor) else constant(filters)
     if len(k.shape) != 4:
@@ -225,8 +224,10 @@ def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC", dilat
         raise ShapeError(f"st.nn.conv2d: the input has {x.shape[3]} channels, the filters "
                          f"take {c}")
     st_ = _pair_arg(strides, "conv2d", "strides")
-    x, _, _, _ = _windows(x, (kh, kw), st_, padding, "conv2d")
-    return ops.conv2d.bind(x, k, strides=st_)
+    dil = _pair_arg(1 if dilations is None else dilations, "conv2d", "dilations")
+    x, _, _, _ = _windows(x, ((kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1), st_, padding,
+                          "conv2d")
+    return ops.conv2d.bind(x, k, strides=st_, dilations=dil)
 
 
 def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):

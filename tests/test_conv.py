@@ -17,41 +17,55 @@ from symtape.errors import InvalidArgumentError, ShapeError
 from test_ops import (np_conv2d, np_conv2d_filter, np_conv2d_input, np_pool, np_pool_grad,
                       np_pool_pick, np_sum_pool_grad)
 
-CASES = [  # (x shape, k shape, strides)
-    ((3, 9, 8, 3), (3, 3, 3, 5), (1, 1)),
-    ((2, 10, 9, 2), (3, 2, 2, 4), (2, 1)),  # row 9 of x is in no window
-    ((2, 11, 11, 3), (2, 3, 3, 9), (3, 2)),
+CASES = [  # (x shape, k shape, strides, dilations)
+    ((3, 9, 8, 3), (3, 3, 3, 5), (1, 1), (1, 1)),
+    ((2, 10, 9, 2), (3, 2, 2, 4), (2, 1), (1, 1)),  # row 9 of x is in no window
+    ((2, 11, 11, 3), (2, 3, 3, 9), (3, 2), (1, 1)),
+    ((2, 9, 10, 2), (2, 3, 2, 3), (1, 1), (3, 2)),  # dilated: taps 3 rows, 2 columns apart
+    ((1, 10, 9, 2), (2, 2, 2, 3), (2, 3), (2, 2)),  # dilated and strided, rows left out
 ]
 
 
-def _three(x, k, y, strides):
+def dilate(k, dil):
+    """The filters with ``dil - 1`` zero rows and columns between taps (an independent
+    reference: a dilated convolution is a plain one with these filters)."""
+    (kh, kw), (dh, dw) = k.shape[:2], dil
+    out = np.zeros(((kh - 1) * dh + 1, (kw - 1) * dw + 1) + k.shape[2:])
+    out[::dh, ::dw] = k
+    return out
+
+
+def _three(x, k, y, strides, dil=(1, 1)):
     size_x, size_k = x.shape[1:3], k.shape[:2]
-    return [ops.conv2d(x, k, strides=strides),
-            ops.conv2d_backprop_input(y, k, strides=strides, size=size_x),
-            ops.conv2d_backprop_filter(x, y, strides=strides, size=size_k)]
+    kw = {"strides": strides, "dilations": dil}
+    return [ops.conv2d(x, k, **kw),
+            ops.conv2d_backprop_input(y, k, size=size_x, **kw),
+            ops.conv2d_backprop_filter(x, y, size=size_k, **kw)]
 
 
-def _refs(x, k, y, strides):
-    return [np_conv2d(x, k, strides, [(0, 0), (0, 0)]),
-            np_conv2d_input(y, k, strides, x.shape[1:3]),
-            np_conv2d_filter(x, y, strides, k.shape[:2])]
+def _refs(x, k, y, strides, dil=(1, 1)):
+    kd = dilate(k, dil)
+    return [np_conv2d(x, kd, strides, [(0, 0), (0, 0)]),
+            np_conv2d_input(y, kd, strides, x.shape[1:3]),
+            np_conv2d_filter(x, y, strides, kd.shape[:2])[::dil[0], ::dil[1]]]
 
 
-def _sample(xs, ks, strides, seed=0):
+def _sample(xs, ks, strides, seed=0, dil=(1, 1)):
     rng = np.random.default_rng(seed)
     x, k = rng.normal(size=xs), rng.normal(size=ks)
-    y = rng.normal(size=np_conv2d(x, k, strides, [(0, 0), (0, 0)]).shape)
+    y = rng.normal(size=np_conv2d(x, dilate(k, dil), strides, [(0, 0), (0, 0)]).shape)
     return x, k, y
 
 
-@pytest.mark.parametrize("xs,ks,strides", CASES)
-def test_eager_and_loop_compiled_values_equal_the_definitions(monkeypatch, xs, ks, strides):
-    x, k, y = _sample(xs, ks, strides)
-    refs = _refs(x, k, y, strides)
-    for got, want in zip(_three(x, k, y, strides), refs):
+@pytest.mark.parametrize("xs,ks,strides,dil", CASES)
+def test_eager_and_loop_compiled_values_equal_the_definitions(monkeypatch, xs, ks, strides,
+                                                              dil):
+    x, k, y = _sample(xs, ks, strides, dil=dil)
+    refs = _refs(x, k, y, strides, dil)
+    for got, want in zip(_three(x, k, y, strides, dil), refs):
         np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
     monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
-    f = st.function(lambda a, b, c: _three(a, b, c, strides))
+    f = st.function(lambda a, b, c: _three(a, b, c, strides, dil))
     got = f(x, k, y)
     assert isinstance(f.get_concrete_function(x, k, y).plan, LoopPlan)
     for g, want in zip(got, refs):
@@ -59,7 +73,7 @@ def test_eager_and_loop_compiled_values_equal_the_definitions(monkeypatch, xs, k
 
 
 def test_the_unreached_input_row_is_exactly_zero(monkeypatch):
-    xs, ks, strides = CASES[1]
+    xs, ks, strides, _ = CASES[1]
     x, k, y = _sample(xs, ks, strides)
     monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
     f = st.function(lambda b, c: ops.conv2d_backprop_input(c, b, strides=strides,
@@ -196,6 +210,30 @@ def test_formula_of_a_small_convolution():
     assert len(xs) == 3
 
 
+def test_dilated_same_convolution_and_its_gradients_through_keras():
+    """Keras ``Conv2D(dilation_rate=2, padding="same")``: the output keeps the input's size,
+    values and both gradients equal the plain convolution with zero-dilated filters."""
+    rng = np.random.default_rng(12)
+    x0 = rng.normal(size=(2, 7, 6, 2))
+    st.random.set_seed(1)
+    layer = st.keras.layers.Conv2D(3, (3, 2), padding="same", dilation_rate=2)
+    x = st.Variable(x0)
+    with st.GradientTape() as t:
+        out = layer(x)
+        s = st.reduce_sum(st.tanh(out))
+    gx, gk = t.gradient(s, [x, layer.kernel])
+    kd = dilate(layer.kernel.numpy(), (2, 2))  # spans 5x3: pads (2, 2) and (1, 1)
+    plain = np_conv2d(x0, kd, (1, 1), [(2, 2), (1, 1)]) + layer.bias.numpy()
+    np.testing.assert_allclose(out.numpy(), plain, rtol=1e-12)
+    xv, kv = st.Variable(x0), st.Variable(kd)
+    with st.GradientTape() as t:
+        ref = st.reduce_sum(st.tanh(st.nn.conv2d(xv, kv, 1, [[0, 0], [2, 2], [1, 1], [0, 0]])
+                                    + layer.bias))
+    rx, rk = t.gradient(ref, [xv, kv])
+    np.testing.assert_allclose(gx.numpy(), rx.numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(gk.numpy(), rk.numpy()[::2, ::2], rtol=1e-12, atol=1e-14)
+
+
 def test_bad_arguments_are_named():
     x, k = np.ones((1, 4, 4, 2)), np.ones((3, 3, 2, 1))
     with pytest.raises(ShapeError, match="argument k must be HWIO"):
@@ -210,6 +248,10 @@ def test_bad_arguments_are_named():
         ops.conv2d_backprop_filter(x, np.ones((1, 2, 2, 1)), strides=(1, 1), size=(3,))
     with pytest.raises(ShapeError, match="does not fit"):
         ops.conv2d(np.ones((1, 2, 2, 2)), k, strides=(1, 1))
+    with pytest.raises(ShapeError, match=r"spanning 5x5\) does not fit"):
+        ops.conv2d(x, k, strides=(1, 1), dilations=(2, 2))
+    with pytest.raises(InvalidArgumentError, match="dilations must be positive"):
+        st.nn.conv2d(x, k, 1, "SAME", dilations=0)
 
 
 POOLS = [((2, 7, 6, 3), (2, 2), (2, 2)),  # row 6 of x is in no window

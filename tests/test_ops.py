@@ -297,6 +297,11 @@ row("conv2d", lambda x, k: st.nn.conv2d(x, k, [1, 2, 1, 1], "SAME"),
     [Arg((1, 3, 3, 2)), Arg((2, 3, 2, 1))],
     lambda x, k: np_conv2d(x, k, (2, 1), [(0, 1), (1, 1)]))
 
+row("conv2d_dilated", lambda x, k: st.nn.conv2d(x, k, 1, "SAME", dilations=[1, 2, 1, 1]),
+    [Arg((1, 4, 3, 2)), Arg((2, 2, 2, 1))],
+    lambda x, k: np_conv2d(x, np.stack([k[0], np.zeros_like(k[0]), k[1]]), (1, 1),
+                           [(1, 1), (0, 1)]))
+
 
 def np_conv2d_input(y, k, strides, size):
     """The transpose of the convolution by its definition: each output element's products
@@ -401,7 +406,7 @@ row("range", lambda: st.range(1, 7, 2), [], lambda: np.arange(1, 7, 2))
 COVERED_BY = {
     "einsum_diagonal": "einsum", "det_elimination": "det", "inv_elimination": "inv",
     "solve_elimination": "solve", "norm_fro": "norm", "norm_matrix_1": "norm",
-    "pad_reflect": "pad",
+    "pad_reflect": "pad", "conv2d_dilated": "conv2d",
 }
 
 

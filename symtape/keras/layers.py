@@ -224,7 +224,8 @@ class Conv2D(Layer):
 
     def __init__(self, filters: int, kernel_size, strides=(1, 1), padding: str = "valid",
                  activation=None, use_bias: bool = True, kernel_initializer="glorot_uniform",
-                 bias_initializer="zeros", data_format: str | None = None, **kwargs) -> None:
+                 bias_initializer="zeros", data_format: str | None = None,
+                 dilation_rate=(1, 1), **kwargs) -> None:
         super().__init__(**kwargs)
         if data_format not in (None, "channels_last"):
             raise InvalidArgumentError("st.keras.layers.Conv2D: only channels_last images")
@@ -234,6 +235,7 @@ class Conv2D(Layer):
         self.filters = int(filters)
         self.kernel_size = _pair(kernel_size, "Conv2D")
         self.strides = _pair(strides, "Conv2D")
+        self.dilation_rate = _pair(dilation_rate, "Conv2D")
         self.padding = _padding(padding, "Conv2D")
         self.activation = activations.get(activation)
         self.use_bias = bool(use_bias)
@@ -251,7 +253,8 @@ class Conv2D(Layer):
             self.bias = self.add_weight("bias", (self.filters,), self.bias_initializer)
 
     def call(self, inputs):
-        y = nn.conv2d(inputs, self.kernel, self.strides, self.padding)
+        y = nn.conv2d(inputs, self.kernel, self.strides, self.padding,
+                      dilations=self.dilation_rate)
         if self.bias is not None:
             y = y + self.bias
         return self.activation(y)

@@ -1,8 +1,9 @@
 """Convolutions: one trilinear form read three ways.
 
 For an input ``x`` (NHWC), filters ``k`` (HWIO) and an output ``y`` (NHWC) with strides
-``(sh, sw)``, the form ``T(x, k, y) = sum x[n, i*sh + p, j*sw + q, c] k[p, q, c, o]
-y[n, i, j, o]`` has three partials, each linear in the other two tensors:
+``(sh, sw)`` and dilations ``(dh, dw)``, the form ``T(x, k, y) = sum x[n, i*sh + p*dh,
+j*sw + q*dw, c] k[p, q, c, o] y[n, i, j, o]`` has three partials, each linear in the other
+two tensors:
 
 - ``conv2d(x, k)`` -> ``y``-shaped (``dT/dy``): the convolution (TensorFlow's cross-correlation,
   unpadded: padding is a ``pad`` before it);
@@ -34,13 +35,19 @@ ROLES = {"conv2d": ("x", "k", "y"), "conv2d_backprop_input": ("y", "k", "x"),
 
 class Dims:
     """The sizes of one application: ``n, h, w, c`` (input), ``kh, kw, o`` (filters),
-    ``oh, ow`` (output), ``sh, sw`` (strides)."""
+    ``oh, ow`` (output), ``sh, sw`` (strides), ``dh, dw`` (dilations: tap ``p`` reads row
+    ``p * dh`` of a window)."""
 
-    __slots__ = ("n", "h", "w", "c", "kh", "kw", "o", "oh", "ow", "sh", "sw")
+    __slots__ = ("n", "h", "w", "c", "kh", "kw", "o", "oh", "ow", "sh", "sw", "dh", "dw")
 
-    def __init__(self, **kw) -> None:
+    def __init__(self, dh: int = 1, dw: int = 1, **kw) -> None:
+        self.dh, self.dw = int(dh), int(dw)
         for k, v in kw.items():
             setattr(self, k, int(v))
+
+    def span(self) -> tuple:
+        """The height and width a window covers."""
+        return (self.kh - 1) * self.dh + 1, (self.kw - 1) * self.dw + 1
 
     def shape(self, which: str) -> tuple:
         return {"x": (self.n, self.h, self.w, self.c), "k": (self.kh, self.kw, self.c, self.o),
@@ -48,6 +55,7 @@ class Dims:
 
     def rows(self, p: int, q: int) -> tuple:
         """The slices of ``x``'s height and width that tap ``(p, q)`` of the filters reads."""
+        p, q = p * self.dh, q * self.dw
         return (slice(p, p + self.sh * (self.oh - 1) + 1, self.sh),
                 slice(q, q + self.sw * (self.ow - 1) + 1, self.sw))
 
@@ -67,6 +75,7 @@ def dims(name: str, shapes: Sequence[tuple], params: dict) -> Dims:
     """The :class:`Dims` of ``name`` applied to arguments of ``shapes``; raises ShapeError
     naming the argument when they do not fit."""
     sh, sw = _pair(params.get("strides"), name, "strides")
+    dh, dw = _pair(params.get("dilations", (1, 1)), name, "dilations")
     a_role, b_role, _ = ROLES[name]
     for role, s in ((a_role, shapes[0]), (b_role, shapes[1])):
         if len(s) != 4:
@@ -78,9 +87,11 @@ def dims(name: str, shapes: Sequence[tuple], params: dict) -> Dims:
         (n, h, w, c), (kh, kw, c2, o) = got["x"], got["k"]
         if c != c2:
             raise ShapeError(f"st.conv2d: the input has {c} channels, the filters take {c2}")
-        if h < kh or w < kw:
-            raise ShapeError(f"st.conv2d: a {kh}x{kw} filter does not fit an input of {h}x{w}")
-        oh, ow = (h - kh) // sh + 1, (w - kw) // sw + 1
+        eh, ew = (kh - 1) * dh + 1, (kw - 1) * dw + 1
+        if h < eh or w < ew:
+            raise ShapeError(f"st.conv2d: a {kh}x{kw} filter (spanning {eh}x{ew}) does not "
+                             f"fit an input of {h}x{w}")
+        oh, ow = (h - eh) // sh + 1, (w - ew) // sw + 1
     elif name == "conv2d_backprop_input":
         (n, oh, ow, o), (kh, kw, c, o2) = got["y"], got["k"]
         h, w = _pair(params.get("size"), name, "size")
@@ -91,11 +102,12 @@ def dims(name: str, shapes: Sequence[tuple], params: dict) -> Dims:
         kh, kw = _pair(params.get("size"), name, "size")
         if n != n2:
             raise ShapeError(f"st.{name}: x holds {n} images, y {n2}")
-    d = Dims(n=n, h=h, w=w, c=c, kh=kh, kw=kw, o=o, oh=oh, ow=ow, sh=sh, sw=sw)
-    if h < kh or w < kw or (h - kh) // sh + 1 != oh or (w - kw) // sw + 1 != ow:
-        raise ShapeError(f"st.{name}: a {kh}x{kw} filter with strides {(sh, sw)} over an "
-                         f"input of {h}x{w} makes an output of "
-                         f"{(h - kh) // sh + 1}x{(w - kw) // sw + 1}, not {oh}x{ow}")
+    d = Dims(n=n, h=h, w=w, c=c, kh=kh, kw=kw, o=o, oh=oh, ow=ow, sh=sh, sw=sw, dh=dh, dw=dw)
+    eh, ew = d.span()
+    if h < eh or w < ew or (h - eh) // sh + 1 != oh or (w - ew) // sw + 1 != ow:
+        raise ShapeError(f"st.{name}: a {kh}x{kw} filter with strides {(sh, sw)} and "
+                         f"dilations {(dh, dw)} over an input of {h}x{w} makes an output of "
+                         f"{(h - eh) // sh + 1}x{(w - ew) // sw + 1}, not {oh}x{ow}")
     return d
 
 
@@ -124,7 +136,8 @@ class Conv(Primitive):
 
     def prepare(self, avals, params):
         t = self.check_dtypes(avals)
-        keep = {"strides": _pair(params.get("strides"), self.name, "strides")}
+        keep = {"strides": _pair(params.get("strides"), self.name, "strides"),
+                "dilations": _pair(params.get("dilations", (1, 1)), self.name, "dilations")}
         if self.name != "conv2d":
             keep["size"] = _pair(params.get("size"), self.name, "size")
         d = dims(self.name, [a.shape for a in avals], keep)
@@ -202,10 +215,11 @@ class Conv(Primitive):
             return out.reshape(d.shape("k"))
         out = _obj(d.shape("x"))
         for n, yy, xx in np.ndindex(d.n, d.h, d.w):
-            taps = [(p, q, (yy - p) // d.sh, (xx - q) // d.sw)
+            taps = [(p, q, (yy - p * d.dh) // d.sh, (xx - q * d.dw) // d.sw)
                     for p in range(d.kh) for q in range(d.kw)
-                    if yy >= p and xx >= q and (yy - p) % d.sh == 0 and (xx - q) % d.sw == 0
-                    and (yy - p) // d.sh < d.oh and (xx - q) // d.sw < d.ow]
+                    if yy >= p * d.dh and xx >= q * d.dw and (yy - p * d.dh) % d.sh == 0
+                    and (xx - q * d.dw) % d.sw == 0 and (yy - p * d.dh) // d.sh < d.oh
+                    and (xx - q * d.dw) // d.sw < d.ow]
             for c in range(d.c):
                 xs = [a[n, i, j, o] for p, q, i, j in taps for o in range(d.o)]
                 ws = [b[p, q, c, o] for p, q, i, j in taps for o in range(d.o)]
@@ -220,7 +234,7 @@ class Conv(Primitive):
         have = {self.roles[1 - i]: args[1 - i], self.roles[2]: g}
         name = next(n for n, r in ROLES.items() if r[2] == want)
         first, second = (have[r] for r in ROLES[name][:2])
-        kw = {"strides": params["strides"]}
+        kw = {"strides": params["strides"], "dilations": params["dilations"]}
         if want != "y":
             shape = tuple(args[i].shape)
             kw["size"] = shape[1:3] if want == "x" else shape[:2]

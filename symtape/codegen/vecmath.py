@@ -19,6 +19,7 @@ functions the same way.
 from __future__ import annotations
 
 import fractions
+import functools
 import math
 import struct
 
@@ -596,10 +597,12 @@ def _trig_fast_f64(name: str) -> str:
 _FAST = {name: _trig_fast_f64(name) for name in ("sin", "cos")}
 
 
+@functools.cache
 def trig_lanes(name: str, lanes: int) -> tuple:
     """The definitions of ``@st.<name>.v<lanes>f64`` (``name`` sin or cos) over vectors of
     ``lanes`` doubles: the polynomial path on every lane, and where some lane is past
-    :data:`TRIG_LIMIT` (or inf or nan), the C library on those lanes."""
+    :data:`TRIG_LIMIT` (or inf or nan), the C library on those lanes (made once per
+    process: a kernel calls it at every sine it holds)."""
     vt = vector("double", lanes)
     fast = "\n".join(widen(line, lanes) for line in _FAST[name].split("\n"))
     decls = [widen(d, lanes) for d in DECLARATIONS if "fabs" in d or "rint" in d]

@@ -12,8 +12,8 @@ its elements in it -- and, unless it is a view of another node's location, a loo
 - sums, means, products and extrema accumulate over the reduced axes in order, and matrix
   products accumulate ``out += a * b`` over ``(i, k, j)`` with ``j`` innermost;
   convolutions and their transposes are matrix products whose rows, columns and summed
-  index run over several strided dimensions each (:meth:`_Planner.conv`); max pooling and
-  its derivative's maps are one loop over the windows (:meth:`_Planner.pool`);
+  index run over several strided dimensions each (:meth:`_Planner.conv`); a pooling and
+  its derivative's maps are one loop over the windows each (:meth:`_Planner.pool`);
 - softmax and the ops along one axis run their one-slice element view for every slice;
 - any other op, when small, runs its element view unrolled (its arguments as stand-ins).
 
@@ -39,7 +39,7 @@ from .codegen.plan import Instr, OutLayout, Plan, build_plan
 from .errors import UnboundLeafError
 from .ops.axis import AxisOp, StopGradient
 from .ops.conv import Conv, reached
-from .ops.pool import MaxPool, SumPool, sum_atoms, chain, pick_atom, spread_atoms
+from .ops.pool import MaxPool, SumPool, chain, pick_atom, spread_atoms, sum_atoms
 from .ops.elementwise import Elementwise
 from .ops.linalg import MatMul
 from .ops.reductions import Reduction

@@ -230,6 +230,18 @@ def conv2d(input, filters, strides=1, padding="VALID", data_format="NHWC", dilat
     return ops.conv2d.bind(x, k, strides=st_, dilations=dil)
 
 
+def _pooled(input, ksize, strides, padding, data_format, what: str, fill: float) -> tuple:
+    """A pooling's checked arguments: ``(x, padded x, ksize, strides, (oh, ow, pads))``
+    (padded with ``fill``)."""
+    if data_format != "NHWC":
+        raise InvalidArgumentError(f"st.nn.{what}: data_format {data_format!r}: only NHWC")
+    x = input if isinstance(input, Tensor) else constant(input)
+    size = _pair_arg(ksize, what, "ksize")
+    st_ = _pair_arg(size if strides is None else strides, what, "strides")
+    xp, oh, ow, pads = _windows(x, size, st_, padding, what, fill)
+    return x, xp, size, st_, (oh, ow, pads)
+
+
 def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=None):
     """The maximum of each window (NHWC); the gradient goes to the first maximum of a
     window, as TensorFlow's. A ``pad`` with ``-inf`` (when padding) then the table's
@@ -241,12 +253,8 @@ def max_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=
     array([[ 6.,  8.],
            [14., 16.]])
     """
-    if data_format != "NHWC":
-        raise InvalidArgumentError(f"st.nn.max_pool2d: data_format {data_format!r}: only NHWC")
-    x = input if isinstance(input, Tensor) else constant(input)
-    size = _pair_arg(ksize, "max_pool2d", "ksize")
-    st_ = _pair_arg(size if strides is None else strides, "max_pool2d", "strides")
-    xp, _, _, _ = _windows(x, size, st_, padding, "max_pool2d", -np.inf)
+    _, xp, size, st_, _ = _pooled(input, ksize, strides, padding, data_format, "max_pool2d",
+                                  -np.inf)
     return ops.max_pool2d.bind(xp, ksize=size, strides=st_)
 
 
@@ -261,12 +269,8 @@ def avg_pool2d(input, ksize, strides, padding="VALID", data_format="NHWC", name=
     array([[3. , 4.5],
            [7.5, 9. ]])
     """
-    if data_format != "NHWC":
-        raise InvalidArgumentError(f"st.nn.avg_pool2d: data_format {data_format!r}: only NHWC")
-    x = input if isinstance(input, Tensor) else constant(input)
-    size = _pair_arg(ksize, "avg_pool2d", "ksize")
-    st_ = _pair_arg(size if strides is None else strides, "avg_pool2d", "strides")
-    xp, oh, ow, pads = _windows(x, size, st_, padding, "avg_pool2d", 0.0)
+    x, xp, size, st_, (oh, ow, pads) = _pooled(input, ksize, strides, padding, data_format,
+                                               "avg_pool2d", 0.0)
     total = ops.sum_pool2d.bind(xp, ksize=size, strides=st_)
     inside = np.zeros((x.shape[1] + sum(pads[1]), x.shape[2] + sum(pads[2])))
     inside[pads[1][0]:pads[1][0] + x.shape[1], pads[2][0]:pads[2][0] + x.shape[2]] = 1.0

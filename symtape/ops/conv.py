@@ -60,7 +60,13 @@ class Dims:
                 slice(q, q + self.sw * (self.ow - 1) + 1, self.sw))
 
 
-def _pair(value, what: str, name: str) -> tuple:
+def positive_pair(value, what: str, name: str) -> tuple:
+    """Two positive ints from ``value`` (a parameter ``name`` of ``st.<what>``); raises
+    InvalidArgumentError naming it otherwise.
+
+    >>> positive_pair([2, 1], "conv2d", "strides")
+    (2, 1)
+    """
     try:
         v = tuple(int(s) for s in value)
     except (TypeError, ValueError):
@@ -74,8 +80,8 @@ def _pair(value, what: str, name: str) -> tuple:
 def dims(name: str, shapes: Sequence[tuple], params: dict) -> Dims:
     """The :class:`Dims` of ``name`` applied to arguments of ``shapes``; raises ShapeError
     naming the argument when they do not fit."""
-    sh, sw = _pair(params.get("strides"), name, "strides")
-    dh, dw = _pair(params.get("dilations", (1, 1)), name, "dilations")
+    sh, sw = positive_pair(params.get("strides"), name, "strides")
+    dh, dw = positive_pair(params.get("dilations", (1, 1)), name, "dilations")
     a_role, b_role, _ = ROLES[name]
     for role, s in ((a_role, shapes[0]), (b_role, shapes[1])):
         if len(s) != 4:
@@ -94,12 +100,12 @@ def dims(name: str, shapes: Sequence[tuple], params: dict) -> Dims:
         oh, ow = (h - eh) // sh + 1, (w - ew) // sw + 1
     elif name == "conv2d_backprop_input":
         (n, oh, ow, o), (kh, kw, c, o2) = got["y"], got["k"]
-        h, w = _pair(params.get("size"), name, "size")
+        h, w = positive_pair(params.get("size"), name, "size")
         if o != o2:
             raise ShapeError(f"st.{name}: y has {o} channels, the filters make {o2}")
     else:
         (n, h, w, c), (n2, oh, ow, o) = got["x"], got["y"]
-        kh, kw = _pair(params.get("size"), name, "size")
+        kh, kw = positive_pair(params.get("size"), name, "size")
         if n != n2:
             raise ShapeError(f"st.{name}: x holds {n} images, y {n2}")
     d = Dims(n=n, h=h, w=w, c=c, kh=kh, kw=kw, o=o, oh=oh, ow=ow, sh=sh, sw=sw, dh=dh, dw=dw)
@@ -136,10 +142,10 @@ class Conv(Primitive):
 
     def prepare(self, avals, params):
         t = self.check_dtypes(avals)
-        keep = {"strides": _pair(params.get("strides"), self.name, "strides"),
-                "dilations": _pair(params.get("dilations", (1, 1)), self.name, "dilations")}
+        keep = {name: positive_pair(params.get(name, default), self.name, name)
+                for name, default in (("strides", None), ("dilations", (1, 1)))}
         if self.name != "conv2d":
-            keep["size"] = _pair(params.get("size"), self.name, "size")
+            keep["size"] = positive_pair(params.get("size"), self.name, "size")
         d = dims(self.name, [a.shape for a in avals], keep)
         return Aval(d.shape(self.roles[2]), t), keep
 

@@ -29,8 +29,8 @@ import numpy as np
 import sympy as sp
 
 from .. import graph as G
-from ..errors import InvalidArgumentError, ShapeError
-from .conv import Dims, reached, windows
+from ..errors import ShapeError
+from .conv import Dims, positive_pair, reached, windows
 from .core import (GS, Aval, Primitive, W, X, Y, Zero, _fmt, _irregular_anywhere, _obj,
                    _register, spread, union)
 from .elementwise import maximum
@@ -43,22 +43,11 @@ _TAKE = G.compile_template(sp.Piecewise((0, X >= Y), (GS, True)), (GS, X, Y))
 _STEP = G.compile_template(sp.Piecewise((X, Y >= W), (GS, True)), (X, Y, W, GS))
 
 
-def _pair(value, name: str, what: str) -> tuple:
-    try:
-        v = tuple(int(s) for s in value)
-    except (TypeError, ValueError):
-        v = ()
-    if len(v) != 2 or min(v) < 1:
-        raise InvalidArgumentError(f"st.{name}: {what} must be two positive ints, got "
-                                   f"{value!r}")
-    return v
-
-
 def pool_dims(name: str, shape: tuple, params: dict) -> Dims:
     """The :class:`~symtape.ops.conv.Dims` of pooling an input of ``shape`` (``o`` is
     ``c``)."""
-    kh, kw = _pair(params.get("ksize"), name, "ksize")
-    sh, sw = _pair(params.get("strides"), name, "strides")
+    kh, kw = positive_pair(params.get("ksize"), name, "ksize")
+    sh, sw = positive_pair(params.get("strides"), name, "strides")
     if len(shape) != 4:
         raise ShapeError(f"st.{name}: argument x must be NHWC (rank 4), got shape "
                          f"{_fmt(shape)}")
@@ -133,8 +122,8 @@ class MaxPool(Primitive):
 
     def prepare(self, avals, params):
         t = self.check_dtypes(avals)
-        keep = {"ksize": _pair(params.get("ksize"), self.name, "ksize"),
-                "strides": _pair(params.get("strides"), self.name, "strides")}
+        keep = {"ksize": positive_pair(params.get("ksize"), self.name, "ksize"),
+                "strides": positive_pair(params.get("strides"), self.name, "strides")}
         d = pool_dims(self.name, avals[0].shape, keep)
         pooled = (d.n, d.oh, d.ow, d.c)
         if self.name != "max_pool2d":
@@ -260,11 +249,11 @@ class SumPool(Primitive):
 
     def prepare(self, avals, params):
         t = self.check_dtypes(avals)
-        keep = {"ksize": _pair(params.get("ksize"), self.name, "ksize"),
-                "strides": _pair(params.get("strides"), self.name, "strides")}
+        keep = {"ksize": positive_pair(params.get("ksize"), self.name, "ksize"),
+                "strides": positive_pair(params.get("strides"), self.name, "strides")}
         shape = tuple(avals[0].shape)
         if self.name == "sum_pool2d_grad":
-            keep["size"] = _pair(params.get("size"), self.name, "size")
+            keep["size"] = positive_pair(params.get("size"), self.name, "size")
             if len(shape) != 4:
                 raise ShapeError(f"st.{self.name}: argument g must be NHWC (rank 4), got "
                                  f"shape {_fmt(shape)}")

@@ -310,6 +310,10 @@ def test_ties_and_nan_pick_the_same_tap_everywhere(monkeypatch):
         v = st.Variable(x)
         y = st.nn.max_pool2d(v, 2, 2, "VALID")
     np.testing.assert_array_equal(t.gradient(y, v, output_gradients=g).numpy(), want)
+    pooled = [y.numpy(), st.compile(ops.max_pool2d(xs, **kw), [xs])(x), st.function(
+        lambda a: ops.max_pool2d(a, **kw))(x).numpy()]
+    for p in pooled:  # the maximum of the window with a NaN is NaN everywhere
+        np.testing.assert_array_equal(p.reshape(-1), [1.0, np.nan])
 
 
 def test_pooling_second_derivative_against_differences():

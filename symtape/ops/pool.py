@@ -148,9 +148,9 @@ class MaxPool(Primitive):
     def numeric(self, values, params):
         x = np.asarray(values[0])
         d = self.dims(x.shape, params)
-        tap, m = taken(windows(x, d))
-        if self.name == "max_pool2d":
-            return m
+        if self.name == "max_pool2d":  # the chain's maximum (NaN spreads as through maximum)
+            return np.max(windows(x, d), axis=3)
+        tap, _ = taken(windows(x, d))
         other = np.asarray(values[1])
         if self.name == "max_pool2d_pick":
             return np.take_along_axis(windows(other, d), tap[:, :, :, None], axis=3)[:, :, :, 0]

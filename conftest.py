@@ -1,5 +1,5 @@
 """Test session set-up: compiled-code caches go to a private temporary directory; tests marked
-``slow`` (the heaviest fifteen, listed in SLOW, about two thirds of the time) run only with
+``slow`` (the heaviest seventeen, listed in SLOW, about two thirds of the time) run only with
 ``--slow`` -- CI's command, ``python -m pytest --slow`` -- so ``python -m pytest`` alone is the
 quick run; tests marked ``long`` run only with ``--long``."""
 
@@ -29,6 +29,8 @@ SLOW = {
     "test_an_argument_that_cannot_be_read_through_the_scatter_is_computed_apart",
     "tests/test_taylor.py::test_directional_derivatives_match_sympy",
     "tests/test_ops.py::test_batched_jacobians_match_row_by_row",
+    "tests/test_conv.py::test_hessians_through_convolution_and_pooling",
+    "tests/test_function.py::test_function_runs_the_linear_regression_seed_compiled",
 }
 
 

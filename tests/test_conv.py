@@ -57,19 +57,27 @@ def _sample(xs, ks, strides, seed=0, dil=(1, 1)):
     return x, k, y
 
 
+def _eager_and_looped(monkeypatch, fn, args, refs, rtol, atol) -> list:
+    """``fn(*args)`` eager and compiled as a loop plan, each output against ``refs``; the
+    loop plan's outputs."""
+    for got, want in zip(fn(*args), refs):
+        np.testing.assert_allclose(got.numpy(), want, rtol=rtol, atol=atol)
+    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    f = st.function(fn)
+    got = f(*args)
+    assert isinstance(f.get_concrete_function(*args).plan, LoopPlan)
+    for g, want in zip(got, refs):
+        np.testing.assert_allclose(g.numpy(), want, rtol=rtol, atol=atol)
+    return got
+
+
 @pytest.mark.parametrize("xs,ks,strides,dil", CASES)
 def test_eager_and_loop_compiled_values_equal_the_definitions(monkeypatch, xs, ks, strides,
                                                               dil):
     x, k, y = _sample(xs, ks, strides, dil=dil)
     refs = _refs(x, k, y, strides, dil)
-    for got, want in zip(_three(x, k, y, strides, dil), refs):
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-12, atol=1e-12)
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
-    f = st.function(lambda a, b, c: _three(a, b, c, strides, dil))
-    got = f(x, k, y)
-    assert isinstance(f.get_concrete_function(x, k, y).plan, LoopPlan)
-    for g, want in zip(got, refs):
-        np.testing.assert_allclose(g.numpy(), want, rtol=1e-12, atol=1e-12)
+    _eager_and_looped(monkeypatch, lambda a, b, c: _three(a, b, c, strides, dil), (x, k, y),
+                      refs, 1e-12, 1e-12)
 
 
 def test_the_unreached_input_row_is_exactly_zero(monkeypatch):
@@ -274,14 +282,8 @@ def test_pooling_eager_and_loop_values_equal_the_definitions(monkeypatch, xs, si
     refs = [want_max, np_pool_grad(x, g, size, strides), np_pool_pick(x, h, size, strides),
             np_pool(x, size, strides, [(0, 0), (0, 0)], np.sum, 0.0),
             np_sum_pool_grad(g, size, strides, xs[1:3])]
-    for got, want in zip(_pools(x, g, h, size, strides), refs):
-        np.testing.assert_allclose(got.numpy(), want, rtol=1e-14, atol=1e-15)
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
-    f = st.function(lambda a, b, c: _pools(a, b, c, size, strides))
-    got = f(x, g, h)
-    assert isinstance(f.get_concrete_function(x, g, h).plan, LoopPlan)
-    for a, want in zip(got, refs):
-        np.testing.assert_allclose(a.numpy(), want, rtol=1e-14, atol=1e-15)
+    got = _eager_and_looped(monkeypatch, lambda a, b, c: _pools(a, b, c, size, strides),
+                            (x, g, h), refs, 1e-14, 1e-15)
     if strides == (2, 2):  # row 6 is in no window: exact (positive) zeros
         for grad in (got[1], got[4]):
             assert (grad.numpy()[:, 6] == 0).all() and not np.signbit(grad.numpy()[:, 6]).any()

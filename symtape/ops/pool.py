@@ -58,6 +58,29 @@ def pool_dims(name: str, shape: tuple, params: dict) -> Dims:
                 ow=(w - kw) // sw + 1, sh=sh, sw=sw)
 
 
+def added_to_taps(value, d: Dims, dtype) -> np.ndarray:
+    """``x``-shaped: ``value(k)`` (pool-shaped, what each window gives its tap ``k``) added
+    at the taps, windows in order (so a place's terms come in its definition's order), from
+    -0.0; places no window covers are 0."""
+    out = np.full(d.shape("x"), -0.0, dtype=dtype)
+    for k in range(d.kh * d.kw - 1, -1, -1):  # windows in order: their taps backwards
+        p, q = divmod(k, d.kw)
+        out[(slice(None),) + d.rows(p, q)] += value(k)
+    out[:, ~reached(d), :] = 0.0
+    return out
+
+
+def covering(deps: np.ndarray, d: Dims) -> np.ndarray:
+    """``x``-shaped dependencies: at each place, the union of the pool-shaped ``deps`` of the
+    windows covering it."""
+    out = np.zeros(d.shape("x"), dtype=object)
+    for p in range(d.kh):
+        for q in range(d.kw):
+            at = (slice(None),) + d.rows(p, q)
+            out[at] = np.bitwise_or(out[at], deps)
+    return out
+
+
 def taken(xw: np.ndarray) -> tuple:
     """``(tap, maximum)`` of windows ``(n, oh, ow, taps, c)`` (floats): the tap each
     window's maximum comes from, by ``maximum``'s rule, and the maximum."""
@@ -154,12 +177,7 @@ class MaxPool(Primitive):
         other = np.asarray(values[1])
         if self.name == "max_pool2d_pick":
             return np.take_along_axis(windows(other, d), tap[:, :, :, None], axis=3)[:, :, :, 0]
-        out = np.full(x.shape, -0.0, dtype=other.dtype)
-        for k in range(d.kh * d.kw - 1, -1, -1):  # windows in order: their taps backwards
-            p, q = divmod(k, d.kw)
-            out[(slice(None),) + d.rows(p, q)] += np.where(tap == k, other, 0.0)
-        out[:, ~reached(d), :] = 0.0
-        return out
+        return added_to_taps(lambda k: np.where(tap == k, other, 0.0), d, other.dtype)
 
     def build(self, atoms, params):
         x = atoms[0]
@@ -227,13 +245,7 @@ class MaxPool(Primitive):
         other = deps[1]
         if self.name == "max_pool2d_pick":
             return np.bitwise_or(xs, union([windows(other, d)], axis=3)).astype(object)
-        both = np.bitwise_or(xs, other)
-        out = np.zeros(d.shape("x"), dtype=object)
-        for p in range(d.kh):
-            for q in range(d.kw):
-                at = (slice(None),) + d.rows(p, q)
-                out[at] = np.bitwise_or(out[at], both)
-        return out
+        return covering(np.bitwise_or(xs, other), d)
 
 
 max_pool2d = _register(MaxPool("max_pool2d"))
@@ -287,12 +299,7 @@ class SumPool(Primitive):
             for k in range(1, xw.shape[3]):  # taps in order
                 out = out + xw[:, :, :, k]
             return out
-        out = np.full(d.shape("x"), -0.0, dtype=a.dtype)
-        for k in range(d.kh * d.kw - 1, -1, -1):  # windows in order: their taps backwards
-            p, q = divmod(k, d.kw)
-            out[(slice(None),) + d.rows(p, q)] += a
-        out[:, ~reached(d), :] = 0.0
-        return out
+        return added_to_taps(lambda k: a, d, a.dtype)
 
     def build(self, atoms, params):
         a = atoms[0]
@@ -328,12 +335,7 @@ class SumPool(Primitive):
         d = self.dims(a.shape, params)
         if self.name == "sum_pool2d":
             return union([windows(a, d)], axis=3)
-        out = np.zeros(d.shape("x"), dtype=object)
-        for p in range(d.kh):
-            for q in range(d.kw):
-                at = (slice(None),) + d.rows(p, q)
-                out[at] = np.bitwise_or(out[at], a)
-        return out
+        return covering(a, d)
 
 
 sum_pool2d = _register(SumPool("sum_pool2d"))

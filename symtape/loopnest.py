@@ -39,7 +39,7 @@ from .codegen.plan import Instr, OutLayout, Plan, build_plan
 from .errors import UnboundLeafError
 from .ops.axis import AxisOp, StopGradient
 from .ops.conv import Conv, reached
-from .ops.pool import MaxPool, SumPool, chain, pick_atom, spread_atoms, sum_atoms
+from .ops.pool import Pooling, chain, pick_atom, spread_atoms, sum_atoms
 from .ops.elementwise import Elementwise
 from .ops.linalg import MatMul
 from .ops.reductions import Reduction
@@ -775,7 +775,7 @@ class _Planner:
             return self.matmul(node)
         if isinstance(prim, Conv):
             return self.conv(node)
-        if isinstance(prim, (MaxPool, SumPool)):
+        if isinstance(prim, Pooling):
             return self.pool(node)
         if isinstance(prim, AxisOp):
             return self.along_axis(node)

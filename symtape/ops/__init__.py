@@ -112,6 +112,7 @@ from .elementwise import (  # noqa: F401
 from .conv import Conv, conv2d, conv2d_backprop_filter, conv2d_backprop_input  # noqa: F401
 from .pool import (  # noqa: F401
     MaxPool,
+    Pooling,
     SumPool,
     max_pool2d,
     max_pool2d_grad,

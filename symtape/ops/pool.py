@@ -135,8 +135,38 @@ def sum_atoms(atoms: list):
     return G.lincomb(terms, const)
 
 
-class MaxPool(Primitive):
-    """One of the three pooling ops (see the module's docstring)."""
+class Pooling(Primitive):
+    """What the pooling ops share: the forward op (``forward``, a window's maximum or sum)
+    of regular floats is regular, their other ops (derivative maps) are not; every element is
+    settled where an argument holds a constant or a repeated atom; batches merge into the
+    images axis."""
+
+    forward = ""
+
+    def structure(self, args, params, shape):
+        x = args[0]
+        regular = self.name == self.forward and x.regular and x.dtype.kind == "f"
+        return regular and not x.constant, None, None
+
+    unsettled = _irregular_anywhere
+
+    def batch(self, args, batched, params, shape):
+        """Every argument with the batch in front (shared ones repeated), merged into the
+        images axis."""
+        nb = next(int(a.shape[0]) for a, b in zip(args, batched) if b)
+        merged = []
+        for a, b in zip(args, batched):
+            full = spread(a, b, nb)
+            merged.append(reshape.bind(full, shape=(nb * int(full.shape[1]),)
+                                       + tuple(full.shape[2:])))
+        out = self.bind(*merged, **params)
+        return reshape.bind(out, shape=(nb,) + tuple(shape))
+
+
+class MaxPool(Pooling):
+    """One of the three max-pooling ops (see the module's docstring)."""
+
+    forward = "max_pool2d"
 
     def __init__(self, name: str) -> None:
         nargs = 1 if name == "max_pool2d" else 2
@@ -159,13 +189,6 @@ class MaxPool(Primitive):
 
     def dims(self, shape, params) -> Dims:
         return pool_dims(self.name, shape, params)
-
-    def structure(self, args, params, shape):
-        x = args[0]
-        regular = self.name == "max_pool2d" and x.regular and x.dtype.kind == "f"
-        return regular and not x.constant, None, None
-
-    unsettled = _irregular_anywhere
 
     # -- values ----------------------------------------------------------------------------
     def numeric(self, values, params):
@@ -223,17 +246,6 @@ class MaxPool(Primitive):
         return partner.bind(x, g, **params)
 
     # -- batching --------------------------------------------------------------------------
-    def batch(self, args, batched, params, shape):
-        """Every argument with the batch in front (shared ones repeated), merged into the
-        images axis."""
-        nb = next(int(a.shape[0]) for a, b in zip(args, batched) if b)
-        merged = []
-        for a, b in zip(args, batched):
-            full = spread(a, b, nb)
-            merged.append(reshape.bind(full, shape=(nb * int(full.shape[1]),)
-                                       + tuple(full.shape[2:])))
-        out = self.bind(*merged, **params)
-        return reshape.bind(out, shape=(nb,) + tuple(shape))
 
     # -- sparsity --------------------------------------------------------------------------
     def dependencies(self, deps, params, shape):
@@ -253,8 +265,10 @@ max_pool2d_grad = _register(MaxPool("max_pool2d_grad"))
 max_pool2d_pick = _register(MaxPool("max_pool2d_pick"))
 
 
-class SumPool(Primitive):
+class SumPool(Pooling):
     """``sum_pool2d`` or its transpose ``sum_pool2d_grad`` (see the module's docstring)."""
+
+    forward = "sum_pool2d"
 
     def __init__(self, name: str) -> None:
         super().__init__(name, ("T",), "fi", rules=(self._rule,))
@@ -282,13 +296,6 @@ class SumPool(Primitive):
         if self.name == "sum_pool2d_grad":
             shape = (shape[0],) + tuple(params["size"]) + (shape[3],)
         return pool_dims(self.name, shape, params)
-
-    def structure(self, args, params, shape):
-        (x,) = args
-        regular = self.name == "sum_pool2d" and x.regular and x.dtype.kind == "f"
-        return regular and not x.constant, None, None
-
-    unsettled = _irregular_anywhere
 
     def numeric(self, values, params):
         a = np.asarray(values[0])
@@ -327,8 +334,6 @@ class SumPool(Primitive):
         if self.name == "sum_pool2d":
             return sum_pool2d_grad.bind(g, size=tuple(a.shape[1:3]), **params)
         return sum_pool2d.bind(g, ksize=params["ksize"], strides=params["strides"])
-
-    batch = MaxPool.batch
 
     def dependencies(self, deps, params, shape):
         (a,) = deps

@@ -13,11 +13,13 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import functions as F
-from . import graph as G
 from . import nest, ops, recording
 from .errors import InvalidArgumentError, NonDifferentiableError, ShapeError
 from .tensor import Tensor, convert_to_tensor, view
+from .lazy import LazyModule
+
+F = LazyModule("F", globals(), "symtape.functions")
+G = LazyModule("G", globals(), "symtape.graph")
 
 __all__ = ["stop_gradient", "custom_gradient", "register_gradient", "define_function",
            "get_function", "RegisterGradient", "call_with_rule"]

@@ -16,7 +16,8 @@ import sympy as sp
 from sympy.logic.boolalg import BooleanAtom
 
 from .graph import Leaf, Node, const_value, is_const, leaves, reachable
-from .numeric import HEADS, ieee_pow, pow_plan, power_const, split_quotient
+from .heads import NUMPY as HEADS
+from .numeric import ieee_pow, pow_plan, power_const, split_quotient
 
 __all__ = ["HEADS", "ieee_pow", "pow_plan", "power_const", "evaluate_atoms", "program",
            "evaluate_from"]

@@ -19,9 +19,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import graph as G
 from . import batching, nest, ops, recording, sparsity
-from . import taylor_mode as taylor
 from . import loopnest
 from . import nodes as N
 from .codegen import CompiledFunction, TensorSpec, c99, compile_atoms, compile_plan
@@ -30,6 +28,10 @@ from .tape import GradientTape, UnconnectedGradients
 from .ops.binder import adopt, constant
 from .random import Draw
 from .tensor import Tensor, symbol
+from .lazy import LazyModule
+
+G = LazyModule("G", globals(), "symtape.graph")
+taylor = LazyModule("taylor", globals(), "symtape.taylor_mode")
 
 __all__ = ["compile", "function", "Function", "grad", "jacobian", "hessian", "derivative",
            "TensorSpec", "SparseResult", "SparseFunction", "export_c"]

@@ -30,7 +30,8 @@ from sympy.core.expr import Expr
 from sympy.core.numbers import Float, Integer, Number, Rational
 from sympy.logic.boolalg import BooleanAtom
 
-from .numeric import HEADS, ieee_pow
+from .heads import NUMPY as HEADS
+from .numeric import ieee_pow
 
 S = sp.S
 ZERO = S.Zero

@@ -11,7 +11,6 @@ stanza plus, when its template brings a new SymPy head, one record here.
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +18,8 @@ import numpy as np
 import sympy as sp
 
 from . import functions as F
+from .numeric import erf as _erf
+from .numeric import ieee_pow
 
 __all__ = ["Head", "RECORDS", "HEADS", "NUMPY", "record", "ieee_pow"]
 
@@ -58,15 +59,6 @@ def _heaviside(x, h0=0.5):
     return np.where(x > 0, 1.0, np.where(x < 0, 0.0, h0)).astype(dtype)
 
 
-_erf_vec = np.vectorize(math.erf, otypes=[np.float64])
-
-
-def _erf(x):
-    x = np.asarray(x)
-    out = _erf_vec(x) if x.size else np.zeros(x.shape)
-    return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
-
-
 def _mod(x, y):
     with np.errstate(all="ignore"):
         return np.mod(x, y)
@@ -74,27 +66,6 @@ def _mod(x, y):
 
 def _round_f32(x):
     return np.asarray(x).astype(np.float32).astype(np.result_type(x, np.float32))
-
-
-def ieee_pow(x, e):
-    """``x ** e`` as IEEE 754 and C's ``pow`` (hence compiled code) compute it.
-
-    numpy's power takes a square root for an exponent of 0.5, which differs from ``pow`` at
-    two points: ``pow(-inf, 0.5) = inf`` and ``pow(-0.0, 0.5) = +0.0``.
-
-    >>> ieee_pow(np.array([-np.inf, -0.0, 4.0]), 0.5)
-    array([inf,  0.,  2.])
-    """
-    with np.errstate(all="ignore"):
-        out = np.asarray(np.power(x, e))
-        if out.dtype.kind != "f":
-            return out
-        half = np.asarray(e) == 0.5
-        if half.any():
-            base = np.asarray(x)
-            out = np.where(half & (base == -np.inf), out.dtype.type(np.inf), out)
-            out = np.where(half & (base == 0), out.dtype.type(0), out)
-        return out
 
 
 # --------------------------------------------------------------------------------------------

@@ -16,11 +16,13 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-import sympy as sp
 
 from . import math as M
 from .errors import InvalidArgumentError
 from .tensor import Tensor, convert_to_tensor
+from .lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
 
 __all__ = ["from_sympy"]
 
@@ -28,18 +30,25 @@ __all__ = ["from_sympy"]
 def _tensor(x):
     return x if isinstance(x, Tensor) else convert_to_tensor(np.float64(x))
 
-_UNARY = {
-    sp.exp: M.exp, sp.log: M.log, sp.sin: M.sin, sp.cos: M.cos, sp.tan: M.tan,
-    sp.asin: M.asin, sp.acos: M.acos, sp.atan: M.atan, sp.sinh: M.sinh, sp.cosh: M.cosh,
-    sp.tanh: M.tanh, sp.asinh: M.asinh, sp.acosh: M.acosh, sp.atanh: M.atanh,
-    sp.erf: M.erf, sp.Abs: M.abs, sp.sign: M.sign, sp.floor: M.floor, sp.ceiling: M.ceil,
-    sp.cot: lambda x: 1.0 / M.tan(x), sp.sec: lambda x: 1.0 / M.cos(x),
-    sp.csc: lambda x: 1.0 / M.sin(x),
-}
-_RELATIONS = {
-    sp.StrictLessThan: M.less, sp.LessThan: M.less_equal, sp.StrictGreaterThan: M.greater,
-    sp.GreaterThan: M.greater_equal, sp.Equality: M.equal, sp.Unequality: M.not_equal,
-}
+
+
+@functools.cache
+def _heads() -> tuple:
+    """``(unary, relations)``: the SymPy functions and relations symtape computes, each with
+    its ``st`` function."""
+    unary = {
+        sp.exp: M.exp, sp.log: M.log, sp.sin: M.sin, sp.cos: M.cos, sp.tan: M.tan,
+        sp.asin: M.asin, sp.acos: M.acos, sp.atan: M.atan, sp.sinh: M.sinh, sp.cosh: M.cosh,
+        sp.tanh: M.tanh, sp.asinh: M.asinh, sp.acosh: M.acosh, sp.atanh: M.atanh,
+        sp.erf: M.erf, sp.Abs: M.abs, sp.sign: M.sign, sp.floor: M.floor, sp.ceiling: M.ceil,
+        sp.cot: lambda x: 1.0 / M.tan(x), sp.sec: lambda x: 1.0 / M.cos(x),
+        sp.csc: lambda x: 1.0 / M.sin(x),
+    }
+    relations = {
+        sp.StrictLessThan: M.less, sp.LessThan: M.less_equal, sp.StrictGreaterThan: M.greater,
+        sp.GreaterThan: M.greater_equal, sp.Equality: M.equal, sp.Unequality: M.not_equal,
+    }
+    return unary, relations
 
 
 def from_sympy(expr, symbols: dict) -> Tensor:
@@ -145,15 +154,16 @@ class _Translator:
         if isinstance(e, sp.Piecewise):
             return self.piecewise(list(e.args))
         args = [_tensor(a) for a in args]
-        if e.func in _UNARY and len(args) == 1:
-            return _UNARY[e.func](args[0])
+        unary, relations = _heads()
+        if e.func in unary and len(args) == 1:
+            return unary[e.func](args[0])
         if isinstance(e, sp.atan2):
             return M.atan2(*args)
         if isinstance(e, (sp.Max, sp.Min)):
             pick = M.maximum if isinstance(e, sp.Max) else M.minimum
             return functools.reduce(pick, args)
-        if type(e) in _RELATIONS:
-            return _RELATIONS[type(e)](*args)
+        if type(e) in relations:
+            return relations[type(e)](*args)
         if isinstance(e, sp.And):
             return functools.reduce(M.logical_and, args)
         if isinstance(e, sp.Or):

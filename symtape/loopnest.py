@@ -30,9 +30,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
-import sympy as sp
 
-from . import graph as G
 from . import nodes as N
 from .codegen.loops import POINT_ALIGN, Access, Block, Buffer, LoopPlan, layouts
 from .codegen.plan import Instr, OutLayout, Plan, build_plan
@@ -44,6 +42,10 @@ from .ops.elementwise import Elementwise
 from .ops.linalg import MatMul
 from .ops.reductions import Reduction
 from .ops.structural import GatherFlat, ScatterAdd, Structural
+from .lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+G = LazyModule("G", globals(), "symtape.graph")
 
 __all__ = ["LOOP_MIN_ATOMS", "UNROLL_LIMIT", "FOLD_PROBE_ATOMS", "worth_looping",
            "plan_loops", "element_estimate", "TOTAL_OF"]
@@ -1601,7 +1603,7 @@ def _mean(acc, x, n):
 TOTAL_OF = {"reduce_sum": "sum", "reduce_mean": "sum", "reduce_max": "max",
             "reduce_min": "min"}
 _COMBINE = {
-    "sum": G.add,
+    "sum": lambda acc, x: G.add(acc, x),
     "max": lambda acc, x: G.call(sp.Max, acc, x),
     "min": lambda acc, x: G.call(sp.Min, acc, x),
 }

@@ -8,13 +8,15 @@ import string
 from collections.abc import Sequence
 
 import numpy as np
-import sympy as sp
 
 from . import ops
 from .errors import DTypeError, InvalidArgumentError, ShapeError
 from .ops.binder import _truediv
 from .tensor import Tensor, constant, convert_to_tensor
 from .tensor import shape_arg as _shape_arg
+from .lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
 
 __all__ = [
     "identity", "cast", "add", "subtract", "multiply", "divide", "truediv", "pow", "square",

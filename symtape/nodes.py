@@ -27,9 +27,11 @@ import math
 import weakref
 
 import numpy as np
-import sympy as sp
 
-from . import graph as G
+from .lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+G = LazyModule("G", globals(), "symtape.graph")
 
 __all__ = ["Node", "leaf", "const", "lazy", "apply", "params_key", "ancestry",
            "ELEMENT_LIMIT"]

@@ -1,5 +1,5 @@
-"""Numeric conventions of SymPy heads: power plans, quotients and IEEE ``pow``; the numpy
-evaluation of each head is its record in ``heads.py`` (:data:`HEADS` here maps them).
+"""Numeric conventions of SymPy heads: power plans, quotients, IEEE ``pow`` and ``erf``; the
+numpy evaluation of each head is its record in ``heads.py`` (``heads.NUMPY`` maps them).
 
 Conventions (the lowering follows them too): integer powers are products by repeated
 squaring, ``x**-k`` is ``1/x**k``, ``x**(1/2)`` a square root; ``Max``/``Min`` propagate nan;
@@ -9,12 +9,15 @@ comparisons with nan are false; ``Mod`` is the floored modulo; ``Heaviside(x, h0
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
-import sympy as sp
 
-from .heads import NUMPY, ieee_pow
+from .lazy import LazyModule
 
-__all__ = ["HEADS", "pow_plan", "power_const", "split_quotient", "ieee_pow", "quiet"]
+sp = LazyModule("sp", globals(), "sympy")
+
+__all__ = ["pow_plan", "power_const", "split_quotient", "ieee_pow", "erf", "quiet"]
 
 
 try:  # numpy's floating-point error state is this context variable (what np.errstate sets)
@@ -109,8 +112,35 @@ def power_const(x, exponent, power=None):
         return (power or ieee_pow)(x, plan[1])
 
 
-#: ``SymPy head -> numpy evaluation`` (the records of ``heads.py``).
-HEADS: dict = NUMPY
+def ieee_pow(x, e):
+    """``x ** e`` as IEEE 754 and C's ``pow`` (hence compiled code) compute it.
+
+    numpy's power takes a square root for an exponent of 0.5, which differs from ``pow`` at
+    two points: ``pow(-inf, 0.5) = inf`` and ``pow(-0.0, 0.5) = +0.0``.
+
+    >>> ieee_pow(np.array([-np.inf, -0.0, 4.0]), 0.5)
+    array([inf,  0.,  2.])
+    """
+    with np.errstate(all="ignore"):
+        out = np.asarray(np.power(x, e))
+        if out.dtype.kind != "f":
+            return out
+        half = np.asarray(e) == 0.5
+        if half.any():
+            base = np.asarray(x)
+            out = np.where(half & (base == -np.inf), out.dtype.type(np.inf), out)
+            out = np.where(half & (base == 0), out.dtype.type(0), out)
+        return out
+
+
+_erf_vec = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def erf(x):
+    """The error function elementwise (``math.erf``; float results)."""
+    x = np.asarray(x)
+    out = _erf_vec(x) if x.size else np.zeros(x.shape)
+    return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
 
 
 def split_quotient(args) -> tuple[list, list]:

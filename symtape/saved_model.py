@@ -22,12 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import sympy as sp
-from sympy.logic.boolalg import BooleanAtom
 
-from . import dataio, nest, ops, recording
-from . import functions as F
-from . import graph as G
+from . import nest, ops, recording
 from .codegen.cache import atomic_write
 from .custom import _Rule, call_with_rule
 from .errors import (
@@ -38,6 +34,12 @@ from .errors import (
 )
 from .function import Function, TensorSpec
 from .tensor import Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol
+from .lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+dataio = LazyModule("dataio", globals(), "symtape.dataio")
+F = LazyModule("F", globals(), "symtape.functions")
+G = LazyModule("G", globals(), "symtape.graph")
 
 __all__ = ["SaveOptions", "save", "load"]
 
@@ -422,7 +424,8 @@ class _Checker:
 
     def constant_atom(self, node, where: str):
         atom = dataio.decode_expr(node, f"{self.path}: {where}")
-        if not (isinstance(atom, BooleanAtom) or atom.is_number) or atom.free_symbols:
+        boolean = isinstance(atom, sp.logic.boolalg.BooleanAtom)
+        if not (boolean or atom.is_number) or atom.free_symbols:
             self.fail(where, f"{str(atom)[:40]} is not a constant")
         return atom
 

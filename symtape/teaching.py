@@ -19,14 +19,16 @@ from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
-import sympy as sp
 
-from . import graph as G
-from . import taylor_mode as T
 from .codegen import compile_atoms
 from .errors import InvalidArgumentError, NonDifferentiableError
 from .function import _result, _traced
 from .tensor import Tensor, symbol
+from .lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+G = LazyModule("G", globals(), "symtape.graph")
+T = LazyModule("T", globals(), "symtape.taylor_mode")
 
 __all__ = ["taylor", "TaylorSeries", "plot"]
 

@@ -12,9 +12,7 @@ import itertools
 import threading
 
 import numpy as np
-import sympy as sp
 
-from . import graph as G
 from . import nodes as N
 from . import ops, recording
 from .errors import DTypeError, InvalidArgumentError, ShapeError
@@ -33,6 +31,10 @@ from .ops.binder import (
     is_tensor,
     view,
 )
+from .lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+G = LazyModule("G", globals(), "symtape.graph")
 
 __all__ = ["Tensor", "Variable", "SymbolTensor", "constant", "symbol", "convert_to_tensor",
            "is_tensor", "CSEForm", "promote", "shape_arg", "exact_constant", "atom_constant",

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from symtape import dataio, heads, numeric, ops
+from symtape import dataio, heads, ops
 from symtape import graph as G
 from symtape.codegen import lower
 from symtape.errors import NonDifferentiableError
@@ -62,7 +62,7 @@ def test_one_table_feeds_evaluation_lowering_and_files():
         assert lower.HEADS[rec.cls] is not None
         assert dataio.HEADS[rec.name] is rec.cls
         if rec.numpy is not None:
-            assert numeric.HEADS[rec.cls] is rec.numpy
+            assert heads.NUMPY[rec.cls] is rec.numpy
     assert set(lower.HEADS) == set(heads.HEADS)
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "symtape"
 
 # Level of each module; inside L0 the order below is the import order (earlier is lower).
-L0 = ["errors", "nest", "recording", "functions", "heads", "dataio", "numeric", "graph",
-      "evaluate", "taylor_mode"]
+L0 = ["lazy", "errors", "nest", "recording", "numeric", "functions", "heads", "dataio",
+      "graph", "evaluate", "taylor_mode"]
 LEVELS = {
     **{m: (0, i) for i, m in enumerate(L0)},
     "nodes": (1, 0), "notation": (1, 1), "ops": (1, 2), "codegen": (1, 0),
@@ -55,6 +57,10 @@ def _imports(path: Path) -> list[tuple[str, int]]:
             for a in node.names:
                 if a.name.startswith("symtape."):
                     out.append((a.name.split(".")[1], node.lineno))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LazyModule":
+            name = node.args[2].value  # LazyModule(local, globals(), "symtape.graph")
+            if name.startswith("symtape."):
+                out.append((name.split(".")[1], node.lineno))
     return out
 
 
@@ -62,7 +68,9 @@ def _third_party(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     names = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LazyModule":
+            names.add(node.args[2].value.split(".")[0])
+        elif isinstance(node, ast.Import):
             names.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.add(node.module.split(".")[0])
@@ -102,3 +110,19 @@ def test_llvmlite_only_under_codegen():
     for path in PKG.rglob("*.py"):
         if path.parent.name != "codegen":
             assert "llvmlite" not in _third_party(path), path
+
+
+def test_import_leaves_sympy_to_first_use():
+    """``import symtape`` loads neither SymPy nor the element-level modules built on it; the
+    first op does, and then its formula is SymPy's."""
+    code = ("import sys, symtape as st\n"
+            "lazy = ('sympy', 'mpmath', 'symtape.graph', 'symtape.heads', 'symtape.evaluate',\n"
+            "        'symtape.codegen.lower', 'symtape.codegen.vecmath')\n"
+            "print(sorted(m for m in lazy if m in sys.modules))\n"
+            "x = st.Variable(2.0, name='x')\n"
+            "with st.GradientTape() as t:\n"
+            "    y = st.sin(x) * x\n"
+            "print('sympy' in sys.modules, t.gradient(y, x).formula())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout.splitlines()
+    assert out == ["[]", "True x*cos(x) + sin(x)"]

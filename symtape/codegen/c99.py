@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 import re
 
-from .lower import OPS
 from .plan import Plan
+from ..lazy import LazyModule
+
+lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
 __all__ = ["render", "render_many"]
 
@@ -170,7 +172,7 @@ def _value(plan, ref, ins, values, in_names, ctype, m, lines) -> str:
         size = math.prod(plan.inputs[arg].shape)
         lines.append(f"        const {ctype} {var} = {in_names[arg]}[j * {size} + {k}];")
         return var
-    op = OPS[ins.op]
+    op = lower.OPS[ins.op]
     args = [_as(plan, a, values, ctype, kind) for a, kind in zip(ins.args, op.args)]
     decl = "int" if op.result == "b" else ctype
     lines.append(f"        const {decl} {var} = {op.c.format(*args, m=m)};")

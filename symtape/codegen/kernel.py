@@ -35,9 +35,11 @@ from typing import NamedTuple
 import numpy as np
 
 from .lanes import LANES, LANES_MARK, libm_wrapper, vector, widen
-from .lower import OPS
 from .plan import Instr, Plan
-from .vecmath import double_literal
+from ..lazy import LazyModule
+
+lower = LazyModule("lower", globals(), "symtape.codegen.lower")
+vecmath = LazyModule("vecmath", globals(), "symtape.codegen.vecmath")
 
 __all__ = ["FASTMATH_FLAGS", "TYPES", "formats", "render", "symbol_names"]
 
@@ -225,7 +227,7 @@ def float_literal(value: float, dtype: str) -> str:
     if dtype == "float32":
         with np.errstate(over="ignore"):
             value = float(np.float32(value))
-    return double_literal(value)
+    return vecmath.double_literal(value)
 
 
 def _chunks(plan: Plan, size: int) -> list:
@@ -273,7 +275,7 @@ class _Body:
         accesses = sum(1 for ins in plan.instrs if ins.op == "input") + sum(
             len(o.refs) for o in plan.outputs)
         small = accesses <= LOOP_VECTORIZE_MAX_ACCESSES
-        ops = [OPS[ins.op] for ins in plan.instrs if ins.op in OPS]
+        ops = [lower.OPS[ins.op] for ins in plan.instrs if ins.op in lower.OPS]
         calls = any(op.call for op in ops)
         inlined = sum(op.inline_cost for op in ops)
         # Library calls (sin, erf, ...) have no vector form here: vectorising the batch loop
@@ -295,7 +297,7 @@ class _Body:
         # it is large enough to gain
         if not self.loop_vectorize and not scalar and (
                 LANE_MIN_OPS == 0 or plan.n_ops >= LANE_MIN_OPS and (
-                any(ins.op not in CHEAP_OPS for ins in plan.instrs if ins.op in OPS)
+                any(ins.op not in CHEAP_OPS for ins in plan.instrs if ins.op in lower.OPS)
                 or plan.n_ops >= LANE_OPS_PER_OUTPUT * sum(len(o.refs) for o in plan.outputs))):
             self.lanes, self.loop_vectorize = LANES, False
         # vector code is cut twice as fine: LLVM's instruction schedulers, quadratic in the
@@ -326,7 +328,7 @@ class _Body:
         inlined (the body of a loop nest, :mod:`~symtape.codegen.loops`) unless not
         ``inline``; ``noalias=False`` when an output is also read (an accumulation)."""
         plan = self.plan
-        ops = [OPS[ins.op] for ins in plan.instrs if ins.op in OPS]
+        ops = [lower.OPS[ins.op] for ins in plan.instrs if ins.op in lower.OPS]
         self.loop_vectorize = not any(op.call for op in ops) and sum(
             op.inline_cost for op in ops) <= VECMATH_BUDGET
         na = "noalias " if noalias else ""
@@ -470,7 +472,7 @@ class _Body:
                 f"  {name} = load {self.vt}, ptr {name}.p, align {self.size}",
             ]
             return
-        op = OPS[ins.op]
+        op = lower.OPS[ins.op]
         if self.lanes > 1 and op.lanes is not None:
             op = op.lanes
         elif op.scalar is not None and not self.loop_vectorize and self.lanes == 1:

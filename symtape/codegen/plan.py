@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
-import sympy as sp
-from sympy.logic.boolalg import BooleanAtom
 
-from .. import dataio
 from ..errors import InvalidArgumentError, SerializationError, UnboundLeafError
-from ..graph import Leaf, Node, const_value, is_symbolic, number
-from .lower import OPS, head_rule
+from ..lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+dataio = LazyModule("dataio", globals(), "symtape.dataio")
+G = LazyModule("G", globals(), "symtape.graph")
+lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
 __all__ = ["Instr", "ArgLayout", "OutLayout", "Plan", "build_plan", "formulas"]
 
@@ -83,7 +84,7 @@ def _kind(ins: Instr) -> str:
         return "b" if isinstance(ins.attr[0], bool) else "f"
     if ins.op == "input":
         return "f"
-    return OPS[ins.op].result
+    return lower.OPS[ins.op].result
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,29 +111,30 @@ class _Builder:
 
     def const(self, value) -> int:
         if not isinstance(value, sp.Basic):
-            value = number(value)
+            value = G.number(value)
         ref = self.consts.get(value)
         if ref is None:
             ref = self.consts[value] = len(self.instrs)
-            self.instrs.append(Instr("const", (), (const_value(value), _const_text(value))))
+            self.instrs.append(Instr("const", (), (G.const_value(value), _const_text(value))))
         return ref
 
     def term(self, expr) -> int:
-        if is_symbolic(expr):
+        if G.is_symbolic(expr):
             ref = self.env.get(expr)
             return ref if ref is not None else self._free_leaf(expr)
-        if not isinstance(expr, sp.Basic) or isinstance(expr, BooleanAtom) or expr.is_number:
+        if not isinstance(expr, sp.Basic) or isinstance(expr, sp.logic.boolalg.BooleanAtom) or \
+                expr.is_number:
             return self.const(expr)
-        return head_rule(type(expr))(self, expr)
+        return lower.head_rule(type(expr))(self, expr)
 
-    def node(self, node: Node) -> int:
+    def node(self, node: G.Node) -> int:
         if node.forward is not None:
             return self.term(node.forward)
         return self.term(node.definition)
 
     def _free_leaf(self, leaf) -> int:
         """A leaf that is not an input: its bound value, folded in as a constant."""
-        if not isinstance(leaf, Leaf):
+        if not isinstance(leaf, G.Leaf):
             raise InvalidArgumentError(f"node {leaf.name!r} is used before it is defined")
         value = leaf.bound_value()
         if value is None:
@@ -149,7 +151,7 @@ def _const_text(value) -> str:
     try:
         return dataio.expr_text(value)
     except SerializationError:
-        return dataio.expr_text(number(const_value(value)))
+        return dataio.expr_text(G.number(G.const_value(value)))
 
 
 def build_plan(outputs: Sequence[np.ndarray], inputs: Sequence[np.ndarray]) -> Plan:
@@ -187,14 +189,14 @@ def _schedule(atoms) -> list:
     order: list = []
     done: set = set()
     for atom in atoms:
-        if not isinstance(atom, Node) or atom in done:
+        if not isinstance(atom, G.Node) or atom in done:
             continue
         stack = [(atom, iter(atom.evaluation_operands()))]
         done.add(atom)
         while stack:
             node, pending = stack[-1]
             for op in pending:
-                if isinstance(op, Node) and op not in done:
+                if isinstance(op, G.Node) and op not in done:
                     done.add(op)
                     stack.append((op, iter(op.evaluation_operands())))
                     break
@@ -207,7 +209,7 @@ def _schedule(atoms) -> list:
 def _bind_inputs(b: _Builder, index: int, arr: np.ndarray) -> ArgLayout:
     names = []
     for k, leaf in enumerate(arr.flat):
-        if not isinstance(leaf, Leaf):
+        if not isinstance(leaf, G.Leaf):
             raise InvalidArgumentError(
                 f"input {index} holds {leaf!r} at flat position {k}, which is not a leaf: "
                 "inputs must be arrays of leaves (variables, symbols, watched constants)"
@@ -281,7 +283,7 @@ def formulas(plan: Plan) -> list:
             arg, k = ins.attr
             values.append(symbols[arg][k])
         else:
-            values.append(OPS[ins.op].sympy(*[values[a] for a in ins.args]))
+            values.append(lower.OPS[ins.op].sympy(*[values[a] for a in ins.args]))
     out = []
     for layout in plan.outputs:
         arr = np.empty(len(layout.refs), dtype=object)

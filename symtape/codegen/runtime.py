@@ -30,16 +30,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from sympy.logic.boolalg import BooleanAtom
 
-from .. import dataio
 from ..errors import (DTypeError, InvalidArgumentError, LoweringError, SerializationError,
                       ShapeError)
-from ..graph import const_value
 from . import c99, cache, jit, kernel, loops
 from .loops import LoopPlan
-from .lower import OPS
 from .plan import ArgLayout, Instr, OutLayout, Plan, build_plan, formulas
+from ..lazy import LazyModule
+
+dataio = LazyModule("dataio", globals(), "symtape.dataio")
+sp = LazyModule("sp", globals(), "sympy")
+G = LazyModule("G", globals(), "symtape.graph")
+lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
 __all__ = ["TensorSpec", "CompiledFunction", "BufferCall", "compile_atoms", "compile_plan", "load"]
 
@@ -1096,7 +1098,7 @@ def _instr(item, k: int, inputs: tuple, where: str) -> Instr:
         arg = dataio.expect_int(attr[0], f"{where}: argument", 0, len(inputs))
         flat = dataio.expect_int(attr[1], f"{where}: flat index", 0, len(inputs[arg].names))
         return Instr("input", (), (arg, flat))
-    spec = OPS.get(op)
+    spec = lower.OPS.get(op)
     if spec is None:
         raise SerializationError(f"{where}: unknown op {op[:40]!r}")
     if attr is not None or len(args) != len(spec.args):
@@ -1111,10 +1113,10 @@ def _const_attr(attr, args: list, where: str) -> tuple:
         raise SerializationError(f"{where}: a constant is [\"const\", [], [value, expr]]")
     tagged, node = attr
     expr = dataio.decode_expr(node, f"{where}: constant")
-    if not (isinstance(expr, BooleanAtom) or expr.is_number) or expr.free_symbols:
+    if not (isinstance(expr, sp.logic.boolalg.BooleanAtom) or expr.is_number) or expr.free_symbols:
         raise SerializationError(f"{where}: the constant {str(expr)[:40]} is not a number")
     try:
-        exact = const_value(expr)
+        exact = G.const_value(expr)
     except (ArithmeticError, TypeError, ValueError):
         raise SerializationError(f"{where}: the constant {str(expr)[:40]} has no double "
                                  "value") from None

@@ -32,16 +32,10 @@ from .axis import (  # noqa: F401
 )
 
 from .core import (  # noqa: F401
-    ANS,
-    GS,
     OPS,
     Aval,
-    C,
+    P,
     Primitive,
-    W,
-    X,
-    Y,
-    Z,
     Zero,
     irregular_rows,
     row_flags,

@@ -6,10 +6,7 @@ import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import sympy as sp
 
-from .. import functions as F
-from .. import graph as G
 from ..errors import InvalidArgumentError, ShapeError
 from .core import (
     Aval,
@@ -28,6 +25,11 @@ from .elementwise import exp, multiply, negative, subtract
 from .linalg import _sum_of_products
 from .reductions import _sequential, reduce_sum
 from .structural import expand_dims
+from ..lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+F = LazyModule("F", globals(), "symtape.functions")
+G = LazyModule("G", globals(), "symtape.graph")
 
 # --------------------------------------------------------------------------------------------
 # Softmax family

@@ -15,15 +15,17 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
-import sympy as sp
 
-from .. import evaluate as E
 from ..numeric import _ERRSTATE, _IGNORE, quiet
-from .. import graph as G
 from .. import nodes as N
 from .. import ops, recording
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, UnboundLeafError
-from ..notation import tensor_formula, wants_notation
+from ..lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+E = LazyModule("E", globals(), "symtape.evaluate")
+G = LazyModule("G", globals(), "symtape.graph")
+TN = LazyModule("TN", globals(), "symtape.notation")
 
 _ids = itertools.count(1)
 
@@ -218,7 +220,7 @@ class Tensor:
         if notation not in ("auto", "elements", "tensor"):
             raise InvalidArgumentError(f"formula: notation must be 'auto', 'elements' or "
                                        f"'tensor', got {notation!r}")
-        if notation == "tensor" or notation == "auto" and wants_notation(self._node):
+        if notation == "tensor" or notation == "auto" and TN.wants_notation(self._node):
             return self._tensor_notation(simplify)
         expr = self._expanded(G.plain_memo(self._atoms.flat) if sympy_symbols else {})
         if self.ndim == 0:
@@ -236,13 +238,13 @@ class Tensor:
                        self.shape)
 
     def _tensor_notation(self, simplify: bool = False):
-        replacements, expr = tensor_formula(self._node)
+        replacements, expr = TN.tensor_formula(self._node)
         if simplify:
             expr = sp.simplify(expr)
         return CSEForm(replacements, expr, ()) if replacements else expr
 
     def _display(self):
-        if wants_notation(self._node):
+        if TN.wants_notation(self._node):
             return self._tensor_notation()
         if G.tree_size(self._atoms.flat) > DISPLAY_LIMIT:
             return self.cse()
@@ -735,7 +737,7 @@ def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
                                                                   dtype=dtype)), dtype)
 
 
-_is_const_atom = np.frompyfunc(G.is_const, 1, 1)
+_is_const_atom = np.frompyfunc(lambda a: G.is_const(a), 1, 1)
 
 
 def _settle(value: np.ndarray, atoms: np.ndarray, inputs, unsettled,

@@ -7,17 +7,41 @@ from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
-import sympy as sp
 
-from .. import graph as G
 from ..errors import DTypeError
-from ..notation import applied
+from ..lazy import LazyModule
 
-# Placeholders of templates: x, y, z for arguments; g for the cotangent; c for a condition.
-X, Y, Z, W = sp.symbols("x y z w", real=True)
-GS = sp.Symbol("g", real=True)
-ANS = sp.Symbol("ans", real=True)
-C = sp.Symbol("c")
+sp = LazyModule("sp", globals(), "sympy")
+G = LazyModule("G", globals(), "symtape.graph")
+TN = LazyModule("TN", globals(), "symtape.notation")
+
+
+
+class _Placeholders:
+    """The placeholders of templates, SymPy symbols made on first use (SymPy loads with the
+    first template): ``x y z w`` arguments, ``g`` the cotangent, ``ans`` the result (all
+    real), ``c`` a condition, ``b1 b2`` booleans.
+
+    >>> P.x, P.x.is_real, P.c.is_real
+    (x, True, None)
+    """
+
+    REAL = frozenset({"x", "y", "z", "w", "g", "ans"})
+    NAMES = REAL | {"c", "b1", "b2"}
+
+    def __getattr__(self, name: str):
+        if name not in self.NAMES:
+            raise AttributeError(f"no template placeholder {name!r}")
+        symbol = sp.Symbol(name, real=True) if name in self.REAL else sp.Symbol(name)
+        setattr(self, name, symbol)
+        return symbol
+
+    def of(self, names: str) -> tuple:
+        """The placeholders named in ``names`` (space-separated), in order."""
+        return tuple(getattr(self, n) for n in names.split())
+
+
+P = _Placeholders()
 
 OPS: dict[str, Primitive] = {}
 
@@ -189,7 +213,7 @@ class Primitive:
 
     def notation(self, args: Sequence, params: dict):
         """This op applied to the tensor-notation expressions ``args`` (``notation.py``)."""
-        return applied(self.name, params, args)
+        return TN.applied(self.name, params, args)
 
     # -- differentiation -------------------------------------------------------------------
     def rule_for(self, i: int):
@@ -268,7 +292,7 @@ def axis_after_batch(axis: int, rank: int) -> int:
     return (axis % rank if rank else 0) + 1
 
 
-_const_atom = np.frompyfunc(G.is_const, 1, 1)
+_const_atom = np.frompyfunc(lambda a: G.is_const(a), 1, 1)
 
 
 def row_flags(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -324,14 +348,15 @@ def _register(prim: Primitive) -> Primitive:
     return prim
 
 
-_is_zero = np.frompyfunc(G._is_zero, 1, 1)
+_is_zero = np.frompyfunc(lambda a: G._is_zero(a), 1, 1)
 _special_atom = np.frompyfunc(lambda a: G.is_const(a) or G.absorbs_products(a), 1, 1)
 _same_atom = np.frompyfunc(lambda a, b: a is b or (G.is_const(a) and a == b), 2, 1)
 
 
-def _obj(shape: tuple, fill=G.ZERO) -> np.ndarray:
+def _obj(shape: tuple, fill=None) -> np.ndarray:
+    """An object array of ``shape`` filled with ``fill`` (default: the atom 0)."""
     out = np.empty(shape, dtype=object)
-    out.fill(fill)
+    out.fill(G.ZERO if fill is None else fill)
     return out
 
 

@@ -4,27 +4,19 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import sympy as sp
 
-from .. import evaluate as E
-from .. import functions as F
-from .. import graph as G
 from .. import nodes as N
 from ..errors import NonDifferentiableError, ShapeError
+from .. import numeric
 from ..numeric import quiet
 from .core import (
-    ANS,
-    GS,
     OPS,
-    C,
+    P,
     Primitive,
-    W,
-    X,
-    Y,
-    Z,
     Zero,
     _as_obj,
     _fmt,
@@ -35,6 +27,12 @@ from .core import (
     _special_atom,
     aligned,
 )
+from ..lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+E = LazyModule("E", globals(), "symtape.evaluate")
+F = LazyModule("F", globals(), "symtape.functions")
+G = LazyModule("G", globals(), "symtape.graph")
 
 # --------------------------------------------------------------------------------------------
 # Elementwise ops: SymPy templates
@@ -58,53 +56,93 @@ def _tf_diff(expr, var):
     return sp.powsimp(d)
 
 
-_STEPS = (sp.floor, sp.ceiling, F.RoundHalfEven, F.Trunc, sp.sign, sp.Heaviside)
+
+
+def _steps() -> tuple:
+    return (sp.floor, sp.ceiling, F.RoundHalfEven, F.Trunc, sp.sign, sp.Heaviside)
 
 
 def _step_derivative(d):
     """Derivatives of step functions are zero almost everywhere (TF: no gradient leaks)."""
-    if isinstance(d.expr, _STEPS):
+    if isinstance(d.expr, _steps()):
         return sp.S.Zero
     raise NonDifferentiableError(f"no derivative rule for {d.expr.func.__name__}; give the op "
                                  "an explicit rule")
 
 
+_MAKING = threading.RLock()  # builds stanzas' templates
+
+
 class Elementwise(Primitive):
     """An op applied element by element (with numpy broadcasting), defined by a template.
 
-    ``template`` is a SymPy expression in ``placeholders``; the builder instantiates it per
-    element, ``numeric`` evaluates it with numpy (default: the template's numpy evaluation),
-    and a rule given as ``'diff'`` is the template's partial, as a template op of
-    ``(g, *args)``.
+    ``template`` is a SymPy expression in ``placeholders`` -- or, for the table's stanzas, a
+    function building it and the placeholders' names (``"x y"``: :data:`~.core.P`'s), so
+    that SymPy loads when an op is first used, not at import. The builder instantiates the
+    template per element, ``numeric`` evaluates it with numpy (default: the template's numpy
+    evaluation), and a rule given as ``'diff'`` is the template's partial, as a template op
+    of ``(g, *args)``.
     """
 
-    def __init__(self, name: str, template, placeholders: Sequence, *,
+    def __init__(self, name: str, template, placeholders: Sequence | str, *,
                  numeric: Callable | None = None, rules: Sequence | str = "diff",
                  args: Sequence[str] | None = None, kinds: str = "f", out: str = "T") -> None:
-        self.template = template
-        self.placeholders = tuple(placeholders)
-        n = len(self.placeholders)
+        if isinstance(placeholders, str):
+            self._make = template, placeholders
+            n = len(placeholders.split())
+        else:
+            self.template, self.placeholders = template, tuple(placeholders)
+            n = len(self.placeholders)
         if isinstance(rules, str):
             rules = (rules,) * n
         rules = tuple(self._default_rule(i) if r == "diff" else r for i, r in enumerate(rules))
         super().__init__(name, args or ("T",) * n, kinds, rules, out)
-        self._build_one = G.compile_template(template, self.placeholders)
-        self._ufunc = np.frompyfunc(self._build_one, n, 1) if n else None
-        # an argument where a structural zero makes the result zero (the cotangent of a rule,
-        # either factor of a product): those elements are not built at all, which is what
-        # keeps a Jacobian's one-hot sweeps cheap
-        self._zero_arg = next((i for i, p in enumerate(self.placeholders)
-                               if p.is_real and template.xreplace({p: 0}) == 0), None)
-        # (i, j): at a zero argument i the template (a sum) is argument j
-        self._passes = tuple((i, j) for i, p in enumerate(self.placeholders)
-                             for j, q in enumerate(self.placeholders)
-                             if template.is_Add and i != j and p.is_real and
-                             template.xreplace({p: 0}) == q)
         self._hand_numeric = numeric is not None
         self._numeric = numeric
         self._vjp_ops: dict[int, Elementwise | None] = {}
         self._factors: dict[int, Elementwise | None] = {}
         self._fold_plans: dict = {}
+
+    def __getattr__(self, name: str):
+        """``template`` and ``placeholders`` of a stanza, built on first use (once, whatever
+        the threads)."""
+        if name in ("template", "placeholders"):
+            with _MAKING:
+                made = self.__dict__
+                if "_make" in made:
+                    make, names = made["_make"]
+                    self.placeholders = P.of(names)
+                    self.template = make()
+                    del made["_make"]
+            if name in self.__dict__:
+                return self.__dict__[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @functools.cached_property
+    def _build_one(self) -> Callable:
+        return G.compile_template(self.template, self.placeholders)
+
+    @functools.cached_property
+    def _ufunc(self):
+        n = len(self.placeholders)
+        return np.frompyfunc(self._build_one, n, 1) if n else None
+
+    @functools.cached_property
+    def _zero_arg(self) -> int | None:
+        """An argument where a structural zero makes the result zero (the cotangent of a
+        rule, either factor of a product): those elements are not built at all, which is
+        what keeps a Jacobian's one-hot sweeps cheap."""
+        return next((i for i, p in enumerate(self.placeholders)
+                     if p.is_real and self.template.xreplace({p: 0}) == 0), None)
+
+    @functools.cached_property
+    def _passes(self) -> tuple:
+        """``(i, j)``: at a zero argument i the template (a sum) is argument j."""
+        template = self.template
+        return tuple((i, j) for i, p in enumerate(self.placeholders)
+                     for j, q in enumerate(self.placeholders)
+                     if template.is_Add and i != j and p.is_real and
+                     template.xreplace({p: 0}) == q)
 
     def shape_rule(self, shapes, params):
         try:
@@ -477,13 +515,16 @@ def template_op(name: str, template, placeholders: tuple, **kw) -> Elementwise:
     return Elementwise(name, template, placeholders, **kw)
 
 
-def _ew(name, template, placeholders=(X,), **kw) -> Elementwise:
+def _ew(name, template: Callable, placeholders: str = "x", **kw) -> Elementwise:
+    """A stanza: ``template()`` builds the template over the placeholders named (``P``'s),
+    when it is first needed."""
     return _register(Elementwise(name, template, placeholders, **kw))
 
 
-def _t(template, *placeholders, name="rule"):
-    """A rule op from a template over ``placeholders`` (typically ``g``, args, ``ans``)."""
-    return template_op(name, template, tuple(placeholders))
+def _t(template, placeholders: str, name="rule"):
+    """A rule op from a template over the placeholders named (typically ``g``, args,
+    ``ans``)."""
+    return template_op(name, template, P.of(placeholders))
 
 
 def _zero_rule(g, ans, *args, **params):
@@ -497,101 +538,103 @@ def _sigmoid(x):
 
 
 # ---- arithmetic ----------------------------------------------------------------------------
-identity = _ew("identity", X, (X,), numeric=np.copy, kinds="fib",
+identity = _ew("identity", lambda: P.x, "x", numeric=np.copy, kinds="fib",
                rules=(lambda g, ans, x: g,))
-negative = _ew("negative", -X, (X,), numeric=np.negative, kinds="fi",
+negative = _ew("negative", lambda: -P.x, "x", numeric=np.negative, kinds="fi",
                rules=(lambda g, ans, x: negative.bind(g),))
-add = _ew("add", X + Y, (X, Y), numeric=np.add, kinds="fi",
+add = _ew("add", lambda: P.x + P.y, "x y", numeric=np.add, kinds="fi",
           rules=(lambda g, ans, x, y: g, lambda g, ans, x, y: g))
-subtract = _ew("subtract", X - Y, (X, Y), numeric=np.subtract, kinds="fi",
+subtract = _ew("subtract", lambda: P.x - P.y, "x y", numeric=np.subtract, kinds="fi",
                rules=(lambda g, ans, x, y: g, lambda g, ans, x, y: negative.bind(g)))
-multiply = _ew("multiply", X * Y, (X, Y), numeric=np.multiply, kinds="fi",
+multiply = _ew("multiply", lambda: P.x * P.y, "x y", numeric=np.multiply, kinds="fi",
                rules=(lambda g, ans, x, y: multiply.bind(g, y),
                       lambda g, ans, x, y: multiply.bind(g, x)))
-divide = _ew("divide", X / Y, (X, Y), numeric=np.true_divide,
+divide = _ew("divide", lambda: P.x / P.y, "x y", numeric=np.true_divide,
              rules=(lambda g, ans, x, y: divide.bind(g, y),
-                    lambda g, ans, x, y: _t(-GS * X / Y**2, GS, X, Y, name="div_vjp1").bind(
-                        g, x, y)))
-pow_ = _ew("pow", X**Y, (X, Y), numeric=E.ieee_pow, kinds="fi",
-           rules=(lambda g, ans, x, y: _t(GS * Y * X ** (Y - 1), GS, X, Y,
+                    lambda g, ans, x, y: _t(-P.g * P.x / P.y**2, "g x y",
+                                            name="div_vjp1").bind(g, x, y)))
+pow_ = _ew("pow", lambda: P.x**P.y, "x y", numeric=numeric.ieee_pow, kinds="fi",
+           rules=(lambda g, ans, x, y: _t(P.g * P.y * P.x ** (P.y - 1), "g x y",
                                           name="pow_vjp0").bind(g, x, y),
                   # TF: no gradient leaks into the exponent where the base is <= 0
-                  lambda g, ans, x, y: _t(GS * ANS * sp.Piecewise((sp.log(X), X > 0), (0, True)),
-                                          GS, ANS, X, name="pow_vjp1").bind(g, ans, x)))
-square = _ew("square", X**2, kinds="fi", numeric=np.square)
-sqrt = _ew("sqrt", sp.sqrt(X), numeric=np.sqrt,
-           rules=(lambda g, ans, x: _t(GS / (2 * ANS), GS, ANS, name="sqrt_vjp").bind(g, ans),))
-rsqrt = _ew("rsqrt", 1 / sp.sqrt(X), numeric=lambda x: 1.0 / np.sqrt(x),
-            rules=(lambda g, ans, x: _t(-GS * ANS**3 / 2, GS, ANS, name="rsqrt_vjp").bind(
+                  lambda g, ans, x, y: _t(P.g * P.ans * sp.Piecewise((sp.log(P.x), P.x > 0),
+                                                                     (0, True)),
+                                          "g ans x", name="pow_vjp1").bind(g, ans, x)))
+square = _ew("square", lambda: P.x**2, kinds="fi", numeric=np.square)
+sqrt = _ew("sqrt", lambda: sp.sqrt(P.x), numeric=np.sqrt,
+           rules=(lambda g, ans, x: _t(P.g / (2 * P.ans), "g ans", name="sqrt_vjp").bind(
+               g, ans),))
+rsqrt = _ew("rsqrt", lambda: 1 / sp.sqrt(P.x), numeric=lambda x: 1.0 / np.sqrt(x),
+            rules=(lambda g, ans, x: _t(-P.g * P.ans**3 / 2, "g ans", name="rsqrt_vjp").bind(
                 g, ans),))
-floordiv = _ew("floordiv", sp.floor(X / Y), (X, Y), kinds="fi",
+floordiv = _ew("floordiv", lambda: sp.floor(P.x / P.y), "x y", kinds="fi",
                numeric=lambda x, y: np.floor(x / y) if np.result_type(x, y).kind == "f"
                else np.floor_divide(x, y), rules=(None, None))
-floormod = _ew("floormod", sp.Mod(X, Y), (X, Y), kinds="fi",
+floormod = _ew("floormod", lambda: sp.Mod(P.x, P.y), "x y", kinds="fi",
                numeric=np.mod,
                rules=(lambda g, ans, x, y: g,
-                      lambda g, ans, x, y: _t(-GS * sp.floor(X / Y), GS, X, Y,
+                      lambda g, ans, x, y: _t(-P.g * sp.floor(P.x / P.y), "g x y",
                                               name="floormod_vjp1").bind(g, x, y)))
-abs_ = _ew("abs", sp.Abs(X), kinds="fi", numeric=np.abs)
-sign = _ew("sign", sp.sign(X), kinds="fi", numeric=np.sign, rules=(_zero_rule,))
-floor = _ew("floor", sp.floor(X), numeric=np.floor, rules=(None,))
-ceil = _ew("ceil", sp.ceiling(X), numeric=np.ceil, rules=(None,))
-round_ = _ew("round", F.RoundHalfEven(X), numeric=np.rint, rules=(None,))
-maximum = _ew("maximum", sp.Max(X, Y), (X, Y), kinds="fi", numeric=np.maximum,
-              rules=(lambda g, ans, x, y: _t(sp.Piecewise((GS, X >= Y), (0, True)), GS, X, Y,
+abs_ = _ew("abs", lambda: sp.Abs(P.x), kinds="fi", numeric=np.abs)
+sign = _ew("sign", lambda: sp.sign(P.x), kinds="fi", numeric=np.sign, rules=(_zero_rule,))
+floor = _ew("floor", lambda: sp.floor(P.x), numeric=np.floor, rules=(None,))
+ceil = _ew("ceil", lambda: sp.ceiling(P.x), numeric=np.ceil, rules=(None,))
+round_ = _ew("round", lambda: F.RoundHalfEven(P.x), numeric=np.rint, rules=(None,))
+maximum = _ew("maximum", lambda: sp.Max(P.x, P.y), "x y", kinds="fi", numeric=np.maximum,
+              rules=(lambda g, ans, x, y: _t(sp.Piecewise((P.g, P.x >= P.y), (0, True)), "g x y",
                                              name="maximum_vjp0").bind(g, x, y),
-                     lambda g, ans, x, y: _t(sp.Piecewise((0, X >= Y), (GS, True)), GS, X, Y,
+                     lambda g, ans, x, y: _t(sp.Piecewise((0, P.x >= P.y), (P.g, True)), "g x y",
                                              name="maximum_vjp1").bind(g, x, y)))
-minimum = _ew("minimum", sp.Min(X, Y), (X, Y), kinds="fi", numeric=np.minimum,
-              rules=(lambda g, ans, x, y: _t(sp.Piecewise((GS, X <= Y), (0, True)), GS, X, Y,
+minimum = _ew("minimum", lambda: sp.Min(P.x, P.y), "x y", kinds="fi", numeric=np.minimum,
+              rules=(lambda g, ans, x, y: _t(sp.Piecewise((P.g, P.x <= P.y), (0, True)), "g x y",
                                              name="minimum_vjp0").bind(g, x, y),
-                     lambda g, ans, x, y: _t(sp.Piecewise((0, X <= Y), (GS, True)), GS, X, Y,
+                     lambda g, ans, x, y: _t(sp.Piecewise((0, P.x <= P.y), (P.g, True)), "g x y",
                                              name="minimum_vjp1").bind(g, x, y)))
 
 # ---- transcendental ------------------------------------------------------------------------
-exp = _ew("exp", sp.exp(X), numeric=np.exp,
+exp = _ew("exp", lambda: sp.exp(P.x), numeric=np.exp,
           rules=(lambda g, ans, x: multiply.bind(g, ans),))
-expm1 = _ew("expm1", F.expm1(X), numeric=np.expm1)
-log = _ew("log", sp.log(X), numeric=np.log)
-log1p = _ew("log1p", F.log1p(X), numeric=np.log1p)
-sin = _ew("sin", sp.sin(X), numeric=np.sin)
-cos = _ew("cos", sp.cos(X), numeric=np.cos)
-tan = _ew("tan", sp.tan(X), numeric=np.tan)
-asin = _ew("asin", sp.asin(X), numeric=np.arcsin)
-acos = _ew("acos", sp.acos(X), numeric=np.arccos)
-atan = _ew("atan", sp.atan(X), numeric=np.arctan)
-atan2 = _ew("atan2", sp.atan2(X, Y), (X, Y), numeric=np.arctan2)
-sinh = _ew("sinh", sp.sinh(X), numeric=np.sinh)
-cosh = _ew("cosh", sp.cosh(X), numeric=np.cosh)
-tanh = _ew("tanh", sp.tanh(X), numeric=np.tanh,
-           rules=(lambda g, ans, x: _t(GS * (1 - ANS**2), GS, ANS, name="tanh_vjp").bind(
+expm1 = _ew("expm1", lambda: F.expm1(P.x), numeric=np.expm1)
+log = _ew("log", lambda: sp.log(P.x), numeric=np.log)
+log1p = _ew("log1p", lambda: F.log1p(P.x), numeric=np.log1p)
+sin = _ew("sin", lambda: sp.sin(P.x), numeric=np.sin)
+cos = _ew("cos", lambda: sp.cos(P.x), numeric=np.cos)
+tan = _ew("tan", lambda: sp.tan(P.x), numeric=np.tan)
+asin = _ew("asin", lambda: sp.asin(P.x), numeric=np.arcsin)
+acos = _ew("acos", lambda: sp.acos(P.x), numeric=np.arccos)
+atan = _ew("atan", lambda: sp.atan(P.x), numeric=np.arctan)
+atan2 = _ew("atan2", lambda: sp.atan2(P.x, P.y), "x y", numeric=np.arctan2)
+sinh = _ew("sinh", lambda: sp.sinh(P.x), numeric=np.sinh)
+cosh = _ew("cosh", lambda: sp.cosh(P.x), numeric=np.cosh)
+tanh = _ew("tanh", lambda: sp.tanh(P.x), numeric=np.tanh,
+           rules=(lambda g, ans, x: _t(P.g * (1 - P.ans**2), "g ans", name="tanh_vjp").bind(
                g, ans),))
-asinh = _ew("asinh", sp.asinh(X), numeric=np.arcsinh)
-acosh = _ew("acosh", sp.acosh(X), numeric=np.arccosh)
-atanh = _ew("atanh", sp.atanh(X), numeric=np.arctanh)
-erf = _ew("erf", sp.erf(X), numeric=E.HEADS[sp.erf])
+asinh = _ew("asinh", lambda: sp.asinh(P.x), numeric=np.arcsinh)
+acosh = _ew("acosh", lambda: sp.acosh(P.x), numeric=np.arccosh)
+atanh = _ew("atanh", lambda: sp.atanh(P.x), numeric=np.arctanh)
+erf = _ew("erf", lambda: sp.erf(P.x), numeric=numeric.erf)
 
 for _op in (add, multiply):
     _op.commutative = True  # x*y and y*x are one tensor-level node (as one element atom)
 
 # ---- comparisons and logic ------------------------------------------------------------------
 _CMP = dict(kinds="fi", out="bool", rules=(None, None))
-less = _ew("less", X < Y, (X, Y), numeric=np.less, **_CMP)
-less_equal = _ew("less_equal", X <= Y, (X, Y), numeric=np.less_equal, **_CMP)
-greater = _ew("greater", X > Y, (X, Y), numeric=np.greater, **_CMP)
-greater_equal = _ew("greater_equal", X >= Y, (X, Y), numeric=np.greater_equal, **_CMP)
-equal = _ew("equal", sp.Eq(X, Y, evaluate=False), (X, Y), numeric=np.equal,
+less = _ew("less", lambda: P.x < P.y, "x y", numeric=np.less, **_CMP)
+less_equal = _ew("less_equal", lambda: P.x <= P.y, "x y", numeric=np.less_equal, **_CMP)
+greater = _ew("greater", lambda: P.x > P.y, "x y", numeric=np.greater, **_CMP)
+greater_equal = _ew("greater_equal", lambda: P.x >= P.y, "x y", numeric=np.greater_equal, **_CMP)
+equal = _ew("equal", lambda: sp.Eq(P.x, P.y, evaluate=False), "x y", numeric=np.equal,
             **{**_CMP, "kinds": "fib"})
-not_equal = _ew("not_equal", sp.Ne(X, Y, evaluate=False), (X, Y), numeric=np.not_equal,
+not_equal = _ew("not_equal", lambda: sp.Ne(P.x, P.y, evaluate=False), "x y", numeric=np.not_equal,
                 **{**_CMP, "kinds": "fib"})
-_B1, _B2 = sp.symbols("b1 b2")
-logical_and = _ew("logical_and", sp.And(_B1, _B2), (_B1, _B2), numeric=np.logical_and,
+logical_and = _ew("logical_and", lambda: sp.And(P.b1, P.b2), "b1 b2", numeric=np.logical_and,
                   kinds="b", rules=(None, None))
-logical_or = _ew("logical_or", sp.Or(_B1, _B2), (_B1, _B2), numeric=np.logical_or,
+logical_or = _ew("logical_or", lambda: sp.Or(P.b1, P.b2), "b1 b2", numeric=np.logical_or,
                  kinds="b", rules=(None, None))
-logical_not = _ew("logical_not", sp.Not(_B1), (_B1,), numeric=np.logical_not,
+logical_not = _ew("logical_not", lambda: sp.Not(P.b1), "b1", numeric=np.logical_not,
                   kinds="b", rules=(None,))
-where = _ew("where", sp.Piecewise((X, C), (Y, True)), (C, X, Y), args=("bool", "T", "T"),
+where = _ew("where", lambda: sp.Piecewise((P.x, P.c), (P.y, True)), "c x y",
+            args=("bool", "T", "T"),
             kinds="fib", numeric=np.where,
             rules=(None,
                    lambda g, ans, c, x, y: where.bind(c, g, 0),
@@ -599,53 +642,79 @@ where = _ew("where", sp.Piecewise((X, C), (Y, True)), (C, X, Y), args=("bool", "
 # dropout(x, u, rate, scale): x * scale where the uniform draw u >= rate, else exactly 0 (a
 # dropped inf or NaN is 0); its derivative in x is the same mask times the scale, in the draw
 # zero (piecewise constant), and none in the rate and scale (plain numbers)
-dropout = _ew("dropout", sp.Piecewise((X * W, Y >= Z), (0, True)), (X, Y, Z, W),
+dropout = _ew("dropout", lambda: sp.Piecewise((P.x * P.w, P.y >= P.z), (0, True)), "x y z w",
               numeric=lambda x, u, rate, scale: np.where(u >= rate, x * scale, 0.0),
               rules=("diff", "diff", None, None))
 # (x - y)**2, TensorFlow's squared_difference (the variance of moments)
-squared_difference = _ew("squared_difference", (X - Y) ** 2, (X, Y), kinds="fi",
+squared_difference = _ew("squared_difference", lambda: (P.x - P.y) ** 2, "x y", kinds="fi",
                          numeric=lambda x, y: np.square(x - y))
 # TF computes clip_by_value as maximum(minimum(t, hi), lo) and differentiates those two ops
 # (ties to the first argument; nan compares false): the gradient passes to t at and between
 # the bounds, to a bound beyond it, and to lo alone when lo > hi (the result is then lo)
-_CLIP_T = sp.And(X <= Z, X >= Y)  # min(t, hi) is t, and it is >= lo
-_CLIP_HI = sp.And(X > Z, Z >= Y)  # min(t, hi) is hi, and it is >= lo
+
+
+def _clip_t():
+    return sp.And(P.x <= P.z, P.x >= P.y)  # min(t, hi) is t, and it is >= lo
+
+
+def _clip_hi():
+    return sp.And(P.x > P.z, P.z >= P.y)  # min(t, hi) is hi, and it is >= lo
+
+
 clip_by_value = _ew(
-    "clip_by_value", sp.Max(sp.Min(X, Z), Y), (X, Y, Z), kinds="fi",
+    "clip_by_value", lambda: sp.Max(sp.Min(P.x, P.z), P.y), "x y z", kinds="fi",
     numeric=lambda t, lo, hi: np.maximum(np.minimum(t, hi), lo),
-    rules=(lambda g, ans, t, lo, hi: _t(sp.Piecewise((GS, _CLIP_T), (0, True)), GS, X, Y, Z,
+    rules=(lambda g, ans, t, lo, hi: _t(sp.Piecewise((P.g, _clip_t()), (0, True)), "g x y z",
                                         name="clip_vjp0").bind(g, t, lo, hi),
-           lambda g, ans, t, lo, hi: _t(sp.Piecewise((0, sp.Or(_CLIP_T, _CLIP_HI)), (GS, True)),
-                                        GS, X, Y, Z, name="clip_vjp1").bind(g, t, lo, hi),
-           lambda g, ans, t, lo, hi: _t(sp.Piecewise((GS, _CLIP_HI), (0, True)), GS, X, Y, Z,
+           lambda g, ans, t, lo, hi: _t(sp.Piecewise((0, sp.Or(_clip_t(), _clip_hi())),
+                                                     (P.g, True)),
+                                        "g x y z", name="clip_vjp1").bind(g, t, lo, hi),
+           lambda g, ans, t, lo, hi: _t(sp.Piecewise((P.g, _clip_hi()), (0, True)), "g x y z",
                                         name="clip_vjp2").bind(g, t, lo, hi)))
 
 # ---- activations (nn) ----------------------------------------------------------------------
-_step = sp.Heaviside(X, 0)  # TF: relu'(0) = 0
-relu = _ew("relu", sp.Max(X, 0), kinds="fi", numeric=lambda x: np.maximum(x, 0),
-           rules=(lambda g, ans, x: _t(GS * _step, GS, X, name="relu_vjp").bind(g, x),))
-relu6 = _ew("relu6", sp.Min(sp.Max(X, 0), 6), kinds="fi",
+
+
+def _step():
+    return sp.Heaviside(P.x, 0)  # TF: relu'(0) = 0
+
+
+relu = _ew("relu", lambda: sp.Max(P.x, 0), kinds="fi", numeric=lambda x: np.maximum(x, 0),
+           rules=(lambda g, ans, x: _t(P.g * _step(), "g x", name="relu_vjp").bind(g, x),))
+relu6 = _ew("relu6", lambda: sp.Min(sp.Max(P.x, 0), 6), kinds="fi",
             numeric=lambda x: np.minimum(np.maximum(x, 0), 6),
-            rules=(lambda g, ans, x: _t(GS * _step * sp.Heaviside(6 - X, 0), GS, X,
+            rules=(lambda g, ans, x: _t(P.g * _step() * sp.Heaviside(6 - P.x, 0), "g x",
                                         name="relu6_vjp").bind(g, x),))
-elu = _ew("elu", sp.Piecewise((X, X > 0), (F.expm1(X), True)),
+elu = _ew("elu", lambda: sp.Piecewise((P.x, P.x > 0), (F.expm1(P.x), True)),
           numeric=lambda x: np.where(x > 0, x, np.expm1(x)))
-_SELU_ALPHA = sp.Float(1.6732632423543772848170429916717)
-_SELU_SCALE = sp.Float(1.0507009873554804934193349852946)
-selu = _ew("selu", _SELU_SCALE * sp.Piecewise((X, X > 0), (_SELU_ALPHA * F.expm1(X), True)),
-           numeric=lambda x: float(_SELU_SCALE) * np.where(
-               x > 0, x, float(_SELU_ALPHA) * np.expm1(x)),
-           # TF's SeluGrad: scale where the activation is >= 0, so selu'(0) = scale
-           rules=(lambda g, ans, x: _t(GS * sp.Piecewise(
-               (_SELU_SCALE, X >= 0), (_SELU_SCALE * _SELU_ALPHA * sp.exp(X), True)),
-               GS, X, name="selu_vjp").bind(g, x),))
-sigmoid = _ew("sigmoid", 1 / (1 + sp.exp(-X)), numeric=_sigmoid,
-              rules=(lambda g, ans, x: _t(GS * ANS * (1 - ANS), GS, ANS,
+_SELU_ALPHA = 1.6732632423543772848170429916717
+_SELU_SCALE = 1.0507009873554804934193349852946
+
+
+def _selu_constants() -> tuple:
+    return sp.Float(_SELU_ALPHA), sp.Float(_SELU_SCALE)
+
+
+def _selu():
+    alpha, scale = _selu_constants()
+    return scale * sp.Piecewise((P.x, P.x > 0), (alpha * F.expm1(P.x), True))
+
+
+def _selu_vjp():  # TF's SeluGrad: scale where the activation is >= 0, so selu'(0) = scale
+    alpha, scale = _selu_constants()
+    return P.g * sp.Piecewise((scale, P.x >= 0), (scale * alpha * sp.exp(P.x), True))
+
+
+selu = _ew("selu", _selu,
+           numeric=lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(x)),
+           rules=(lambda g, ans, x: _t(_selu_vjp(), "g x", name="selu_vjp").bind(g, x),))
+sigmoid = _ew("sigmoid", lambda: 1 / (1 + sp.exp(-P.x)), numeric=_sigmoid,
+              rules=(lambda g, ans, x: _t(P.g * P.ans * (1 - P.ans), "g ans",
                                           name="sigmoid_vjp").bind(g, ans),))
 # stable: max(x, 0) + log1p(exp(-|x|)); TF: softplus' = sigmoid
-softplus = _ew("softplus", sp.Max(X, 0) + F.log1p(sp.exp(-sp.Abs(X))),
+softplus = _ew("softplus", lambda: sp.Max(P.x, 0) + F.log1p(sp.exp(-sp.Abs(P.x))),
                numeric=lambda x: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
-               rules=(lambda g, ans, x: _t(GS / (1 + sp.exp(-X)), GS, X,
+               rules=(lambda g, ans, x: _t(P.g / (1 + sp.exp(-P.x)), "g x",
                                            name="softplus_vjp").bind(g, x),))
 
 
@@ -653,17 +722,17 @@ softplus = _ew("softplus", sp.Max(X, 0) + F.log1p(sp.exp(-sp.Abs(X))),
 def leaky_relu_op(alpha: float) -> Elementwise:
     """``leaky_relu`` with slope ``alpha`` below zero (TF: ``x if x > 0 else alpha * x``)."""
     a = G.number(alpha)
-    return Elementwise("leaky_relu", sp.Piecewise((X, X > 0), (a * X, True)), (X,),
+    return Elementwise("leaky_relu", sp.Piecewise((P.x, P.x > 0), (a * P.x, True)), (P.x,),
                        numeric=lambda x: np.where(x > 0, x, alpha * x))
 
 
 # labels z, logits x; TF's stable form; gradient sigmoid(x) - z everywhere
 sigmoid_cross_entropy_with_logits = _ew(
     "sigmoid_cross_entropy_with_logits",
-    sp.Max(X, 0) - X * Z + F.log1p(sp.exp(-sp.Abs(X))), (Z, X),
+    lambda: sp.Max(P.x, 0) - P.x * P.z + F.log1p(sp.exp(-sp.Abs(P.x))), "z x",
     numeric=lambda z, x: np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x))),
-    rules=(lambda g, ans, z, x: _t(-GS * X, GS, X, name="sce_vjp0").bind(g, x),
-           lambda g, ans, z, x: _t(GS * (1 / (1 + sp.exp(-X)) - Z), GS, Z, X,
+    rules=(lambda g, ans, z, x: _t(-P.g * P.x, "g x", name="sce_vjp0").bind(g, x),
+           lambda g, ans, z, x: _t(P.g * (1 / (1 + sp.exp(-P.x)) - P.z), "g z x",
                                    name="sce_vjp1").bind(g, z, x)))
 
 

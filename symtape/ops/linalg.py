@@ -10,11 +10,8 @@ import string
 from collections.abc import Sequence
 
 import numpy as np
-import sympy as sp
 
-from .. import graph as G
 from ..errors import InvalidArgumentError, ShapeError
-from ..notation import Dot, Transpose
 from .core import (
     Aval,
     Primitive,
@@ -31,6 +28,11 @@ from .core import (
 from .elementwise import multiply, negative, unbroadcast
 from .reductions import ORDERED_TERMS
 from .structural import gather, gather_flat, reshape, transpose
+from ..lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+G = LazyModule("G", globals(), "symtape.graph")
+TN = LazyModule("TN", globals(), "symtape.notation")
 
 # --------------------------------------------------------------------------------------------
 # Contractions: matmul and einsum
@@ -187,9 +189,9 @@ class MatMul(Primitive):
 
     def notation(self, args, params):
         a, b = args
-        a = Transpose(a) if params["transpose_a"] else a
-        b = Transpose(b) if params["transpose_b"] else b
-        return Dot(a, b)
+        a = TN.Transpose(a) if params["transpose_a"] else a
+        b = TN.Transpose(b) if params["transpose_b"] else b
+        return TN.Dot(a, b)
 
     def batch(self, args, batched, params, shape):
         rank = len(shape)
@@ -467,9 +469,20 @@ class _FloatRing:
 
 
 class _AtomRing:
-    """The same arithmetic building atoms of the graph (selects are Piecewise nodes)."""
+    """The same arithmetic building atoms of the graph (selects are Piecewise nodes); an
+    instance, so that its constants are SymPy's only once SymPy is loaded."""
 
-    zero, one, false = G.ZERO, G.ONE, sp.S.false
+    @property
+    def zero(self):
+        return G.ZERO
+
+    @property
+    def one(self):
+        return G.ONE
+
+    @property
+    def false(self):
+        return sp.S.false
 
     @staticmethod
     def add(a, b):
@@ -641,7 +654,8 @@ class _Linalg(Primitive):
 
     def _batched(self, arrays, ring, fn, out_core):
         batch = arrays[0].shape[:-2]
-        out = np.empty(batch + out_core, dtype=object if ring is _AtomRing else np.float64)
+        atoms = isinstance(ring, _AtomRing)
+        out = np.empty(batch + out_core, dtype=object if atoms else np.float64)
         for idx in np.ndindex(*batch):
             res = fn(*[a[idx].tolist() for a in arrays], ring)
             out[idx] = np.asarray(res, dtype=out.dtype) if out_core else res
@@ -667,7 +681,7 @@ class _Linalg(Primitive):
         return out.astype(np.asarray(values[0]).dtype)
 
     def build(self, atoms, params):
-        return self.compute(atoms, params, _AtomRing)
+        return self.compute(atoms, params, _AtomRing())
 
 
 class Det(_Linalg):

@@ -25,22 +25,32 @@ derivative templates) and the loop lowering all follow.
 
 from __future__ import annotations
 
-import numpy as np
-import sympy as sp
+import functools
 
-from .. import graph as G
+import numpy as np
+
 from ..errors import ShapeError
 from .conv import Dims, positive_pair, reached, windows
-from .core import (GS, Aval, Primitive, W, X, Y, Zero, _fmt, _irregular_anywhere, _obj,
+from .core import (Aval, P, Primitive, Zero, _fmt, _irregular_anywhere, _obj,
                    _register, spread, union)
 from .elementwise import maximum
 from .structural import reshape
+from ..lazy import LazyModule
 
-#: ``maximum(m, t)``'s derivative templates: what reaches the kept earlier taps, and tap t.
-_KEEP = G.compile_template(sp.Piecewise((GS, X >= Y), (0, True)), (GS, X, Y))
-_TAKE = G.compile_template(sp.Piecewise((0, X >= Y), (GS, True)), (GS, X, Y))
-#: One step of a pick: the earlier pick ``x`` where ``m >= t`` (``y``, ``w``), else ``g``.
-_STEP = G.compile_template(sp.Piecewise((X, Y >= W), (GS, True)), (X, Y, W, GS))
+sp = LazyModule("sp", globals(), "sympy")
+G = LazyModule("G", globals(), "symtape.graph")
+
+
+
+@functools.cache
+def _templates() -> tuple:
+    """``(keep, take, step)``: ``maximum(m, t)``'s derivative templates -- what reaches the
+    kept earlier taps, and tap t -- and one step of a pick: the earlier pick ``x`` where
+    ``m >= t`` (``y``, ``w``), else ``g``."""
+    keep = G.compile_template(sp.Piecewise((P.g, P.x >= P.y), (0, True)), P.of("g x y"))
+    take = G.compile_template(sp.Piecewise((0, P.x >= P.y), (P.g, True)), P.of("g x y"))
+    step = G.compile_template(sp.Piecewise((P.x, P.y >= P.w), (P.g, True)), P.of("x y w g"))
+    return keep, take, step
 
 
 def pool_dims(name: str, shape: tuple, params: dict) -> Dims:
@@ -104,9 +114,10 @@ def chain(taps: list) -> list:
 def pick_atom(taps: list, values: list):
     """The atom of the element of ``values`` at the tap the maximum of ``taps`` takes."""
     m = chain(taps)
+    step = _templates()[2]
     out = values[0]
     for k in range(1, len(taps)):
-        out = _STEP(out, m[k - 1], taps[k], values[k])
+        out = step(out, m[k - 1], taps[k], values[k])
     return out
 
 
@@ -114,10 +125,11 @@ def spread_atoms(taps: list, g) -> list:
     """What each tap of a window receives of its cotangent ``g``: ``g`` at the tap taken,
     zero at the others (``maximum``'s derivative, back along the chain)."""
     m = chain(taps)
+    keep, take, _ = _templates()
     out = [None] * len(taps)
     for k in range(len(taps) - 1, 0, -1):
-        out[k] = _TAKE(g, m[k - 1], taps[k])
-        g = _KEEP(g, m[k - 1], taps[k])
+        out[k] = take(g, m[k - 1], taps[k])
+        g = keep(g, m[k - 1], taps[k])
     out[0] = g
     return out
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-import sympy as sp
 
-from .. import graph as G
 from .. import nodes as N
 from ..errors import InvalidArgumentError
 from .core import Aval, Primitive, _lanes, _obj, _register, irregular_rows, union
 from .elementwise import divide, equal, exp, multiply, subtract
 from .structural import broadcast_to, cast, gather, reshape, transpose
+from ..lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+G = LazyModule("G", globals(), "symtape.graph")
 
 # --------------------------------------------------------------------------------------------
 # Reductions

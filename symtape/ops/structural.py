@@ -6,10 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
-import sympy as sp
 
-from .. import functions as F
-from .. import graph as G
 from ..errors import ShapeError
 from .core import (
     Aval,
@@ -25,6 +22,11 @@ from .core import (
     batch_size,
     spread,
 )
+from ..lazy import LazyModule
+
+sp = LazyModule("sp", globals(), "sympy")
+F = LazyModule("F", globals(), "symtape.functions")
+G = LazyModule("G", globals(), "symtape.graph")
 
 # --------------------------------------------------------------------------------------------
 # Cast

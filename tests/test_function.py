@@ -174,12 +174,14 @@ def test_pickle_round_trip_in_a_fresh_process(tmp_path):
     path = tmp_path / "g.pkl"
     path.write_bytes(pickle.dumps(g))
     code = f"""
-        import pickle, numpy as np
+        import pickle, sys, numpy as np
         g = pickle.loads(open({str(path)!r}, "rb").read())
         print(repr(g(np.array([0.5, 1.0, -1.0, 2.0])).tolist()))
+        print("sympy" in sys.modules)
     """
-    got = eval(_run(code))
-    np.testing.assert_allclose(got, rosen_grad_np(np.array([0.5, 1.0, -1.0, 2.0])))
+    value, sympy_loaded = _run(code).splitlines()
+    np.testing.assert_allclose(eval(value), rosen_grad_np(np.array([0.5, 1.0, -1.0, 2.0])))
+    assert sympy_loaded == "False"  # a worker loading compiled code never loads SymPy
     g.save(tmp_path / "g.symtape")
     np.testing.assert_allclose(st.load(tmp_path / "g.symtape")(np.ones(4)), np.zeros(4))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -126,3 +127,16 @@ def test_import_leaves_sympy_to_first_use():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout.splitlines()
     assert out == ["[]", "True x*cos(x) + sin(x)"]
+
+
+def test_every_lazy_module_exists_under_its_local_name():
+    """A ``LazyModule`` names a module that imports, and is bound to the global it names
+    (the first use rebinds that global)."""
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) and \
+                    getattr(node.value.func, "id", None) == "LazyModule":
+                local, _, name = (a.value if isinstance(a, ast.Constant) else None
+                                  for a in node.value.args)
+                assert [t.id for t in node.targets] == [local], (path, node.lineno)
+                assert importlib.util.find_spec(name) is not None, (path, name)

@@ -20,6 +20,7 @@ from ..numeric import _ERRSTATE, _IGNORE, quiet
 from .. import nodes as N
 from .. import ops, recording
 from ..errors import DTypeError, InvalidArgumentError, ShapeError, UnboundLeafError
+from .core import _const_atom
 from ..lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
@@ -737,7 +738,6 @@ def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
                                                                   dtype=dtype)), dtype)
 
 
-_is_const_atom = np.frompyfunc(lambda a: G.is_const(a), 1, 1)
 
 
 def _settle(value: np.ndarray, atoms: np.ndarray, inputs, unsettled,
@@ -759,7 +759,7 @@ def _settle(value: np.ndarray, atoms: np.ndarray, inputs, unsettled,
         return value
     flat_atoms = atoms.reshape(-1)
     flat = np.array(value, copy=True).reshape(-1)
-    const = _is_const_atom(flat_atoms).astype(bool)
+    const = _const_atom(flat_atoms).astype(bool)
     for i in np.flatnonzero(const):
         flat[i] = G.const_value(flat_atoms[i])
     odd = np.zeros(flat.shape, dtype=bool) if unsettled is None else np.reshape(unsettled, -1)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -292,7 +293,16 @@ def axis_after_batch(axis: int, rank: int) -> int:
     return (axis % rank if rank else 0) + 1
 
 
-_const_atom = np.frompyfunc(lambda a: G.is_const(a), 1, 1)
+@functools.cache
+def _atom_ufunc(name: str):
+    """The graph's atom predicate ``name`` as a numpy ufunc over object arrays, made on first
+    use (the graph loads with it)."""
+    return np.frompyfunc(getattr(G, name), 1, 1)
+
+
+def _const_atom(atoms):
+    """Elementwise: whether each atom is a constant."""
+    return _atom_ufunc("is_const")(atoms)
 
 
 def row_flags(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -348,7 +358,11 @@ def _register(prim: Primitive) -> Primitive:
     return prim
 
 
-_is_zero = np.frompyfunc(lambda a: G._is_zero(a), 1, 1)
+def _is_zero(atoms):
+    """Elementwise: whether each atom is the constant 0."""
+    return _atom_ufunc("_is_zero")(atoms)
+
+
 _special_atom = np.frompyfunc(lambda a: G.is_const(a) or G.absorbs_products(a), 1, 1)
 _same_atom = np.frompyfunc(lambda a, b: a is b or (G.is_const(a) and a == b), 2, 1)
 

@@ -31,7 +31,6 @@ def _tensor(x):
     return x if isinstance(x, Tensor) else convert_to_tensor(np.float64(x))
 
 
-
 @functools.cache
 def _heads() -> tuple:
     """``(unary, relations)``: the SymPy functions and relations symtape computes, each with

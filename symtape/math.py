@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 
-
 # --------------------------------------------------------------------------------------------
 # Composites: API names TensorFlow itself defines as compositions of ops (and creation
 # functions, constants with no inputs); the public functions below check and convert their

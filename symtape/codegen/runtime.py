@@ -343,7 +343,6 @@ _TOTAL_EMPTY = {"sum": 0.0, "max": -np.inf, "min": np.inf}
 _TOTAL_COMBINE = {"sum": np.add, "max": np.maximum, "min": np.minimum}
 
 
-
 class CompiledFunction:
     """A native function of arrays, vectorised over leading batch dimensions.
 

@@ -738,8 +738,6 @@ def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
                                                                   dtype=dtype)), dtype)
 
 
-
-
 def _settle(value: np.ndarray, atoms: np.ndarray, inputs, unsettled,
             exact_elsewhere: bool) -> np.ndarray:
     """Eager values that agree with the element DAG, hence with formulas and compiled code.

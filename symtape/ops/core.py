@@ -17,7 +17,6 @@ G = LazyModule("G", globals(), "symtape.graph")
 TN = LazyModule("TN", globals(), "symtape.notation")
 
 
-
 class _Placeholders:
     """The placeholders of templates, SymPy symbols made on first use (SymPy loads with the
     first template): ``x y z w`` arguments, ``g`` the cotangent, ``ans`` the result (all

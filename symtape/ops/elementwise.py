@@ -56,8 +56,6 @@ def _tf_diff(expr, var):
     return sp.powsimp(d)
 
 
-
-
 def _steps() -> tuple:
     return (sp.floor, sp.ceiling, F.RoundHalfEven, F.Trunc, sp.sign, sp.Heaviside)
 

@@ -41,7 +41,6 @@ sp = LazyModule("sp", globals(), "sympy")
 G = LazyModule("G", globals(), "symtape.graph")
 
 
-
 @functools.cache
 def _templates() -> tuple:
     """``(keep, take, step)``: ``maximum(m, t)``'s derivative templates -- what reaches the

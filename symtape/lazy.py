@@ -3,7 +3,7 @@
 SymPy, and symtape's element-level modules built on it (``graph``, ``heads``, ``functions``,
 ``evaluate``, the lowering table, ...), load when a formula, an element view or a tensor op
 first needs them, not at ``import symtape``: importing costs numpy, llvmlite and symtape's own
-tables (about 0.2 s), and SymPy's 0.2-0.3 s is paid by the first op that uses it.
+tables (about 0.1 s), and SymPy's 0.2-0.3 s is paid by the first op that uses it.
 
 A module that needs one of them binds a :class:`LazyModule` under the name it would import
 (``G = LazyModule("G", globals(), "symtape.graph")`` for ``from . import graph as G``). The

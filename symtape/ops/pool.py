@@ -133,6 +133,23 @@ def spread_atoms(taps: list, g) -> list:
     return out
 
 
+def atoms_at_taps(d: Dims, terms) -> np.ndarray:
+    """The input's atoms when each window's ``terms(n, i, j, c)`` (one atom per tap, row by
+    row) are added at its taps, windows in order (0 where no window reaches)."""
+    parts = np.empty(d.shape("x"), dtype=object)  # each place's contributions
+    for idx in np.ndindex(*parts.shape):
+        parts[idx] = []
+    for n, i, j, c in np.ndindex(d.n, d.oh, d.ow, d.c):
+        for k, a in enumerate(terms(n, i, j, c)):
+            p, q = divmod(k, d.kw)
+            parts[n, i * d.sh + p, j * d.sw + q, c].append(a)
+    out = _obj(d.shape("x"))
+    for idx in np.ndindex(*out.shape):
+        if parts[idx]:
+            out[idx] = sum_atoms(parts[idx])
+    return out
+
+
 def sum_atoms(atoms: list):
     """The atom of the sum of ``atoms`` (the one atom itself when alone)."""
     if len(atoms) == 1:
@@ -230,19 +247,8 @@ class MaxPool(Pooling):
                 at = idx[:3] + (slice(None), idx[3])
                 out[idx] = pick_atom(list(xw[at]), list(hw[at]))
             return out
-        parts = np.empty(d.shape("x"), dtype=object)  # each place's contributions
-        for idx in np.ndindex(*parts.shape):
-            parts[idx] = []
-        for n, i, j, c in np.ndindex(d.n, d.oh, d.ow, d.c):  # windows in order
-            at = (n, i, j, slice(None), c)
-            for k, a in enumerate(spread_atoms(list(xw[at]), other[n, i, j, c])):
-                p, q = divmod(k, d.kw)
-                parts[n, i * d.sh + p, j * d.sw + q, c].append(a)
-        out = _obj(d.shape("x"))
-        for idx in np.ndindex(*out.shape):
-            if parts[idx]:
-                out[idx] = sum_atoms(parts[idx])
-        return out
+        return atoms_at_taps(d, lambda n, i, j, c: spread_atoms(list(xw[n, i, j, :, c]),
+                                                                 other[n, i, j, c]))
 
     # -- derivatives -----------------------------------------------------------------------
     def _rule0(self, g, ans, x, **params):
@@ -328,18 +334,7 @@ class SumPool(Pooling):
             for idx in np.ndindex(*out.shape):
                 out[idx] = sum_atoms(list(xw[idx[:3] + (slice(None), idx[3])]))
             return out
-        parts = np.empty(d.shape("x"), dtype=object)
-        for idx in np.ndindex(*parts.shape):
-            parts[idx] = []
-        for n, i, j, c in np.ndindex(d.n, d.oh, d.ow, d.c):  # windows in order
-            for p in range(d.kh):
-                for q in range(d.kw):
-                    parts[n, i * d.sh + p, j * d.sw + q, c].append(a[n, i, j, c])
-        out = _obj(d.shape("x"))
-        for idx in np.ndindex(*out.shape):
-            if parts[idx]:
-                out[idx] = sum_atoms(parts[idx])
-        return out
+        return atoms_at_taps(d, lambda n, i, j, c: [a[n, i, j, c]] * (d.kh * d.kw))
 
     def _rule(self, g, ans, a, **params):
         if self.name == "sum_pool2d":

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import json
 import math
@@ -28,14 +29,15 @@ import struct
 from collections.abc import Callable
 
 import numpy as np
-import sympy as sp
-from sympy.core.assumptions import _assume_defined
-from sympy.functions.elementary.piecewise import ExprCondPair
 
 from .errors import SerializationError
-from .heads import RECORDS
+from .lazy import LazyModule
 
-__all__ = [
+sp = LazyModule("sp", globals(), "sympy")
+H = LazyModule("H", globals(), "symtape.heads")
+assumptions = LazyModule("assumptions", globals(), "sympy.core.assumptions")
+
+__all__ = [  # noqa: F822 - HEADS: __getattr__
     "HEADS",
     "DTYPES",
     "MAX_DEPTH",
@@ -43,6 +45,7 @@ __all__ = [
     "decode_expr",
     "expr_text",
     "expr_from_text",
+    "number_value",
     "encode_array",
     "decode_array",
     "encode_value",
@@ -68,32 +71,48 @@ _MAX_EXP = 1 << 32
 # Expressions: the closed table of heads
 # --------------------------------------------------------------------------------------------
 
-S = sp.S
 
-# Constants written as a bare head (``["pi"]``): the numbers a constant fold can give.
-_ATOMS: dict[str, sp.Basic] = {
-    "pi": S.Pi,
-    "E": S.Exp1,
-    "EulerGamma": S.EulerGamma,
-    "Catalan": S.Catalan,
-    "GoldenRatio": S.GoldenRatio,
-    "TribonacciConstant": S.TribonacciConstant,
-    "oo": S.Infinity,
-    "-oo": S.NegativeInfinity,
-    "zoo": S.ComplexInfinity,
-    "nan": S.NaN,
-    "true": S.true,
-    "false": S.false,
-}
-_ATOM_NAMES = {type(v): k for k, v in _ATOMS.items()}
+class _Tables:
+    """The closed table of heads, built from SymPy and ``heads.py`` on first use (so that
+    reading a file of plain numbers needs neither).
+
+    ``atoms``: constants written as a bare head (``["pi"]``), the numbers a constant fold can
+    give; ``heads``: function heads, written ``[name, *operands]`` -- the records of
+    ``heads.py`` (arithmetic, elementary functions, comparisons, logic, symtape's own heads,
+    ``Piecewise``) and ``Piecewise``'s pairs -- and the reverse maps of both."""
+
+    def __init__(self) -> None:
+        S = sp.S
+        self.atoms: dict[str, sp.Basic] = {
+            "pi": S.Pi,
+            "E": S.Exp1,
+            "EulerGamma": S.EulerGamma,
+            "Catalan": S.Catalan,
+            "GoldenRatio": S.GoldenRatio,
+            "TribonacciConstant": S.TribonacciConstant,
+            "oo": S.Infinity,
+            "-oo": S.NegativeInfinity,
+            "zoo": S.ComplexInfinity,
+            "nan": S.NaN,
+            "true": S.true,
+            "false": S.false,
+        }
+        self.atom_names = {type(v): k for k, v in self.atoms.items()}
+        self.pair = sp.functions.elementary.piecewise.ExprCondPair
+        functions = tuple(r.cls for r in H.RECORDS) + (self.pair,)
+        self.heads: dict[str, type] = {cls.__name__: cls for cls in functions}
+        self.head_names: dict[type, str] = {cls: name for name, cls in self.heads.items()}
 
 
-# Function heads, written ``[name, *operands]``: the records of ``heads.py`` (arithmetic,
-# elementary functions, comparisons, logic, symtape's own heads, ``Piecewise``) and
-# ``Piecewise``'s pairs.
-_FUNCTIONS = tuple(r.cls for r in RECORDS) + (ExprCondPair,)
-HEADS: dict[str, type] = {cls.__name__: cls for cls in _FUNCTIONS}
-_HEAD_NAMES: dict[type, str] = {cls: name for name, cls in HEADS.items()}
+@functools.cache
+def _tables() -> _Tables:
+    return _Tables()
+
+
+def __getattr__(name: str):
+    if name == "HEADS":  # ``name -> SymPy head`` of saved expressions, built on first use
+        return _tables().heads
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def encode_expr(expr) -> list:
@@ -114,7 +133,8 @@ def _encode(e, depth: int, count: list) -> list:
         raise SerializationError(f"expression is too large to save (deeper than {MAX_DEPTH} "
                                  f"or more than {MAX_NODES} nodes)")
     cls = type(e)
-    atom = _ATOM_NAMES.get(cls)
+    tables = _tables()
+    atom = tables.atom_names.get(cls)
     if atom is not None:
         return [atom]
     if isinstance(e, sp.Integer):
@@ -129,7 +149,7 @@ def _encode(e, depth: int, count: list) -> list:
         if given is None:
             given = e.assumptions0  # older SymPy kept no record of the given ones
         return ["Symbol", e.name, {k: bool(v) for k, v in given.items()}]
-    name = _HEAD_NAMES.get(cls)
+    name = tables.head_names.get(cls)
     if name is None or not isinstance(e, sp.Basic):
         label = cls.__name__ if isinstance(e, sp.Basic) else f"Python {cls.__name__}"
         raise SerializationError(
@@ -162,14 +182,15 @@ def _decode(node, where: str, depth: int, count: list):
         raise SerializationError(f"{where}: malformed node {_show(node)} (expected a list "
                                  "starting with a head name)")
     head, args = node[0], node[1:]
-    atom = _ATOMS.get(head)
+    tables = _tables()
+    atom = tables.atoms.get(head)
     if atom is not None:
         _arity(where, head, args, 0)
         return atom
     number = _NUMBERS.get(head)
     if number is not None:
         return number(where, args)
-    cls = HEADS.get(head)
+    cls = tables.heads.get(head)
     if cls is None:
         raise SerializationError(f"{where}: unknown head {head[:40]!r}")
     operands = [_decode(a, where, depth + 1, count) for a in args]
@@ -194,22 +215,22 @@ def _arity(where: str, head: str, args: list, n: int) -> None:
         raise SerializationError(f"{where}: {head} takes {n} fields, got {len(args)}")
 
 
-def _integer(where: str, args: list):
+def _integer_field(where: str, args: list) -> int:
     _arity(where, "Integer", args, 1)
-    return sp.Integer(expect_int(args[0], f"{where}: Integer"))
+    return expect_int(args[0], f"{where}: Integer")
 
 
-def _rational(where: str, args: list):
+def _rational_fields(where: str, args: list) -> tuple:
     _arity(where, "Rational", args, 2)
     p = expect_int(args[0], f"{where}: Rational numerator")
     q = expect_int(args[1], f"{where}: Rational denominator")
     if q < 2 or math.gcd(p, q) != 1:
         raise SerializationError(f"{where}: Rational {p}/{q} is not in lowest terms with a "
                                  "denominator above 1")
-    return sp.Rational(p, q)
+    return p, q
 
 
-def _float(where: str, args: list):
+def _float_fields(where: str, args: list) -> tuple:
     _arity(where, "Float", args, 5)
     sign, man, exp, bc, prec = (expect_int(a, f"{where}: Float field") for a in args)
     ok = (sign in (0, 1) and man > 0 and man % 2 == 1 and bc == man.bit_length()
@@ -219,6 +240,19 @@ def _float(where: str, args: list):
         raise SerializationError(f"{where}: Float fields {args!r} are not a normalised "
                                  "binary float (sign, odd mantissa, exponent, bit count, "
                                  "precision)")
+    return sign, man, exp, bc, prec
+
+
+def _integer(where: str, args: list):
+    return sp.Integer(_integer_field(where, args))
+
+
+def _rational(where: str, args: list):
+    return sp.Rational(*_rational_fields(where, args))
+
+
+def _float(where: str, args: list):
+    sign, man, exp, bc, prec = _float_fields(where, args)
     return sp.Float._new((sign, man, exp, bc), prec, zero=False)
 
 
@@ -227,8 +261,9 @@ def _symbol(where: str, args: list):
     name, given = args
     if not isinstance(name, str):
         raise SerializationError(f"{where}: a Symbol name must be a string, got {_show(name)}")
+    known = assumptions._assume_defined
     if not isinstance(given, dict) or not all(
-            k in _assume_defined and isinstance(v, bool) for k, v in given.items()):
+            k in known and isinstance(v, bool) for k, v in given.items()):
         raise SerializationError(f"{where}: Symbol {name[:40]!r} has malformed assumptions "
                                  f"{_show(given)} (expected {{name: true/false}})")
     try:
@@ -252,7 +287,7 @@ def _build(where: str, head: str, cls: type, args: list):
     _check_operands(where, head, cls, args)
     try:
         if head == "ExprCondPair":
-            return ExprCondPair(*args)
+            return _tables().pair(*args)
         return cls(*args, evaluate=False)
     except Exception as exc:  # noqa: BLE001 - SymPy refuses the operands: a bad file
         raise SerializationError(f"{where}: {head} of these operands is invalid: "
@@ -275,7 +310,7 @@ def _check_operands(where: str, head: str, cls: type, args: list) -> None:
                                  f"operands, got {len(args)}")
     if not args:
         raise SerializationError(f"{where}: {head} needs operands")
-    pairs = [isinstance(a, ExprCondPair) for a in args]
+    pairs = [isinstance(a, _tables().pair) for a in args]
     if head == "Piecewise" and not all(pairs):
         raise SerializationError(f"{where}: the operands of Piecewise are ExprCondPairs")
     if head != "Piecewise" and any(pairs):
@@ -301,6 +336,56 @@ def expr_from_text(text: str, where: str = "expression"):
     if not isinstance(text, str):
         raise SerializationError(f"{where}: expected JSON text, got {type(text).__name__}")
     return decode_expr(_loads(text, where), where)
+
+
+def number_value(node, where: str = "expression"):
+    """``(value, text)`` of a saved plain number -- ``Integer``, ``Rational``, a ``Float``
+    that is a double, ``true``/``false``, ``oo``/``-oo``/``nan`` -- read without SymPy,
+    after the checks :func:`decode_expr` makes: its double (or bool) as
+    ``graph.const_value`` computes it, and its :func:`expr_text`. None for any other node,
+    and for a number whose double is not exact this way (decode those).
+
+    >>> number_value(["Rational", 1, 4]), number_value(["pi"])
+    ((0.25, '["Rational",1,4]'), None)
+    """
+    if not isinstance(node, list) or not node or not isinstance(node[0], str):
+        return None
+    head, args = node[0], node[1:]
+    if head in _PLAIN_ATOMS:
+        _arity(where, head, args, 0)
+        value = _PLAIN_ATOMS[head]
+    elif head == "Integer":
+        p = _integer_field(where, args)
+        value = float(p) if abs(p) <= 1 << 53 else None
+    elif head == "Rational":
+        p, q = _rational_fields(where, args)
+        value = p / q if max(abs(p), q) <= 1 << 53 else None  # both exact: one rounding
+    elif head == "Float":
+        sign, man, exp, _, _ = _float_fields(where, args)
+        value = _exact_double(sign, man, exp)
+    else:
+        return None
+    if value is None:
+        return None
+    return value, json.dumps(node, separators=(",", ":"), allow_nan=False)
+
+
+# the bare heads of plain numbers, with their values (graph.const_value)
+_PLAIN_ATOMS = {"true": True, "false": False, "oo": math.inf, "-oo": -math.inf,
+                "nan": math.nan}
+
+
+def _exact_double(sign: int, man: int, exp: int) -> float | None:
+    """``(-1)**sign * man * 2**exp`` when it is a double exactly (else None)."""
+    if man.bit_length() > 53:
+        return None
+    try:
+        value = math.ldexp(float(man), exp) if man else 0.0
+        if value == 0.0 and man or math.ldexp(value, -exp) != man:
+            return None  # underflowed or rounded
+    except OverflowError:
+        return None
+    return -value if sign else value
 
 
 # --------------------------------------------------------------------------------------------

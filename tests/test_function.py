@@ -17,6 +17,7 @@ import pytest
 
 import symtape as st
 from symtape import errors
+from symtape.codegen import runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -169,21 +170,41 @@ def _run(code: str, env=None) -> str:
     return out.stdout
 
 
-def test_pickle_round_trip_in_a_fresh_process(tmp_path):
+def test_pickle_and_file_round_trips_in_a_fresh_process(tmp_path):
     g = st.grad(rosen, input_signature=[st.TensorSpec((4,))])
-    path = tmp_path / "g.pkl"
-    path.write_bytes(pickle.dumps(g))
-    code = f"""
-        import pickle, sys, numpy as np
-        g = pickle.loads(open({str(path)!r}, "rb").read())
-        print(repr(g(np.array([0.5, 1.0, -1.0, 2.0])).tolist()))
-        print("sympy" in sys.modules)
-    """
-    value, sympy_loaded = _run(code).splitlines()
-    np.testing.assert_allclose(eval(value), rosen_grad_np(np.array([0.5, 1.0, -1.0, 2.0])))
-    assert sympy_loaded == "False"  # a worker loading compiled code never loads SymPy
+    (tmp_path / "g.pkl").write_bytes(pickle.dumps(g))
     g.save(tmp_path / "g.symtape")
-    np.testing.assert_allclose(st.load(tmp_path / "g.symtape")(np.ones(4)), np.zeros(4))
+    code = f"""
+        import pickle, sys, numpy as np, symtape as st
+        x = np.array([0.5, 1.0, -1.0, 2.0])
+        g = pickle.loads(open({str(tmp_path / "g.pkl")!r}, "rb").read())
+        print(repr(g(x).tolist()))
+        print(repr(st.load({str(tmp_path / "g.symtape")!r})(x).tolist()))
+        print(sorted(m for m in ("sympy", "mpmath") if m in sys.modules))
+    """
+    pickled, loaded, symbolic = _run(code).splitlines()
+    want = rosen_grad_np(np.array([0.5, 1.0, -1.0, 2.0]))
+    np.testing.assert_allclose(eval(pickled), want)
+    assert eval(loaded) == eval(pickled)
+    assert symbolic == "[]"  # a process running compiled code never loads SymPy
+
+
+def test_a_file_with_exact_constants_loads(tmp_path, monkeypatch):
+    """A constant that is not a plain number (erf's 2/sqrt(pi)) is checked through SymPy."""
+    x = st.symbol("x", shape=(2,))
+    with st.GradientTape() as t:
+        t.watch(x)
+        y = st.reduce_sum(st.erf(x))
+    f = st.compile([t.gradient(y, x)], [x])
+    f.save(tmp_path / "f.symtape")
+    exact = []
+    read = runtime._exact_constant
+    monkeypatch.setattr(runtime, "_exact_constant", lambda *a: exact.append(a[0]) or read(*a))
+    g = st.load(tmp_path / "f.symtape")
+    assert exact == [["Mul", ["Integer", 2], ["Pow", ["pi"], ["Rational", -1, 2]]]]
+    v = np.array([0.5, 1.0])
+    np.testing.assert_array_equal(g(v)[0], f(v)[0])
+    np.testing.assert_allclose(g(v)[0], 2 / np.sqrt(np.pi) * np.exp(-v * v), rtol=1e-15)
 
 
 def test_second_process_hits_the_disk_cache(tmp_path):

@@ -140,7 +140,7 @@ def test_every_template_and_derivative_round_trips_exactly():
 X = sp.Symbol("x", real=True)
 
 
-@pytest.mark.parametrize("e", [
+CONSTANTS_AND_HEADS = [
     sp.sqrt(2), sp.pi / 4, sp.sin(1), sp.log(3), sp.Rational(1, 3), sp.Rational(-7, 2),
     sp.Float(0.1), sp.Float(-2.5e-300), sp.Float(0.0), sp.Float("1.2345678901234567890123", 40),
     sp.Float(1.6732632423543772848170429916717), sp.oo, -sp.oo, sp.zoo, sp.nan, sp.true,
@@ -153,9 +153,44 @@ X = sp.Symbol("x", real=True)
     F.Trunc(X), F.RoundFloat32(X), F.StopGradient(X), sp.atan2(X, 2), sp.Symbol("b"),
     sp.Symbol("p", positive=True, integer=True), sp.Pow(X, -1, evaluate=False),
     sp.Add(X, 1, X, evaluate=False),
-], ids=str)
+]
+
+
+@pytest.mark.parametrize("e", CONSTANTS_AND_HEADS, ids=str)
 def test_constants_and_heads_round_trip_exactly(e):
     assert_exact(e)
+
+
+@pytest.mark.parametrize("e", [e for e in CONSTANTS_AND_HEADS if not e.free_symbols] + [
+    sp.Float(5e-324), sp.Float(-1.5), sp.Integer(2**53), sp.Integer(2**53 + 1),
+    sp.Rational(1, 2**53 + 1), sp.Float(2.0**1023), sp.Float("1e-400"), sp.Float("1e400"),
+], ids=str)
+def test_plain_numbers_read_without_sympy_as_sympy_reads_them(e):
+    """Compiled files read their plain constants without SymPy (``dataio.number_value``):
+    the same double and text as decoding them, and None (decode them) for the rest."""
+    plain = dataio.number_value(dataio.encode_expr(e))
+    exact_double = isinstance(e, sp.Float) and sp.Rational(e) == sp.Rational(float(e)) and \
+        math.isfinite(float(e))
+    assert (plain is not None) == (
+        e in (sp.true, sp.false, sp.oo, -sp.oo, sp.nan) or exact_double or
+        isinstance(e, sp.Rational) and max(abs(e.p), e.q) <= 2**53)
+    if plain is not None:
+        value, text = plain
+        want = graph.const_value(e)
+        assert text == dataio.expr_text(e)
+        assert type(value) is type(want)
+        assert value == want or math.isnan(value) and math.isnan(want)
+
+
+@pytest.mark.parametrize("node, pattern", [
+    (["Rational", 2, 4], "lowest terms"), (["Rational", 1, 1], "lowest terms"),
+    (["Float", 0, 2, 0, 2, 53], "normalised"), (["Integer", 1.5], "Integer"),
+    (["oo", 1], "takes 0 fields"), (["Integer"], "takes 1 fields"),
+])
+def test_plain_numbers_are_checked_as_decoding_checks_them(node, pattern):
+    for read in (dataio.number_value, dataio.decode_expr):
+        with pytest.raises(SerializationError, match=pattern):
+            read(node)
 
 
 def test_the_whitelist_covers_every_head_the_graph_can_hold():

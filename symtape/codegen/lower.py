@@ -16,19 +16,21 @@ propagate nan like ``np.maximum``, comparisons with nan are false (``!=`` is tru
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-import sympy as sp
-
-from .. import functions as F
 from ..errors import LoweringError
-from ..heads import RECORDS
+from ..lazy import LazyModule
 from ..numeric import pow_plan, split_quotient
 from . import vecmath
 
-__all__ = ["Op", "OPS", "HEADS", "Builder", "head_rule"]
+sp = LazyModule("sp", globals(), "sympy")
+F = LazyModule("F", globals(), "symtape.functions")
+H = LazyModule("H", globals(), "symtape.heads")
+
+__all__ = ["Op", "OPS", "HEADS", "Builder", "head_rule"]  # noqa: F822 - HEADS: __getattr__
 
 
 class Builder(Protocol):
@@ -149,6 +151,17 @@ def _piecewise_form(cond, a, b):
     return sp.Piecewise((a, cond), (b, True))
 
 
+def _sp(name: str) -> Callable:
+    """SymPy's ``name``, as an op's SymPy form (looked up when a formula is rebuilt, so the
+    table loads without SymPy)."""
+    return lambda *args: getattr(sp, name)(*args)
+
+
+def _fn(name: str) -> Callable:
+    """symtape's SymPy function ``name`` (``functions.py``), as :func:`_sp`."""
+    return lambda *args: getattr(F, name)(*args)
+
+
 # --------------------------------------------------------------------------------------------
 # The closed target: one stanza per op
 # --------------------------------------------------------------------------------------------
@@ -168,23 +181,23 @@ OPS: dict[str, Op] = {
         call=True,
     ),
     # intrinsics: LLVM lowers them to instructions (sqrt, fabs, rounding) or libm calls
-    "sqrt": _intrinsic("sqrt", "sqrt", sp.sqrt),
+    "sqrt": _intrinsic("sqrt", "sqrt", _sp("sqrt")),
     # exp and log in IR (vecmath): no library call, so the batch loop around them vectorises
-    "exp": _vecmath("exp", (vecmath.EXP_F64,), sp.exp),
-    "log": _vecmath("log", (vecmath.LOG_F64,), sp.log),
-    "sin": _trig("sin", sp.sin),
-    "cos": _trig("cos", sp.cos),
-    "abs": _intrinsic("fabs", "fabs", sp.Abs),
-    "floor": _intrinsic("floor", "floor", sp.floor),
-    "ceil": _intrinsic("ceil", "ceil", sp.ceiling),
-    "trunc": _intrinsic("trunc", "trunc", F.Trunc),
+    "exp": _vecmath("exp", (vecmath.EXP_F64,), _sp("exp")),
+    "log": _vecmath("log", (vecmath.LOG_F64,), _sp("log")),
+    "sin": _trig("sin", _sp("sin")),
+    "cos": _trig("cos", _sp("cos")),
+    "abs": _intrinsic("fabs", "fabs", _sp("Abs")),
+    "floor": _intrinsic("floor", "floor", _sp("floor")),
+    "ceil": _intrinsic("ceil", "ceil", _sp("ceiling")),
+    "trunc": _intrinsic("trunc", "trunc", _fn("Trunc")),
     # a float64 -> float32 cast inside float64 code; nothing to do in float32 code
     "round_f32": Op(
         "f",
         "f",
         ("{r}.s = fptrunc {t} {0} to float", "{r} = fpext float {r}.s to {t}"),
         "((double)(float)({0}))",
-        F.RoundFloat32,
+        _fn("RoundFloat32"),
         ir32=("{r} = fadd {t} {0}, -0.0",),
     ),
     # roundeven is ties-to-even whatever the rounding mode; C's rint is, in the default mode
@@ -193,26 +206,27 @@ OPS: dict[str, Op] = {
         "f",
         ("{r} = call {t} @llvm.roundeven.{sfx}({t} {0})",),
         "rint{m}({0})",
-        F.RoundHalfEven,
+        _fn("RoundHalfEven"),
         ("declare {t} @llvm.roundeven.{sfx}({t})",),
     ),
     # the C library, as numpy and evaluate.py call it
-    "tan": _libm("tan", sp.tan),
-    "asin": _libm("asin", sp.asin),
-    "acos": _libm("acos", sp.acos),
-    "atan": _libm("atan", sp.atan),
-    "sinh": _libm("sinh", sp.sinh),
-    "cosh": _libm("cosh", sp.cosh),
-    "tanh": _vecmath("tanh", (vecmath.TANH_F64, vecmath.EXP_F64), sp.tanh,
-                     _libm("tanh", sp.tanh)),
-    "asinh": _libm("asinh", sp.asinh),
-    "acosh": _libm("acosh", sp.acosh),
-    "atanh": _libm("atanh", sp.atanh),
-    "erf": _vecmath("erf", (vecmath.ERF_F64, vecmath.EXP_F64), sp.erf, _libm("erf", sp.erf)),
-    "log1p": _vecmath("log1p", (vecmath.LOG1P_F64, vecmath.LOG_F64), F.log1p,
-                      _libm("log1p", F.log1p)),
-    "expm1": _vecmath("expm1", (vecmath.EXPM1_F64,), F.expm1, _libm("expm1", F.expm1)),
-    "atan2": _libm("atan2", sp.atan2, arity=2),
+    "tan": _libm("tan", _sp("tan")),
+    "asin": _libm("asin", _sp("asin")),
+    "acos": _libm("acos", _sp("acos")),
+    "atan": _libm("atan", _sp("atan")),
+    "sinh": _libm("sinh", _sp("sinh")),
+    "cosh": _libm("cosh", _sp("cosh")),
+    "tanh": _vecmath("tanh", (vecmath.TANH_F64, vecmath.EXP_F64), _sp("tanh"),
+                     _libm("tanh", _sp("tanh"))),
+    "asinh": _libm("asinh", _sp("asinh")),
+    "acosh": _libm("acosh", _sp("acosh")),
+    "atanh": _libm("atanh", _sp("atanh")),
+    "erf": _vecmath("erf", (vecmath.ERF_F64, vecmath.EXP_F64), _sp("erf"),
+                    _libm("erf", _sp("erf"))),
+    "log1p": _vecmath("log1p", (vecmath.LOG1P_F64, vecmath.LOG_F64), _fn("log1p"),
+                      _libm("log1p", _fn("log1p"))),
+    "expm1": _vecmath("expm1", (vecmath.EXPM1_F64,), _fn("expm1"), _libm("expm1", _fn("expm1"))),
+    "atan2": _libm("atan2", _sp("atan2"), arity=2),
     # np.sign: +-1 by sign, 0 for both zeros, nan for nan
     "sign": Op(
         "f",
@@ -226,7 +240,7 @@ OPS: dict[str, Op] = {
             "{r} = select i1 {r}.p, {t} 1.0, {t} {r}.b",
         ),
         "st_sign{m}({0})",
-        sp.sign,
+        _sp("sign"),
     ),
     # np.maximum/np.minimum: nan in either argument gives nan; on a tie, the second argument
     "max": Op(
@@ -239,7 +253,7 @@ OPS: dict[str, Op] = {
             "{r} = select i1 {r}.u, {t} {0}, {t} {r}.m",
         ),
         "st_max{m}({0}, {1})",
-        sp.Max,
+        _sp("Max"),
     ),
     "min": Op(
         "ff",
@@ -251,7 +265,7 @@ OPS: dict[str, Op] = {
             "{r} = select i1 {r}.u, {t} {0}, {t} {r}.m",
         ),
         "st_min{m}({0}, {1})",
-        sp.Min,
+        _sp("Min"),
     ),
     # np.mod: fmod, moved into the sign of the divisor; a zero result takes the divisor's sign
     "mod": Op(
@@ -271,7 +285,7 @@ OPS: dict[str, Op] = {
             "{r} = select i1 {r}.e, {t} {r}.z, {t} {r}.a",
         ),
         "st_mod{m}({0}, {1})",
-        sp.Mod,
+        _sp("Mod"),
         ("declare {t} @llvm.copysign.{sfx}({t}, {t})",),
     ),
     # Heaviside(x, h0): 1 above zero, 0 below, h0 at zero and for nan
@@ -285,7 +299,7 @@ OPS: dict[str, Op] = {
             "{r} = select i1 {r}.p, {t} 1.0, {t} {r}.a",
         ),
         "st_heaviside{m}({0}, {1})",
-        sp.Heaviside,
+        _sp("Heaviside"),
     ),
     "select": Op(
         "bff",
@@ -295,15 +309,15 @@ OPS: dict[str, Op] = {
         _piecewise_form,
     ),
     # comparisons: ordered (false with nan) except !=, which is true with nan
-    "lt": _compare("olt", "({0} < {1})", sp.StrictLessThan),
-    "le": _compare("ole", "({0} <= {1})", sp.LessThan),
-    "gt": _compare("ogt", "({0} > {1})", sp.StrictGreaterThan),
-    "ge": _compare("oge", "({0} >= {1})", sp.GreaterThan),
-    "eq": _compare("oeq", "({0} == {1})", sp.Eq),
-    "ne": _compare("une", "({0} != {1})", sp.Ne),
-    "and": Op("bb", "b", ("{r} = and i1 {0}, {1}",), "({0} && {1})", sp.And),
-    "or": Op("bb", "b", ("{r} = or i1 {0}, {1}",), "({0} || {1})", sp.Or),
-    "not": Op("b", "b", ("{r} = xor i1 {0}, true",), "(!{0})", sp.Not),
+    "lt": _compare("olt", "({0} < {1})", _sp("StrictLessThan")),
+    "le": _compare("ole", "({0} <= {1})", _sp("LessThan")),
+    "gt": _compare("ogt", "({0} > {1})", _sp("StrictGreaterThan")),
+    "ge": _compare("oge", "({0} >= {1})", _sp("GreaterThan")),
+    "eq": _compare("oeq", "({0} == {1})", _sp("Eq")),
+    "ne": _compare("une", "({0} != {1})", _sp("Ne")),
+    "and": Op("bb", "b", ("{r} = and i1 {0}, {1}",), "({0} && {1})", _sp("And")),
+    "or": Op("bb", "b", ("{r} = or i1 {0}, {1}",), "({0} || {1})", _sp("Or")),
+    "not": Op("b", "b", ("{r} = xor i1 {0}, true",), "(!{0})", _sp("Not")),
 }
 
 
@@ -423,22 +437,30 @@ _RULES: dict[str, Callable] = {
 }
 _KINDS: dict[str, Callable] = {"apply": _apply, "fold": _fold, "rule": _RULES.__getitem__}
 
-#: ``SymPy head -> rule``, read off the records of ``heads.py``.
-HEADS: dict[type, Callable] = {
-    r.cls: _KINDS[r.lower.split(":")[0]](r.lower.split(":")[1]) for r in RECORDS}
+@functools.cache
+def _heads() -> dict[type, Callable]:
+    """``SymPy head -> rule``, read off the records of ``heads.py`` (:data:`HEADS`)."""
+    return {r.cls: _KINDS[r.lower.split(":")[0]](r.lower.split(":")[1]) for r in H.RECORDS}
+
+
+def __getattr__(name: str):
+    if name == "HEADS":  # ``SymPy head -> rule``: built with the first head lowered
+        return _heads()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def head_rule(head: type) -> Callable:
     """The rule for ``head`` (or its nearest base class in :data:`HEADS`).
 
-    >>> head_rule(sp.exp) is HEADS[sp.exp]
+    >>> head_rule(sp.exp) is _heads()[sp.exp]
     True
     """
-    rule = HEADS.get(head)
+    heads = _heads()
+    rule = heads.get(head)
     if rule is not None:
         return rule
     for base in head.__mro__[1:]:
-        rule = HEADS.get(base)
+        rule = heads.get(base)
         if rule is not None:
             return rule
     name = getattr(head, "display", None) or head.__name__

@@ -1111,14 +1111,8 @@ def _const_attr(attr, args: list, where: str) -> tuple:
     if args or not (isinstance(attr, list) and len(attr) == 2):
         raise SerializationError(f"{where}: a constant is [\"const\", [], [value, expr]]")
     tagged, node = attr
-    expr = dataio.decode_expr(node, f"{where}: constant")
-    if not (isinstance(expr, sp.logic.boolalg.BooleanAtom) or expr.is_number) or expr.free_symbols:
-        raise SerializationError(f"{where}: the constant {str(expr)[:40]} is not a number")
-    try:
-        exact = G.const_value(expr)
-    except (ArithmeticError, TypeError, ValueError):
-        raise SerializationError(f"{where}: the constant {str(expr)[:40]} has no double "
-                                 "value") from None
+    plain = dataio.number_value(node, f"{where}: constant")  # (no SymPy for plain numbers)
+    exact, text = plain if plain is not None else _exact_constant(node, where)
     if isinstance(tagged, bool):
         value = tagged
     else:
@@ -1127,8 +1121,21 @@ def _const_attr(attr, args: list, where: str) -> tuple:
                                and math.isnan(value) and math.isnan(exact)))
     if not same or isinstance(value, bool) != isinstance(exact, bool):
         raise SerializationError(f"{where}: value {value!r} is not the value of its exact "
-                                 f"expression {str(expr)[:40]} ({exact!r})")
-    return (value, dataio.expr_text(expr))
+                                 f"expression {text[:40]} ({exact!r})")
+    return (value, text)
+
+
+def _exact_constant(node, where: str) -> tuple:
+    """``(value, text)`` of a saved exact constant that is not a plain number (``pi / 4``)."""
+    expr = dataio.decode_expr(node, f"{where}: constant")
+    if not (isinstance(expr, sp.logic.boolalg.BooleanAtom) or expr.is_number) or expr.free_symbols:
+        raise SerializationError(f"{where}: the constant {str(expr)[:40]} is not a number")
+    try:
+        exact = G.const_value(expr)
+    except (ArithmeticError, TypeError, ValueError):
+        raise SerializationError(f"{where}: the constant {str(expr)[:40]} has no double "
+                                 "value") from None
+    return exact, dataio.expr_text(expr)
 
 
 def _out_layout(node, body: Plan, where: str) -> OutLayout:

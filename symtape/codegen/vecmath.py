@@ -23,9 +23,10 @@ import functools
 import math
 import struct
 
-import mpmath
-
+from ..lazy import LazyModule
 from .lanes import libm_wrapper, vector, widen
+
+mpmath = LazyModule("mpmath", globals(), "mpmath")  # derivations of the constants only
 
 __all__ = ["double_literal", "EXP_F64", "EXPM1_F64", "LOG_F64", "LOG1P_F64", "TANH_F64",
            "ERF_F64",
@@ -50,7 +51,9 @@ def _split_ln2() -> tuple:
         return float(1 / ln2), hi, float(ln2 - hi)
 
 
-_R_LN2, _L2U, _L2L = _split_ln2()
+# _split_ln2() and _exp_overflow(), as literals (tests/codegen checks them against mpmath)
+_R_LN2, _L2U, _L2L = (float.fromhex("0x1.71547652b82fep+0"), float.fromhex("0x1.62e42fee00000p-1"),
+                      float.fromhex("0x1.a39ef35793c76p-33"))
 #: 1/k! for k = 13 down to 2: (e**s - 1 - s) / s**2 by Horner's rule
 _EXP_COEFFS = tuple(float(fractions.Fraction(1, math.factorial(k))) for k in range(13, 1, -1))
 
@@ -64,7 +67,7 @@ def _exp_overflow() -> float:
         return x if x < limit else math.nextafter(x, -math.inf)
 
 
-_EXP_MAX = _exp_overflow()  # above it the result is inf
+_EXP_MAX = float.fromhex("0x1.62e42fefa39efp+9")  # above it the result is inf
 _EXP_MIN = -1000.0  # below it the result is +0
 
 
@@ -511,7 +514,11 @@ def _pio2_parts() -> tuple:
         return tuple(out)
 
 
-_INVPIO2, _P1, _P1T, _P2, _P2T, _P3, _P3T = _pio2_parts()
+# _pio2_parts(), as literals (tests/codegen checks them against mpmath)
+_INVPIO2, _P1, _P1T, _P2, _P2T, _P3, _P3T = map(float.fromhex, (
+    "0x1.45f306dc9c883p-1", "0x1.921fb54400000p+0", "0x1.0b4611a626331p-34",
+    "0x1.0b4611a600000p-34", "0x1.3198a2e037073p-69", "0x1.3198a2e000000p-69",
+    "0x1.b839a252049c1p-104"))
 #: Above this magnitude ``sin``/``cos`` lanes call the C library: ``n < 2**19`` keeps every
 #: ``n * part`` exact (msun's bound for its medium-size path).
 TRIG_LIMIT = 2.0 ** 19 * math.pi / 2 - 1.0

@@ -253,6 +253,17 @@ def test_erf_float64_within_one_ulp_of_correctly_rounded():
     assert special[5] == 5e-324 and special[6] == -5e-324 and special[7] == 1.0
 
 
+def test_the_reduction_constants_are_their_derivations():
+    """The split ln2, the exp overflow bound and the parts of pi/2, written as literals so
+    that loading the vector math needs no mpmath, are what mpmath derives at 200-300 bits."""
+    from symtape.codegen import vecmath
+
+    assert (vecmath._R_LN2, vecmath._L2U, vecmath._L2L) == vecmath._split_ln2()
+    assert vecmath._EXP_MAX == vecmath._exp_overflow()
+    assert (vecmath._INVPIO2, vecmath._P1, vecmath._P1T, vecmath._P2, vecmath._P2T,
+            vecmath._P3, vecmath._P3T) == vecmath._pio2_parts()
+
+
 def test_erf_polynomials_are_the_interpolants_they_say():
     """Re-derived at 300 bits; evaluated exactly, within 2**-54 relative of ``erf(x)/x - 1``
     and of ``erfcx`` on their ranges."""

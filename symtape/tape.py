@@ -130,9 +130,20 @@ class GradientTape:
 
     @contextlib.contextmanager
     def stop_recording(self) -> Iterator[None]:
-        """Temporarily stop recording operations on this tape."""
+        """Temporarily stop recording operations on this tape (entered outside the tape's
+        ``with`` block it raises ``RuntimeError``, as TensorFlow does).
+
+        >>> import symtape as st
+        >>> x = st.Variable(3.0)
+        >>> with st.GradientTape(persistent=True) as tape:
+        ...     y = x * x
+        ...     with tape.stop_recording():
+        ...         z = y * x  # not recorded: no gradient flows through it
+        >>> float(tape.gradient(y, x)), tape.gradient(z, x)
+        (6.0, None)
+        """
         if not self._rec.recording:
-            raise ValueError("Trying to stop recording a tape which is not recording.")
+            raise RuntimeError("Trying to stop recording a tape which is not recording.")
         recording.remove(self._rec)
         try:
             yield

@@ -102,7 +102,7 @@ def test_stop_recording_and_reset():
 
 def test_stop_recording_requires_recording():
     t = st.GradientTape()
-    with pytest.raises(ValueError, match="not recording"):
+    with pytest.raises(RuntimeError, match="not recording"):
         with t.stop_recording():
             pass
 

@@ -173,6 +173,8 @@ class Model(Layer):
         (``training=True``). ``verbose``: a line per epoch with the mean loss and metrics
         over it (and on ``validation_data``, ``(x_val, y_val)``, with ``val_`` names)."""
         setup = self._setup("fit")
+        epochs = self._count(epochs, "fit", "epochs")
+        initial_epoch = self._count(initial_epoch, "fit", "initial_epoch")
         x = self._examples(x, "fit", "x")
         y = self._examples(y, "fit", "y", len(x))
         batch = self._batch_size(batch_size, "fit")
@@ -181,7 +183,7 @@ class Model(Layer):
         step = self._step("train", x, y)
         history = History()
         mean_loss = metrics.Mean("loss")
-        for epoch in range(int(initial_epoch), int(epochs)):
+        for epoch in range(initial_epoch, epochs):
             start = time.perf_counter()
             order = np.argsort(random.uniform((len(x),)).numpy(), kind="stable") \
                 if shuffle else np.arange(len(x))
@@ -223,12 +225,20 @@ class Model(Layer):
             arr = arr.astype(self.dtype)
         return arr
 
+    def _count(self, value, what: str, name: str, least: int = 0) -> int:
+        """``value`` as an int of at least ``least`` (0 or 1): a float (even ``2.0``) or a
+        bool is a TypeError, as ``range`` in Keras's loop makes it, not a silent truncation."""
+        kind = "a positive" if least == 1 else "a non-negative"
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+            raise TypeError(f"{self.name}.{what}: {name} must be {kind} int, got "
+                            f"{type(value).__name__} {value!r}")
+        if value < least:
+            raise InvalidArgumentError(f"{self.name}.{what}: {name} must be {kind} int, got "
+                                       f"{value!r}")
+        return int(value)
+
     def _batch_size(self, batch_size, what: str) -> int:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) \
-                or batch_size < 1:
-            raise InvalidArgumentError(f"{self.name}.{what}: batch_size must be a positive "
-                                       f"int, got {batch_size!r}")
-        return int(batch_size)
+        return self._count(batch_size, what, "batch_size", least=1)
 
     def summary(self, print_fn=print) -> None:
         """Prints each sublayer with its output's weights count."""

@@ -24,7 +24,9 @@ from .ops.binder import (
     _read,
     _readonly,
     _value_of,
+    assigned,
     atom_constant,
+    clock,
     constant,
     convert_to_tensor,
     exact_constant,
@@ -145,6 +147,7 @@ class Variable(Tensor):
         snapshot = self._snapshot
         if snapshot is None or snapshot._value_ is not value:  # one per value assigned
             snapshot = self._snapshot = Tensor(self._node, value, self._dtype, _id=self._id)
+        snapshot._epoch = clock()  # its leaf holds its value now
         return snapshot
 
     def value(self) -> Tensor:
@@ -171,14 +174,20 @@ class Variable(Tensor):
         if new.shape != self.shape:
             raise ShapeError(f"Variable.{op}: value of shape {new.shape} does not match the "
                              f"variable's shape {self.shape}")
-        self._store.value = _frozen(new.astype(self._dtype, copy=False))
+        self._set(_frozen(new.astype(self._dtype, copy=False)))
         return self
+
+    def _set(self, value: np.ndarray) -> None:
+        """The new value of the leaf (every assignment goes through here: see
+        ``binder.assigned``)."""
+        assigned()
+        self._store.value = value
 
     def _adopt(self, value: np.ndarray) -> None:
         """Take ``value`` -- a fresh array of this shape and dtype that nothing else holds (a
         compiled step's result) -- as the value, without copying it."""
         value.flags.writeable = False
-        self._store.value = value
+        self._set(value)
 
     def assign(self, value, use_locking=None, name=None, read_value=True) -> Variable:
         """Set the value."""
@@ -195,7 +204,7 @@ class Variable(Tensor):
         if new.shape != self.shape:
             raise ShapeError(f"Variable.{op}: value of shape {new.shape} does not match the "
                              f"variable's shape {self.shape}")
-        self._store.value = _frozen(new.astype(self._dtype, copy=False))
+        self._set(_frozen(new.astype(self._dtype, copy=False)))
         return self
 
     def assign_add(self, delta, use_locking=None, name=None, read_value=True) -> Variable:

@@ -30,6 +30,37 @@ TN = LazyModule("TN", globals(), "symtape.notation")
 
 _ids = itertools.count(1)
 
+#: How many times an eager assignment changed a leaf's value (:func:`assigned`). A tensor
+#: whose value was computed from leaves ``_epoch`` is the count then; while the count has not
+#: moved, the leaves still hold the values its value was computed from.
+_CLOCK = 0
+
+
+def assigned() -> int:
+    """Note that a leaf's value changed (``Variable.assign*``); returns the new count.
+
+    Eager values are snapshots: the element DAG names a variable's elements by one leaf
+    whatever its value, so an application whose arguments were computed before an
+    assignment (``_epoch`` behind the count) may neither read leaves through the DAG nor
+    take the DAG's folds across values of different times (``w_before - w_after`` is not
+    0): it is computed with plain IEEE arithmetic on the arguments' values.
+
+    >>> import symtape as st
+    >>> w = st.Variable(1.0)
+    >>> a = w * 2.0
+    >>> _ = w.assign(-5.0)
+    >>> float(a - w * 2.0)
+    12.0
+    """
+    global _CLOCK
+    _CLOCK += 1
+    return _CLOCK
+
+
+def clock() -> int:
+    """The count of :func:`assigned` (the ``_epoch`` of a value computed now)."""
+    return _CLOCK
+
 #: Formulas larger than this many atoms are shown in CSE form by ``latex()`` and ``str()``.
 DISPLAY_LIMIT = 120
 
@@ -103,7 +134,8 @@ class Tensor:
     (9.0, x**3 + 1)
     """
 
-    __slots__ = ("_node", "_value_", "_dtype", "_id", "_name", "_fusion", "__weakref__")
+    __slots__ = ("_node", "_value_", "_dtype", "_id", "_name", "_fusion", "_epoch",
+                 "__weakref__")
     _is_variable = False
     _is_symbol = False
     __array_priority__ = 100
@@ -117,6 +149,7 @@ class Tensor:
         self._id = next(_ids) if _id is None else _id
         self._name = name
         self._fusion = None  # (select atom, {stand-in: value}) of a zero-branched select
+        self._epoch = None  # see :func:`assigned`: None for values that read no leaf
 
     # -- basic properties ------------------------------------------------------------------
     @property
@@ -724,7 +757,10 @@ def view(make, shape: tuple, value, dtype, inputs: tuple = ()) -> Tensor:
     """A tensor whose element view ``make()`` builds on demand from the views of the tensors
     ``inputs`` (custom functions' aliased outputs)."""
     node = N.lazy(tuple(shape), dtype, tuple(t._node for t in inputs), make)
-    return Tensor(node, value, dtype)
+    out = Tensor(node, value, dtype)
+    epochs = [t._epoch for t in inputs if t._epoch is not None]
+    out._epoch = min(epochs) if epochs else None
+    return out
 
 
 def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
@@ -866,31 +902,32 @@ def _result_node(prim: ops.Primitive, plan: _Plan, args: list) -> N.Node:
 
 
 def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
-           values: list) -> tuple:
+           values: list, stale: bool = False) -> tuple:
     """The numeric value of the result from the arguments' ``values``, with numpy on whole
     arrays (see :func:`_settle`), and its fusion (a zero-branched select later elementwise
-    ops fold into), or None."""
+    ops fold into), or None. ``stale``: an argument was computed before a leaf's value was
+    assigned (see :func:`assigned`), so the element DAG's folds are not taken."""
     if plan.alias is not None:
         t = tensors[plan.alias]
         return t._value, t._fusion
-    if plan.uniform is not None and plan.floating:
+    if plan.uniform is not None and plan.floating and not stale:
         return _frozen(np.full(plan.shape, G.const_value(plan.uniform), dtype=plan.dtype)), None
     if _ERRSTATE is None:
         with quiet():  # IEEE results (inf, nan) are values, not errors
-            return _evaluate(prim, plan, tensors, node, values)
+            return _evaluate(prim, plan, tensors, node, values, stale)
     token = _ERRSTATE.set(_IGNORE)  # what quiet() does, inline: the hot path of every op
     try:
-        return _evaluate(prim, plan, tensors, node, values)
+        return _evaluate(prim, plan, tensors, node, values, stale)
     finally:
         _ERRSTATE.reset(token)
 
 
 def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
-              values: list) -> tuple:
+              values: list, stale: bool) -> tuple:
     dtype = plan.dtype
     floating = plan.floating
-    if floating and prim.settles_alone and not (plan.regular or plan.constant) and \
-            node.small():
+    settles = floating and not stale and node.small()
+    if settles and prim.settles_alone and not (plan.regular or plan.constant):
         settled = prim.settle_folds(None, values, [t._node for t in tensors], plan.params,
                                     plan.memo)
         if settled is not None:
@@ -905,12 +942,16 @@ def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
                 # small nodes settle exactly from plain values below; only the recipe is kept
                 value, fusion = prim.fuse(values, [t._node for t in tensors],
                                           [t._fusion for t in tensors],
-                                          evaluate=not node.small())
+                                          evaluate=not settles)
                 fused = True
                 break
     if not fused and plan.selects:
         fusion = prim.fusion(values, [t._node for t in tensors])
-    value = np.asarray(plan.evaluator(values) if value is None else value)
+    if value is None:
+        # (stale: the plain template, not one specialised to the nodes -- x - x is not 0)
+        plain = stale and isinstance(prim, ops.Elementwise)
+        value = prim.numeric(values, plan.params) if plain else plan.evaluator(values)
+    value = np.asarray(value)
     if value.shape != plan.shape:
         value = np.broadcast_to(value, plan.shape)
     if value.dtype is not dtype and value.dtype != dtype:
@@ -919,7 +960,7 @@ def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
         return _frozen(value), fusion
     if plan.constant:
         value = value + 0.0  # constants have no -0: -0 + 0 is +0 (the dtype stays)
-    elif node.small():
+    elif settles:
         args = [t._node for t in tensors]
         settled = None if prim.settles_alone else prim.settle_folds(value, values, args,
                                                                      plan.params, plan.memo)
@@ -1002,13 +1043,19 @@ def reapply(prim: ops.Primitive, plan: _Plan, node: N.Node, tensors: list) -> Te
     :func:`apply`, or found again by :func:`planned`), evaluated for ``tensors`` when they
     all have values: what :func:`apply` gives, without converting, planning or recording."""
     values = []
+    epoch = None  # the oldest of the arguments' epochs (None: they read no leaf)
     for t in tensors:
         v = t._value
         if v is None:
             return Tensor(node, None, plan.dtype)
         values.append(v)
-    value, fusion = _eager(prim, plan, tensors, node, values)
+        e = t._epoch
+        if e is not None and (epoch is None or e < epoch):
+            epoch = e
+    value, fusion = _eager(prim, plan, tensors, node, values,
+                           epoch is not None and epoch != _CLOCK)
     out = Tensor(node, value, plan.dtype)
+    out._epoch = epoch
     if fusion is not None:
         out._fusion = fusion
     return out

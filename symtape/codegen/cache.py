@@ -11,7 +11,11 @@ Each entry is framed (magic tag, format version, length, SHA-256 of the payload)
 HMAC-SHA256 of its key and object code, made with a per-user secret: 32 random bytes in the
 file ``key`` of the cache folder, created 0600 and published atomically. An entry whose frame
 or MAC does not match (truncated, corrupted, written by someone without the secret) reads as a
-miss and is recompiled and overwritten. Entries are written to a temporary file in the same
+miss and is recompiled and overwritten. An entry is opened without following symbolic links
+and without blocking, and must be a regular file of at most :data:`MAX_ENTRY_BYTES`: a link,
+FIFO, device or oversized file is a miss (one ``CacheWarning`` per entry), so a planted entry
+can neither stall a compile nor exhaust memory. Likewise a cache folder (or its ``obj``
+subfolder) that is a symbolic link is not used. Entries are written to a temporary file in the same
 folder and moved into place with ``os.replace``, so a concurrent reader sees the old file, the
 new one or none, never half of one. The cache is an optimisation only: a folder that cannot be
 created or written is ignored.
@@ -34,7 +38,7 @@ from pathlib import Path
 from ..errors import CacheWarning
 
 __all__ = ["cache_dir", "key", "frame", "unframe", "read", "write", "atomic_write", "sign",
-           "verify"]
+           "verify", "MAX_ENTRY_BYTES"]
 
 _OBJECT_MAGIC = b"SYMTOBJ\n"
 _FORMAT = 1
@@ -44,10 +48,16 @@ _MAC_SIZE = 32
 _SECRET_SIZE = 32
 _KEY_FILE = "key"
 _POSIX = os.name == "posix"
+# Largest entry read: object code of the largest kernels is a few MB; more is not an entry.
+MAX_ENTRY_BYTES = 1 << 28
+# Opening cache files: never through a symbolic link, never blocking on a FIFO.
+_OPEN_FLAGS = (os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+               | getattr(os, "O_CLOEXEC", 0))
 
 _LOCK = threading.Lock()
 _SECRETS: dict[str, bytes] = {}
 _WARNED: set[str] = set()
+_WARNED_ENTRIES: set[str] = set()
 
 
 def cache_dir() -> Path:
@@ -140,9 +150,15 @@ def _unsafe(st: os.stat_result, what: str, forbidden: int, by: str) -> str | Non
 
 
 def _private_folder(path: Path) -> str | None:
-    """Creates ``path`` (mode 0700) if needed; why it may not be used, or None."""
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    st = os.stat(path)
+    """Creates ``path`` (mode 0700) if needed; why it may not be used, or None. A symbolic
+    link is not followed: whoever can point it elsewhere would choose the code we load."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return f"{str(path)!r} is a symbolic link"
     if not stat.S_ISDIR(st.st_mode):
         return f"{str(path)!r} is not a folder"
     return _unsafe(st, f"folder {str(path)!r}", stat.S_IWGRP | stat.S_IWOTH,
@@ -165,22 +181,23 @@ def _root() -> Path | None:
 def _read_secret(path: Path) -> bytes | None:
     """The secret in ``path``, None when there is no such file; ValueError when it is not a
     private regular file of the right size."""
-    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, _OPEN_FLAGS)
     except FileNotFoundError:
         return None
     except OSError as exc:  # a symbolic link (O_NOFOLLOW), no permission, ...
         raise ValueError(f"the key file {str(path)!r} cannot be opened ({exc.strerror})") \
             from None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fh.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise ValueError(f"the key file {str(path)!r} is not a regular file")
         problem = _unsafe(st, f"key file {str(path)!r}", 0o077, "open to group or others")
         if problem:
             raise ValueError(problem)
-        data = fh.read(_SECRET_SIZE + 1)
+        data = _read_at_most(fd, _SECRET_SIZE + 1)
+    finally:
+        os.close(fd)
     if len(data) != _SECRET_SIZE:
         raise ValueError(f"the key file {str(path)!r} holds {len(data)} bytes, not "
                          f"{_SECRET_SIZE}")
@@ -297,9 +314,8 @@ def read(digest: str) -> bytes | None:
     if opened is None:
         return None
     root, secret = opened
-    try:
-        blob = _entry(root, digest).read_bytes()
-    except OSError:
+    blob = _read_entry(_entry(root, digest))
+    if blob is None:
         return None
     payload = unframe(_OBJECT_MAGIC, blob, _ENTRY_FORMAT)
     if payload is None or len(payload) < _MAC_SIZE:
@@ -308,6 +324,63 @@ def read(digest: str) -> bytes | None:
     if not hmac.compare_digest(mac, _mac(secret, ("symtape-cache-entry", digest, data))):
         return None
     return data
+
+
+def _read_entry(path: Path) -> bytes | None:
+    """The bytes of the entry file ``path``; None for a missing or unreadable one, and, after
+    one warning, for anything but a regular file of at most ``MAX_ENTRY_BYTES``."""
+    try:
+        fd = os.open(path, _OPEN_FLAGS)
+    except FileNotFoundError:
+        return None
+    except OSError:
+        if os.path.islink(path):
+            _warn_entry(path, "it is a symbolic link")
+        return None  # else unreadable (permissions): an ordinary miss
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            _warn_entry(path, f"it is not a regular file ({_file_kind(st.st_mode)})")
+            return None
+        if st.st_size > MAX_ENTRY_BYTES:
+            _warn_entry(path, f"it holds {st.st_size} bytes, more than {MAX_ENTRY_BYTES}")
+            return None
+        blob = _read_at_most(fd, MAX_ENTRY_BYTES + 1)  # the file may grow after fstat
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    if len(blob) > MAX_ENTRY_BYTES:
+        _warn_entry(path, f"it holds more than {MAX_ENTRY_BYTES} bytes")
+        return None
+    return blob
+
+
+def _read_at_most(fd: int, n: int) -> bytes:
+    chunks = []
+    while n > 0:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _file_kind(mode: int) -> str:
+    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR,
+             "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((name for test, name in kinds if test(mode)), f"mode {mode:o}")
+
+
+def _warn_entry(path: Path, problem: str) -> None:
+    with _LOCK:
+        if str(path) in _WARNED_ENTRIES:
+            return
+        _WARNED_ENTRIES.add(str(path))
+    warnings.warn(CacheWarning(
+        f"symtape does not read the code cache entry {str(path)!r}: {problem}. The code is "
+        "compiled again and the entry replaced"), stacklevel=4)
 
 
 def write(digest: str, data: bytes) -> bool:

@@ -15,6 +15,7 @@ from ..codegen.runtime import TensorSpec
 from ..errors import InvalidArgumentError, ShapeError
 from ..function import function
 from ..tape import GradientTape
+from ..tensor import Tensor
 from . import losses, metrics, optimizers
 from .layers import Layer
 from .metrics import get as _metric  # (compile's argument ``metrics`` hides the module)
@@ -147,6 +148,7 @@ class Model(Layer):
         x = self._examples(x, "evaluate", "x")
         y = self._examples(y, "evaluate", "y", len(x))
         batch = self._batch_size(batch_size, "evaluate")
+        self._check_labels(x, y, "evaluate")
         step = self._step("predict", x)
         mean_loss = metrics.Mean("loss")
         for m in setup.metrics:
@@ -171,7 +173,9 @@ class Model(Layer):
         shorter), shuffled each epoch (from ``st.random``'s stream) unless ``shuffle=False``;
         each step is one ``GradientTape`` step of the compiled loss and optimizer
         (``training=True``). ``verbose``: a line per epoch with the mean loss and metrics
-        over it (and on ``validation_data``, ``(x_val, y_val)``, with ``val_`` names)."""
+        over it (and on ``validation_data``, ``(x_val, y_val)``, with ``val_`` names). The
+        labels of a classification loss are all checked before the first step (see
+        :mod:`symtape.keras.losses`)."""
         setup = self._setup("fit")
         epochs = self._count(epochs, "fit", "epochs")
         initial_epoch = self._count(initial_epoch, "fit", "initial_epoch")
@@ -180,6 +184,7 @@ class Model(Layer):
         batch = self._batch_size(batch_size, "fit")
         if len(x) == 0:
             raise ShapeError(f"{self.name}.fit: x has no examples")
+        self._check_labels(x, y, "fit")
         step = self._step("train", x, y)
         history = History()
         mean_loss = metrics.Mean("loss")
@@ -210,6 +215,18 @@ class Model(Layer):
                 print(f"Epoch {epoch + 1}/{epochs} - {time.perf_counter() - start:.1f}s - "
                       + _line(values), file=sys.stdout, flush=True)
         return history
+
+    def _check_labels(self, x: np.ndarray, y: np.ndarray, what: str) -> None:
+        """Every label checked against the model's output before any step: inside the
+        compiled step the labels are inputs whose values no trace sees (one example's
+        eager output gives the number of classes)."""
+        loss = self._compiled.loss
+        if not losses.takes_labels(loss) or len(x) == 0:
+            return
+        out = self(x[:1], training=False)
+        if isinstance(out, Tensor):
+            losses.check_labels(loss, y, (len(y),) + tuple(out.shape[1:]),
+                                f"{self.name}.{what}: y")
 
     def _examples(self, data, what: str, name: str, n: int | None = None) -> np.ndarray:
         arr = np.asarray(data.numpy() if hasattr(data, "numpy") else data)

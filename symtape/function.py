@@ -585,7 +585,11 @@ def export_c(functions: dict, path) -> tuple:
     (``st.compile``, a transform with ``input_signature``, a sparse one's values, an
     ``st.function`` traced once). Returns the two paths. Each function has the layout of
     :meth:`CompiledFunction.c_source`'s: ``void name(int64_t n, const double *x, ...,
-    double *out...)``.
+    double *out...)``. A C name that would not compile -- a C or C++ keyword (``int``,
+    ``restrict``, ``class``), a reserved identifier (``_X``, ``__x``), a name of ``<math.h>``
+    or ``<stdint.h>`` (``sin``, ``NAN``, ``int64_t``) or of the generated code (``n``, ``j``,
+    ``v0``, ``st_*``), for a function or an argument -- and a file name other than ASCII
+    letters, digits, ``_``, ``.`` and ``-`` raise ``InvalidArgumentError`` naming it.
 
     >>> import symtape as st, tempfile, pathlib
     >>> f = st.grad(lambda x: st.reduce_sum(x ** 3), input_signature=[st.TensorSpec((2,))])
@@ -600,16 +604,20 @@ def export_c(functions: dict, path) -> tuple:
     if not isinstance(functions, dict) or not functions:
         raise InvalidArgumentError("st.export_c: functions must be a non-empty dict of C "
                                    "name -> compiled function")
-    kernels = []
-    for key, fn in functions.items():  # (a dict's keys: no name twice)
-        if not isinstance(key, str) or not key.isidentifier():
-            raise InvalidArgumentError(f"st.export_c: {key!r} is not a C identifier")
-        kernels.append(_exportable(fn, key).c_kernel("st.export_c", name=key))
     base = pathlib.Path(path)
     if base.suffix in (".c", ".h"):
         base = base.with_suffix("")
-    header, source = base.with_suffix(".h"), base.with_suffix(".c")
-    h_text, c_text = c99.render_many(kernels, header.name)
+    c99.check_file_stem(base.name, "st.export_c")
+    kernels = []
+    for key, fn in functions.items():  # (a dict's keys: no name twice)
+        problem = c99.name_problem(key)
+        if problem:
+            raise InvalidArgumentError(f"st.export_c: the C function name {key!r} {problem}; "
+                                       "choose another name")
+        kernels.append(_exportable(fn, key).c_kernel("st.export_c", name=key))
+    # (base "lib.v2" writes lib.v2.h and lib.v2.c: only a .c or .h suffix is replaced)
+    header, source = base.with_name(f"{base.name}.h"), base.with_name(f"{base.name}.c")
+    h_text, c_text = c99.render_many(kernels, header.name, "st.export_c")
     header.write_text(h_text)
     source.write_text(c_text)
     return header, source

@@ -1,10 +1,13 @@
 """Limits on what symtape reads and writes as files: the code cache opens only its own regular
-files (no links, FIFOs, devices or oversized entries)."""
+files (no links, FIFOs, devices or oversized entries); st.export_c writes only names and file
+names that C compiles."""
 
 from __future__ import annotations
 
 import ctypes
 import os
+import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -14,8 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import symtape as st
 from symtape import errors
-from symtape.codegen import cache, jit
+from symtape.codegen import c99, cache, jit
 
 ROOT = Path(__file__).resolve().parent.parent
 posix = pytest.mark.skipif(os.name != "posix", reason="FIFOs, devices and links are POSIX")
@@ -181,3 +185,90 @@ def test_entries_still_round_trip(cache_dir):
     digest = cache.key("symtape-file-limits", os.urandom(8))
     data = np.arange(1000, dtype=np.int64).tobytes()
     assert cache.write(digest, data) and cache.read(digest) == data
+
+
+# --------------------------------------------------------------------------------------------
+# st.export_c: names C can compile
+# --------------------------------------------------------------------------------------------
+
+
+def _square(input_name: str = "x", name: str = "sq"):
+    x = st.symbol(input_name, shape=(2,))
+    return st.compile(x * x + st.sin(x), [x], name=name)
+
+
+BAD_C_NAMES = {
+    "int": "keyword", "restrict": "keyword", "double": "keyword", "_Bool": "keyword",
+    "class": "keyword", "template": "keyword", "bool": "keyword", "main": "entry point",
+    "_Private": "reserved", "__x": "reserved", "NAN": "<math.h>", "INFINITY": "<math.h>",
+    "HUGE_VAL": "<math.h>", "sin": "<math.h>", "exp": "<math.h>", "fmaf": "<math.h>",
+    "nextafterl": "<math.h>", "isnan": "<math.h>", "M_PI": "<math.h>", "y0": "<math.h>",
+    "int64_t": "<stdint.h>", "uint_least8_t": "<stdint.h>", "INT32_MAX": "<stdint.h>",
+    "UINT64_C": "<stdint.h>", "n": "generated code", "j": "generated code",
+    "v12": "generated code", "st_sign": "generated code", "st_modf": "generated code",
+    "my-fn": "not a C identifier", "é": "not a C identifier", "1x": "not a C identifier",
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_C_NAMES))
+def test_export_c_refuses_a_function_name_c_cannot_compile(tmp_path, name):
+    with pytest.raises(errors.InvalidArgumentError, match=re.escape(BAD_C_NAMES[name])) as info:
+        st.export_c({name: _square()}, tmp_path / "lib")
+    assert repr(name) in str(info.value) and "st.export_c" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["int", "restrict", "NAN", "sin", "int64_t", "n", "v0",
+                                  "st_max", "__in", "LIB_H"])
+def test_export_c_refuses_an_argument_name_c_cannot_compile(tmp_path, name):
+    with pytest.raises(errors.InvalidArgumentError, match="input name") as info:
+        st.export_c({"f": _square(name)}, tmp_path / "lib")
+    assert repr(name) in str(info.value) and "'f'" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_render_many_refuses_bad_output_names_and_clashes():
+    plan = _square().c_kernel()[0]
+    with pytest.raises(errors.InvalidArgumentError, match="output name 'float'"):
+        c99.render_many([(plan, "f", "float64", ["x"], ["float"])], "lib.h")
+    with pytest.raises(errors.InvalidArgumentError, match="output name 'x' is also the C"):
+        c99.render_many([(plan, "f", "float64", ["x"], ["x"])], "lib.h")
+    with pytest.raises(errors.InvalidArgumentError, match=r"'a-b' \(in C: a_b\) is also"):
+        c99.render_many([(plan, "f", "float64", ["a_b"], ["a-b"])], "lib.h")
+    with pytest.raises(errors.InvalidArgumentError, match="include guard"):
+        c99.render_many([(plan, "LIB_H", "float64", ["x"], None)], "lib.h")
+
+
+@pytest.mark.parametrize("stem", ['a"b', "a\\b", "a\nb", "a b", "x>y", "é", ".hidden", "-o",
+                                  "a*b", "a;b"])
+def test_export_c_refuses_a_file_name_an_include_cannot_hold(tmp_path, stem):
+    with pytest.raises(errors.InvalidArgumentError, match="#include") as info:
+        st.export_c({"f": _square()}, tmp_path / f"{stem}.c")
+    assert repr(stem) in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_export_with_good_names_compiles_warning_free(tmp_path):
+    """Names close to the refused ones (``interval``, ``sine``, ``n2``, ``x_``) and a stem with
+    '.' and '-' give C that compiles under -Wall -Wextra -Werror and computes f."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    f = _square("interval", name="sine")
+    g = _square("n2", name="x_")
+    header, source = st.export_c({"sine": f, "x_": g, "Int64": f}, tmp_path / "my-lib.v2.c")
+    assert header.name == "my-lib.v2.h" and '#include "my-lib.v2.h"' in source.read_text()
+    if cc is None:
+        pytest.skip("no C compiler")
+    for std, lang in (("-std=c99", "c"), ("-std=c11", "c")):
+        done = subprocess.run([cc, std, "-Wall", "-Wextra", "-Werror", "-x", lang, "-c",
+                               str(source), "-o", str(tmp_path / "lib.o")],
+                              capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+    lib = tmp_path / "lib.so"
+    done = subprocess.run([cc, "-std=c99", "-shared", "-fPIC", str(source), "-o", str(lib),
+                           "-lm"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    so = ctypes.CDLL(str(lib))
+    x = np.array([[0.5, -2.0], [3.0, 0.0]])
+    out = np.empty_like(x)
+    so.sine(ctypes.c_int64(2), ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data))
+    np.testing.assert_allclose(out, x * x + np.sin(x), rtol=1e-15)

@@ -14,11 +14,12 @@ import math
 import re
 
 from .plan import Plan
+from ..errors import InvalidArgumentError
 from ..lazy import LazyModule
 
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
-__all__ = ["render", "render_many"]
+__all__ = ["render", "render_many", "name_problem", "check_file_stem"]
 
 _CTYPES = {"float64": ("double", ""), "float32": ("float", "f")}
 
@@ -39,6 +40,124 @@ static inline {t} st_mod{m}({t} a, {t} b)
     return r;
 }}
 """
+
+
+# --------------------------------------------------------------------------------------------
+# Names exported C may not use
+# --------------------------------------------------------------------------------------------
+
+# Keywords of C99, C11 and C23, and of C++ (the header is meant to be included from C++ too),
+# with C++'s alternative operator spellings.
+_KEYWORDS = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if
+    inline int long register restrict return short signed sizeof static struct switch typedef
+    union unsigned void volatile while _Bool _Complex _Imaginary _Alignas _Alignof _Atomic
+    _Generic _Noreturn _Static_assert _Thread_local alignas alignof bool constexpr false
+    nullptr static_assert thread_local true typeof typeof_unqual _BitInt _Decimal32
+    _Decimal64 _Decimal128
+    and and_eq asm bitand bitor catch char8_t char16_t char32_t class compl concept consteval
+    constinit const_cast co_await co_return co_yield decltype delete dynamic_cast explicit
+    export friend mutable namespace new noexcept not not_eq operator or or_eq private
+    protected public reinterpret_cast requires static_cast template this throw try typeid
+    typename using virtual wchar_t xor xor_eq
+    main
+""".split())
+
+# <math.h> (C99 and C11, with their f and l variants; POSIX and GNU additions that glibc
+# declares in its default modes) and the macros and types of <math.h> and <stdint.h>.
+_MATH_FUNCTIONS = """
+    acos asin atan atan2 cos sin tan acosh asinh atanh cosh sinh tanh exp exp2 expm1 frexp
+    ilogb ldexp log log10 log1p log2 logb modf scalbn scalbln cbrt fabs hypot pow sqrt erf
+    erfc lgamma tgamma ceil floor nearbyint rint lrint llrint round lround llround trunc fmod
+    remainder remquo copysign nan nextafter nexttoward fdim fmax fmin fma
+    j0 j1 jn y0 y1 yn gamma drem finite significand exp10 pow10 scalb sincos lgamma_r
+    gamma_r isinf isnan
+""".split()
+_MATH_NAMES = frozenset(
+    [f + v for f in _MATH_FUNCTIONS for v in ("", "f", "l")] + """
+    fpclassify isfinite isnormal signbit isgreater isgreaterequal isless islessequal
+    islessgreater isunordered float_t double_t math_errhandling
+    HUGE_VAL HUGE_VALF HUGE_VALL INFINITY NAN FP_INFINITE FP_NAN FP_NORMAL FP_SUBNORMAL FP_ZERO
+    FP_FAST_FMA FP_FAST_FMAF FP_FAST_FMAL FP_ILOGB0 FP_ILOGBNAN MATH_ERRNO MATH_ERREXCEPT
+    M_E M_LOG2E M_LOG10E M_LN2 M_LN10 M_PI M_PI_2 M_PI_4 M_1_PI M_2_PI M_2_SQRTPI M_SQRT2
+    M_SQRT1_2 DOMAIN SING OVERFLOW UNDERFLOW TLOSS PLOSS
+    intptr_t uintptr_t intmax_t uintmax_t ptrdiff_t size_t wchar_t wint_t sig_atomic_t NULL
+    PTRDIFF_MIN PTRDIFF_MAX SIG_ATOMIC_MIN SIG_ATOMIC_MAX SIZE_MAX WCHAR_MIN WCHAR_MAX
+    WINT_MIN WINT_MAX INTPTR_MIN INTPTR_MAX UINTPTR_MAX INTMAX_MIN INTMAX_MAX UINTMAX_MAX
+    INTMAX_C UINTMAX_C errno EDOM ERANGE EILSEQ
+""".split())
+# <stdint.h>'s families (int8_t, uint_least16_t, INT_FAST32_MAX, UINT64_C, ...), including
+# the names C reserves for future widths.
+_STDINT = re.compile(r"u?int(_least|_fast)?\d*_t|U?INT(_LEAST|_FAST)?\d+_(MIN|MAX|C)")
+# What the generated code itself names: the point count, the loop index, values, helpers.
+_INTERNAL = re.compile(r"n|j|v\d+|st_\w*")
+_C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_FILE_STEM = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def name_problem(name) -> str | None:
+    """Why ``name`` cannot name a function or argument in exported C, or None when it can:
+    not an ASCII identifier, a C or C++ keyword, reserved for the implementation, a name of
+    ``<math.h>`` or ``<stdint.h>``, or one the generated code uses.
+
+    >>> name_problem("dfdx") is None, name_problem("restrict"), name_problem("NAN")
+    (True, 'is a C or C++ keyword', 'is a name of <math.h> or <stdint.h>')
+    """
+    if not isinstance(name, str) or not _C_IDENTIFIER.fullmatch(name):
+        return ("is not a C identifier (ASCII letters, digits and underscores, not starting "
+                "with a digit)")
+    if name in _KEYWORDS:
+        return ("is the program's entry point" if name == "main" else
+                "is a C or C++ keyword")
+    if name.startswith("__") or re.match("_[A-Z]", name):
+        return ("is reserved for the C implementation (it starts with two underscores or an "
+                "underscore and a capital letter)")
+    if name in _MATH_NAMES or _STDINT.fullmatch(name):
+        return "is a name of <math.h> or <stdint.h>"
+    if _INTERNAL.fullmatch(name):
+        return ("is a name the generated code uses (n: the point count, j: the loop index, "
+                "v0, v1, ...: values, st_*: helpers)")
+    return None
+
+
+def check_file_stem(stem: str, what: str) -> None:
+    """Raises ``InvalidArgumentError`` unless ``stem`` can be written in ``#include
+    "stem.h"`` and as an include guard: ASCII letters, digits, ``_``, ``.`` and ``-``, not
+    starting with ``.`` or ``-``.
+
+    >>> check_file_stem('a"b', "st.export_c")
+    Traceback (most recent call last):
+    ...
+    symtape.errors.InvalidArgumentError: st.export_c: the file name 'a"b' cannot be written in \
+#include "a"b.h": use only ASCII letters, digits, '_', '.' and '-' (not first: '.', '-')
+    """
+    if not _FILE_STEM.fullmatch(stem):
+        raise InvalidArgumentError(
+            f"{what}: the file name {stem!r} cannot be written in #include \"{stem}.h\": use "
+            "only ASCII letters, digits, '_', '.' and '-' (not first: '.', '-')")
+
+
+def _check_names(name: str, params: list, guard: str, what: str) -> None:
+    """Raises ``InvalidArgumentError`` for a function or argument name that would not
+    compile (``params``: ``(role, given name, C name)``)."""
+    problem = name_problem(name)
+    if problem is None and name == guard:
+        problem = "is the header's include guard"
+    if problem:
+        raise InvalidArgumentError(f"{what}: the C function name {name!r} {problem}; choose "
+                                   "another name")
+    seen: dict[str, str] = {}
+    for role, given, ident in params:
+        problem = name_problem(ident) or ("is the header's include guard" if ident == guard
+                                          else None)
+        if problem is None and ident in seen:
+            problem = f"is also the C name of {seen[ident]}"
+        if problem:
+            shown = repr(given) if given == ident else f"{given!r} (in C: {ident})"
+            raise InvalidArgumentError(
+                f"{what}: function {name!r}: the {role} name {shown} {problem}; rename it "
+                "(the argument or TensorSpec(name=...), or the output's key)")
+        seen[ident] = f"the {role} {given!r}"
 
 
 def _identifier(name: str, fallback: str) -> str:
@@ -102,10 +221,12 @@ def _body(plan: Plan, head: str, in_names, out_names, ctype: str, m: str) -> lis
     return lines + ["    }", "}", ""]
 
 
-def render_many(kernels: list, header: str) -> tuple:
+def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tuple:
     """``(header text, source text)`` of several plans as C functions of one program:
     ``kernels`` holds ``(plan, name, dtype, input_names, output_names)``; the header
-    (``#include``d by the source as ``header``) declares them. Names must differ.
+    (``#include``d by the source as ``header``) declares them. Names must differ, and a
+    function or argument name that C could not compile (:func:`name_problem`) raises
+    ``InvalidArgumentError`` naming it (prefixed with ``what``).
 
     >>> import numpy as np
     >>> from symtape import graph
@@ -119,14 +240,19 @@ def render_many(kernels: list, header: str) -> tuple:
 'void g(int64_t n, const float *restrict x, float *restrict out0);']
     """
     heads, bodies, types = [], [], []
+    guard = _identifier(header, "header").upper()
     for plan, name, dtype, input_names, output_names in kernels:
         ctype, m = _CTYPES[dtype]
         head, ins, outs = _signature(plan, name, ctype, input_names, output_names)
+        given = [("input", (input_names or [None] * len(ins))[i] or c, c)
+                 for i, c in enumerate(ins)]
+        given += [("output", (output_names or [None] * len(outs))[i] or c, c)
+                  for i, c in enumerate(outs)]
+        _check_names(name, given, guard, what)
         heads += [_describe(plan, name), head + ";"]
         bodies += _body(plan, head, ins, outs, ctype, m)
         if (ctype, m) not in types:
             types.append((ctype, m))
-    guard = _identifier(header, "header").upper()
     h = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", ""] + heads + \
         ["", f"#endif /* {guard} */", ""]
     c = [f'#include "{_comment(header)}"', "#include <math.h>", "#include <stdint.h>", ""]

@@ -529,6 +529,24 @@ def absorbs_products(atom) -> bool:
     return pairs is not None and any(_is_zero(p.expr) for p in pairs)
 
 
+def absorbing(atom):
+    """An atom that is 1 where ``atom`` is structurally zero -- the constant 0, or a select
+    taking a branch that is -- and 0 elsewhere: where products with it are exactly zero.
+
+    >>> x, c = Leaf.new("x"), relation(sp.StrictGreaterThan, Leaf.new("y"), ZERO)
+    >>> absorbing(piecewise((x, c), (ZERO, S.true))).definition.args[1]
+    (1, True)
+    >>> absorbing(x), absorbing(ZERO)
+    (0, 1)
+    """
+    if not isinstance(atom, _GraphSymbol):
+        return ONE if _is_zero(atom) else ZERO
+    pairs = _select_pairs(atom)
+    if pairs is None:
+        return ZERO
+    return piecewise(*[(absorbing(p.expr), p.cond) for p in pairs])
+
+
 def _product_into_select(select: Node, exponent, coef, others: list):
     """``coef * select(c, v, 0)**e * others`` as ``select(c, coef * v**e * others, 0)``.
 

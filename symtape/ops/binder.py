@@ -12,6 +12,7 @@ symbols) on top.
 
 from __future__ import annotations
 
+import functools
 import itertools
 
 import numpy as np
@@ -956,6 +957,8 @@ def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
         value = np.broadcast_to(value, plan.shape)
     if value.dtype is not dtype and value.dtype != dtype:
         value = value.astype(dtype)
+    if floating and not settles and not plan.fuses:
+        fusion = _moved_fusion(prim, plan, tensors, value)
     if not floating or plan.regular:
         return _frozen(value), fusion
     if plan.constant:
@@ -973,6 +976,111 @@ def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
         value = _settle(value, node.atoms(), tensors, unsettled,
                         getattr(prim, "exact_elsewhere", False))
     return _frozen(value), fusion
+
+
+def _moved(v: np.ndarray, where: np.ndarray, shape: tuple) -> np.ndarray:
+    """``v`` (broadcast to ``shape``) read at the flat places ``where`` (zero or False at
+    -1): an argument's values where a moving op puts them."""
+    flat = np.broadcast_to(v, shape).reshape(-1)
+    out = flat[np.where(where < 0, 0, where)] if flat.size else np.zeros(where.shape, v.dtype)
+    return np.where(where < 0, out.dtype.type(0), out)
+
+
+def _where_recipe(cond: np.ndarray, x: tuple, y: tuple | None) -> tuple:
+    """``(recipe, flat)`` of ``where(cond, x, y)`` for the fusion machinery
+    (``ops.elementwise``): ``x`` and ``y`` are ``(recipe, flat)`` of a fused part or
+    ``(None, (values,))`` of a plain one; ``y`` None is the structural zero."""
+    consts = ((2, G.ZERO),) if y is None else ()
+    own, children, tail = [cond], (), []
+    for i, part in ((1, x), (2, y)):
+        if part is None:
+            continue
+        recipe, flat = part
+        if recipe is None:
+            own.extend(flat)
+        else:
+            children += ((i, recipe),)
+            tail.extend(flat)
+    return (ops.where, consts, (0, 1, 2), children), tuple(own + tail)
+
+
+@functools.lru_cache(maxsize=256)
+def _absorbing_program(recipe: tuple):
+    """A numpy program of a fused select's arguments giving 1 where it is structurally zero
+    (:func:`graph.absorbing`)."""
+    atom, stand_ins = ops.elementwise._recipe_atom(recipe)
+    return E.program([G.absorbing(atom)], stand_ins, quiet=False)
+
+
+def _live(t: Tensor) -> np.ndarray:
+    """1.0 where ``t``'s value is not a structural zero, 0.0 where it is (its fusion's)."""
+    if t._fusion is None:
+        return np.ones(t.shape)
+    recipe, flat = t._fusion
+    zero = np.asarray(_absorbing_program(recipe)(*flat)[0]) == 1
+    return np.broadcast_to(np.where(zero, 0.0, 1.0), t.shape)
+
+
+#: Index maps of moving ops up to this many elements are kept with their plan.
+_MOVES_KEPT = 1 << 16
+
+
+def _moved_fusion(prim: ops.Primitive, plan: _Plan, tensors: list, value: np.ndarray):
+    """The fusion of a large result of an op that moves elements (:meth:`Primitive.moves`):
+    its arguments' zero-branched selects moved with their elements, and its structural
+    zeros (places no element reaches) as a select's zero branch, so a later elementwise op
+    folds into them as into the select itself (a slice's gradient times an infinite
+    partial is 0 where the slice did not reach, at every size: README, "no where trap")."""
+    if not prim.fills and all(t._fusion is None for t in tensors):
+        return None
+    if prim.sums:  # a sum of structural zeros only is one
+        zero = np.asarray(prim.numeric([_live(t) for t in tensors], plan.params)) == 0
+        return _where_recipe(~zero, (None, (value,)), None) if zero.any() else None
+    moves = plan.memo.get("moves", False)
+    if moves is False:
+        moves = prim.moves([t.shape for t in tensors], plan.params)
+        if moves is not None:
+            maps, own = moves
+            fill = np.ones(plan.shape, dtype=bool) if own is None else ~own
+            for m in maps:
+                fill &= m < 0
+            sources = [k for k, m in enumerate(maps) if (m >= 0).any()]
+            moves = (maps, own, fill if fill.any() else None, sources)
+        if int(np.prod(plan.shape, dtype=np.int64)) <= _MOVES_KEPT:
+            plan.memo["moves"] = moves
+    if moves is None:
+        return None
+    maps, own, fill, sources = moves
+    fused = any(t._fusion is not None for t in tensors)
+    if not fused and fill is None:
+        return None
+    if own is not None and fused:  # sums of structural zeros only are zeros too
+        zero = own & (np.asarray(prim.numeric([_live(t) for t in tensors], plan.params)) == 0)
+        if zero.any():
+            own = own & ~zero
+            own = own if own.any() else None
+            fill = zero if fill is None else fill | zero
+    if not sources and own is None:  # (all zeros)
+        return _where_recipe(np.zeros(plan.shape, dtype=bool), (None, (value,)), None)
+    if len(sources) == 1 and fill is None and own is None:  # a pure move: the same select
+        (k,) = sources
+        recipe, flat = tensors[k]._fusion
+        return recipe, tuple(_moved(v, maps[k], tensors[k].shape) for v in flat)
+    parts = []  # (condition, (recipe or None, flat)) of each source, then the sums
+    for k in sources:
+        m, t = maps[k], tensors[k]
+        if t._fusion is not None:
+            recipe, flat = t._fusion
+            parts.append((m >= 0, (recipe, tuple(_moved(v, m, t.shape) for v in flat))))
+        else:
+            parts.append((m >= 0, (None, (_moved(t._value, m, t.shape),))))
+    if own is not None:
+        parts.append((own, (None, (value,))))
+    out = parts[-1][1]  # the parts cover all but the zeros: the last one is the rest
+    for cond, part in reversed(parts[:-1]):
+        out = _where_recipe(cond, part, out)
+    # the zeros outermost: a select with a zero branch, which products fold into
+    return out if fill is None else _where_recipe(~fill, out, None)
 
 
 #: Recent applications to small tensors: ``(prim, params key, input node ids) -> (plan,

@@ -172,6 +172,20 @@ class Primitive:
         ``args``."""
         return lambda values: self.numeric(values, params)
 
+    #: Whether :meth:`moves` can leave structural zeros (places no argument element reaches).
+    fills = False
+    #: Whether each output element is a sum of argument elements (with positive weights):
+    #: a structural zero where all of them are.
+    sums = False
+
+    def moves(self, shapes: Sequence[tuple], params: dict):
+        """``(maps, own)`` when every output element is a copy of one argument element, a
+        structural zero, or (where ``own``, a bool array or None) computed otherwise: ``maps``
+        gives, for each argument, the flat index into it of each output element (-1: not
+        from it). None for ops that compute their elements (the default). Eager values of
+        large tensors carry zero-branched selects through such ops (see ``binder``)."""
+        return None
+
     def structure(self, args: Sequence, params: dict, shape: tuple) -> tuple:
         """``(regular, uniform, alias)`` of the result node: whether its elements are
         distinct symbolic atoms the builders fold no further than numpy (see ``nodes.py``),

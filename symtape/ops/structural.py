@@ -135,6 +135,11 @@ class Structural(Primitive):
     def shape_rule(self, shapes, params):
         return tuple(self.index_maps(shapes, params)[0].shape)
 
+    def moves(self, shapes, params) -> tuple:
+        """``(maps, None)``: every output element is a copy of one argument's element
+        (:meth:`index_maps`; see :meth:`Primitive.moves`)."""
+        return self.index_maps(shapes, params), None
+
     def build(self, atoms, params):
         return np.asarray(self.fn(*atoms, **params), dtype=object)
 
@@ -186,6 +191,12 @@ class GatherFlat(Primitive):
     def shape_rule(self, shapes, params):
         return tuple(params["idx"].shape)
 
+    fills = True
+
+    def moves(self, shapes, params) -> tuple:
+        """A copy of ``x.flat[idx]``, a structural zero where ``idx`` is -1."""
+        return [params["idx"]], None
+
     @staticmethod
     def _take(flat, idx, zero):
         safe = np.where(idx < 0, 0, idx)
@@ -218,6 +229,22 @@ class ScatterAdd(Primitive):
 
     def shape_rule(self, shapes, params):
         return tuple(params["shape"])
+
+    fills = True
+
+    def moves(self, shapes, params) -> tuple:
+        """Targets receiving one element are its copy, targets receiving none structural
+        zeros; those receiving several (``own``) are sums."""
+        shape = tuple(params["shape"])
+        size = int(np.prod(shape, dtype=np.int64))
+        idx = params["idx"].reshape(-1)
+        keep = np.flatnonzero(idx >= 0)
+        counts = np.bincount(idx[keep], minlength=size)
+        src = np.full(size, -1, dtype=np.int64)
+        src[idx[keep]] = keep
+        own = counts > 1
+        return [np.where(counts == 1, src, -1).reshape(shape)], \
+            own.reshape(shape) if own.any() else None
 
     def build(self, atoms, params):
         idx = params["idx"].reshape(-1)

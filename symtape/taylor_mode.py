@@ -110,12 +110,30 @@ def _sin_cos(u: list, hyperbolic: bool) -> tuple[list, list]:
 
 
 def _square_based(u: list, y0, sign: int) -> list:
-    """``y' = (1 + sign y^2) u'`` (``tanh``: -1, ``tan``: +1)."""
+    """``y' = (1 + sign y^2) u'`` (``tan``: +1; ``tanh``: -1, whose ``1 - y_0^2`` is
+    ``sech(u_0)^2``: where ``tanh`` rounds to +-1 the difference keeps no digit)."""
     def g(m, y):
+        if m == 0 and sign < 0:
+            return _sech_squared(u[0])
         sq = _dot((1, y[i], y[m - i]) for i in range(m + 1))
         return G.lincomb([(sp.Integer(sign), sq)], ONE if m == 0 else ZERO)
 
     return _integrated(u, g, y0)
+
+
+def _sech_squared(a):
+    """``(1/cosh(a))**2``: the reciprocal first, so it underflows only where the result does
+    (``cosh(a)**2`` overflows from ``|a| = 355``)."""
+    return G.power(G.power(G.call(sp.cosh, a), sp.Integer(-1)), sp.Integer(2))
+
+
+def _logistic(w: list, value) -> list:
+    """``1/(1 + exp(w))`` (``value`` its atom at ``t = 0``) as ``(1 - tanh(w/2))/2``: the
+    series of the quotient would take differences of nearly equal terms at small ``w_0``
+    (``1/4 - 1/4`` in the second coefficient)."""
+    half = _scaled(sp.Rational(-1, 2), w)
+    y = _square_based(half, G.call(sp.tanh, half[0]), -1)
+    return [value] + _scaled(sp.Rational(1, 2), y[1:])
 
 
 def _by_derivative(u: list, y0, derivative: list) -> list:
@@ -124,8 +142,19 @@ def _by_derivative(u: list, y0, derivative: list) -> list:
 
 
 def _one_minus_square(u: list, sign: int = -1) -> list:
-    """``1 + sign u^2``."""
-    return _shifted(_scaled(sp.Integer(sign), _product(u, u)), ONE)
+    """``1 + sign u^2``; ``1 - u^2`` starts at ``(1 - u_0)(1 + u_0)``, exact where ``u_0``
+    is near +-1 (``1 - u_0^2`` loses the digits of ``u_0^2``'s rounding there)."""
+    out = _shifted(_scaled(sp.Integer(sign), _product(u, u)), ONE)
+    if sign < 0:
+        out[0] = G.mul(G.lincomb([(sp.Integer(-1), u[0])], ONE), G.add(u[0], ONE))
+    return out
+
+
+def _square_minus_one(u: list) -> list:
+    """``u^2 - 1``, starting at ``(u_0 - 1)(u_0 + 1)`` (exact near ``u_0 = 1``)."""
+    out = _shifted(_product(u, u), sp.Integer(-1))
+    out[0] = G.mul(G.add(u[0], sp.Integer(-1)), G.add(u[0], ONE))
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,8 +195,7 @@ def _function(head, u: list) -> list:  # noqa: C901 - a table of elementary func
     if head is sp.asinh:
         return _by_derivative(u, value, _power(_one_minus_square(u, 1), sp.Rational(-1, 2)))
     if head is sp.acosh:
-        return _by_derivative(u, value, _power(_shifted(_product(u, u), sp.Integer(-1)),
-                                               sp.Rational(-1, 2)))
+        return _by_derivative(u, value, _power(_square_minus_one(u), sp.Rational(-1, 2)))
     if head is sp.erf:
         gauss = _exp(_scaled(sp.Integer(-1), _product(u, u)))
         return _by_derivative(u, value, _scaled(2 / sp.sqrt(sp.pi), gauss))
@@ -185,7 +213,7 @@ def _function(head, u: list) -> list:  # noqa: C901 - a table of elementary func
 KINKED = (sp.Abs, sp.Max, sp.Min)
 
 
-def _definition(node: G.Node, series: Callable) -> list:
+def _definition(node: G.Node, series: Callable) -> list:  # noqa: C901 - a table of heads
     d = node.definition
     head = d.func
     if head is sp.Add:
@@ -209,6 +237,9 @@ def _definition(node: G.Node, series: Callable) -> list:
         return _scaled(coef, out)
     if head is sp.Pow:
         base, exp = d.args
+        w = _logistic_exponent(base) if exp == -1 else None
+        if w is not None:  # 1/(1 + exp(w)), the logistic function of -w
+            return _logistic(series(w), node)
         if G.is_const(exp):
             return _power(series(base), exp)
         raise Unsupported("a power with a variable exponent")
@@ -224,6 +255,23 @@ def _definition(node: G.Node, series: Callable) -> list:
 
 def _is_one(c) -> bool:
     return G.is_const(c) and G._is_one(c)
+
+
+def _defined(atom, head):
+    """The definition of ``atom`` when it is a plain node of ``head``, else None."""
+    if isinstance(atom, G.Node) and atom.forward is None and atom.definition.func is head:
+        return atom.definition
+    return None
+
+
+def _logistic_exponent(base):
+    """``w`` when ``base`` is the node ``1 + exp(w)``, else None."""
+    d = _defined(base, sp.Add)
+    if d is None or len(d.args) != 2 or not any(_is_one(a) for a in d.args):
+        return None
+    e = next(a for a in d.args if not _is_one(a))
+    inner = _defined(e, sp.exp)
+    return inner.args[0] if inner is not None else None
 
 
 def coefficients(outputs: Sequence, leaves: Sequence, tangents: Sequence, order: int) -> list:

@@ -589,6 +589,40 @@ minimum = _ew("minimum", lambda: sp.Min(P.x, P.y), "x y", kinds="fi", numeric=np
                      lambda g, ans, x, y: _t(sp.Piecewise((0, P.x <= P.y), (P.g, True)), "g x y",
                                              name="minimum_vjp1").bind(g, x, y)))
 
+# ---- factors of derivative rules -----------------------------------------------------------
+# Rules are written with these where the textbook form cancels: 1 - tanh(x)**2 keeps no digit
+# where tanh rounds to +-1 (|x| > 19), s*(1 - s) none where the logistic s does, 1 - x**2 only
+# the digits x**2's rounding leaves near +-1. Each has its own rule, so every derivative order
+# is again a product of accurate factors (sympy.diff of a quotient form would bring back
+# sums of near-equal terms, or cosh(x)**3, which overflows from |x| = 237).
+_sech = Elementwise(
+    "sech", lambda: 1 / sp.cosh(P.x), "x",  # underflows only with the exact value
+    rules=(lambda g, ans, x: _t(-P.g * P.ans * P.y, "g ans y", name="sech_vjp").bind(
+        g, ans, tanh.bind(x)),))
+# the logistic density s(x) s(-x) (s the logistic function), d/dx = s(x) s(-x) tanh(-x/2)
+_logistic_density = Elementwise(
+    "logistic_density", lambda: 1 / ((1 + sp.exp(-P.x)) * (1 + sp.exp(P.x))), "x",
+    rules=(lambda g, ans, x: _t(P.g * P.ans * P.y, "g ans y", name="logistic_density_vjp").bind(
+        g, ans, tanh.bind(multiply.bind(x, -0.5))),))
+_one_minus_square = Elementwise("one_minus_square", lambda: (1 - P.x) * (1 + P.x), "x",
+                                rules=(lambda g, ans, x: _t(-2 * P.g * P.x, "g x",
+                                                            name="oms_vjp").bind(g, x),))
+
+
+def _asin_rule(sign: int) -> Callable:
+    """``sign * g / sqrt((1 - x)(1 + x))`` (asin, acos)."""
+    name = "asin_vjp" if sign > 0 else "acos_vjp"
+    return lambda g, ans, x: _t(sign * P.g / sp.sqrt(P.y), "g y", name=name).bind(
+        g, _one_minus_square.bind(x))
+
+
+def _acosh_rule(g, ans, x):
+    """``g / (sqrt(x - 1) sqrt(x + 1))``: its partials in the two roots have one sign, so
+    no order cancels (and it is nan below 1, with the value)."""
+    return _t(P.g / (sp.sqrt(P.y) * sp.sqrt(P.w)), "g y w", name="acosh_vjp").bind(
+        g, subtract.bind(x, 1.0), add.bind(x, 1.0))
+
+
 # ---- transcendental ------------------------------------------------------------------------
 exp = _ew("exp", lambda: sp.exp(P.x), numeric=np.exp,
           rules=(lambda g, ans, x: multiply.bind(g, ans),))
@@ -598,18 +632,22 @@ log1p = _ew("log1p", lambda: F.log1p(P.x), numeric=np.log1p)
 sin = _ew("sin", lambda: sp.sin(P.x), numeric=np.sin)
 cos = _ew("cos", lambda: sp.cos(P.x), numeric=np.cos)
 tan = _ew("tan", lambda: sp.tan(P.x), numeric=np.tan)
-asin = _ew("asin", lambda: sp.asin(P.x), numeric=np.arcsin)
-acos = _ew("acos", lambda: sp.acos(P.x), numeric=np.arccos)
+asin = _ew("asin", lambda: sp.asin(P.x), numeric=np.arcsin,
+           rules=(_asin_rule(1),))
+acos = _ew("acos", lambda: sp.acos(P.x), numeric=np.arccos,
+           rules=(_asin_rule(-1),))
 atan = _ew("atan", lambda: sp.atan(P.x), numeric=np.arctan)
 atan2 = _ew("atan2", lambda: sp.atan2(P.x, P.y), "x y", numeric=np.arctan2)
 sinh = _ew("sinh", lambda: sp.sinh(P.x), numeric=np.sinh)
 cosh = _ew("cosh", lambda: sp.cosh(P.x), numeric=np.cosh)
-tanh = _ew("tanh", lambda: sp.tanh(P.x), numeric=np.tanh,
-           rules=(lambda g, ans, x: _t(P.g * (1 - P.ans**2), "g ans", name="tanh_vjp").bind(
-               g, ans),))
+tanh = _ew("tanh", lambda: sp.tanh(P.x), numeric=np.tanh,  # tanh' = sech(x)**2
+           rules=(lambda g, ans, x: _t(P.g * P.y**2, "g y", name="tanh_vjp").bind(
+               g, _sech.bind(x)),))
 asinh = _ew("asinh", lambda: sp.asinh(P.x), numeric=np.arcsinh)
-acosh = _ew("acosh", lambda: sp.acosh(P.x), numeric=np.arccosh)
-atanh = _ew("atanh", lambda: sp.atanh(P.x), numeric=np.arctanh)
+acosh = _ew("acosh", lambda: sp.acosh(P.x), numeric=np.arccosh,
+            rules=(_acosh_rule,))
+atanh = _ew("atanh", lambda: sp.atanh(P.x), numeric=np.arctanh,
+            rules=(lambda g, ans, x: divide.bind(g, _one_minus_square.bind(x)),))
 erf = _ew("erf", lambda: sp.erf(P.x), numeric=numeric.erf)
 
 for _op in (add, multiply):
@@ -706,14 +744,13 @@ def _selu_vjp():  # TF's SeluGrad: scale where the activation is >= 0, so selu'(
 selu = _ew("selu", _selu,
            numeric=lambda x: _SELU_SCALE * np.where(x > 0, x, _SELU_ALPHA * np.expm1(x)),
            rules=(lambda g, ans, x: _t(_selu_vjp(), "g x", name="selu_vjp").bind(g, x),))
+# sigmoid' = s(x) s(-x), not s (1 - s), which cancels where s rounds to 1
 sigmoid = _ew("sigmoid", lambda: 1 / (1 + sp.exp(-P.x)), numeric=_sigmoid,
-              rules=(lambda g, ans, x: _t(P.g * P.ans * (1 - P.ans), "g ans",
-                                          name="sigmoid_vjp").bind(g, ans),))
+              rules=(lambda g, ans, x: multiply.bind(g, _logistic_density.bind(x)),))
 # stable: max(x, 0) + log1p(exp(-|x|)); TF: softplus' = sigmoid
 softplus = _ew("softplus", lambda: sp.Max(P.x, 0) + F.log1p(sp.exp(-sp.Abs(P.x))),
                numeric=lambda x: np.maximum(x, 0) + np.log1p(np.exp(-np.abs(x))),
-               rules=(lambda g, ans, x: _t(P.g / (1 + sp.exp(-P.x)), "g x",
-                                           name="softplus_vjp").bind(g, x),))
+               rules=(lambda g, ans, x: multiply.bind(g, sigmoid.bind(x)),))
 
 
 @functools.lru_cache(maxsize=None)
@@ -724,14 +761,19 @@ def leaky_relu_op(alpha: float) -> Elementwise:
                        numeric=lambda x: np.where(x > 0, x, alpha * x))
 
 
-# labels z, logits x; TF's stable form; gradient sigmoid(x) - z everywhere
+# labels z, logits x; TF's stable form; gradient sigmoid(x) - z everywhere, taken as
+# 1 - z - sigmoid(-x) for x >= 0 (sigmoid(x) - 1 keeps no digit where sigmoid rounds to 1)
+def _sce_vjp1():
+    return P.g * sp.Piecewise((1 - P.z - P.w, P.x >= 0), (P.y - P.z, True))
+
+
 sigmoid_cross_entropy_with_logits = _ew(
     "sigmoid_cross_entropy_with_logits",
     lambda: sp.Max(P.x, 0) - P.x * P.z + F.log1p(sp.exp(-sp.Abs(P.x))), "z x",
     numeric=lambda z, x: np.maximum(x, 0) - x * z + np.log1p(np.exp(-np.abs(x))),
     rules=(lambda g, ans, z, x: _t(-P.g * P.x, "g x", name="sce_vjp0").bind(g, x),
-           lambda g, ans, z, x: _t(P.g * (1 / (1 + sp.exp(-P.x)) - P.z), "g z x",
-                                   name="sce_vjp1").bind(g, z, x)))
+           lambda g, ans, z, x: _t(_sce_vjp1(), "g z x y w", name="sce_vjp1").bind(
+               g, z, x, sigmoid.bind(x), sigmoid.bind(negative.bind(x)))))
 
 
 class _FoldPlan:

@@ -157,6 +157,20 @@ def _square_minus_one(u: list) -> list:
     return out
 
 
+def _atan2(a: list, b: list, value) -> list:
+    """``atan2(a, b)`` from its derivative ``(b a' - a b') / (a^2 + b^2)``."""
+    da = [G.lincomb([(sp.Integer(n), a[n])]) for n in range(1, len(a))]
+    db = [G.lincomb([(sp.Integer(n), b[n])]) for n in range(1, len(b))]
+    if not da:
+        return [value]
+    num = [G.lincomb([(ONE, p), (sp.Integer(-1), q)])
+           for p, q in zip(_product(b[:-1], da), _product(a[:-1], db))]
+    den = [G.add(p, q) for p, q in zip(_product(a[:-1], a[:-1]), _product(b[:-1], b[:-1]))]
+    slope = _product(num, _power(den, sp.Integer(-1)))
+    return [value] + [G.monomial(sp.Rational(1, n), [(slope[n - 1], ONE)])
+                      for n in range(1, len(a))]
+
+
 # --------------------------------------------------------------------------------------------
 # Rules per head: (definition args' series, the definition) -> series
 # --------------------------------------------------------------------------------------------
@@ -208,8 +222,9 @@ def _function(head, u: list) -> list:  # noqa: C901 - a table of elementary func
 
 #: Heads whose series would not be what the ops' own derivative rules give at a kink: a
 #: template may use them for stability where the function is smooth (softplus is
-#: ``max(x, 0) + log1p(exp(-|x|))``, whose derivative at 0 is 1/2, not 0), and a power with
-#: a variable exponent follows TensorFlow's convention where the base is not positive.
+#: ``max(x, 0) + log1p(exp(-|x|))``, whose derivative at 0 is 1/2, not 0: that sum is
+#: recognised and expanded as the smooth function, see :func:`_softplus_terms`), and a power
+#: with a variable exponent follows TensorFlow's convention where the base is not positive.
 KINKED = (sp.Abs, sp.Max, sp.Min)
 
 
@@ -217,10 +232,10 @@ def _definition(node: G.Node, series: Callable) -> list:  # noqa: C901 - a table
     d = node.definition
     head = d.func
     if head is sp.Add:
+        terms = [(arg.args[0], arg.args[1]) if arg.is_Mul else (ONE, arg) for arg in d.args]
         out = None
-        for arg in d.args:
-            coef, atom = (arg.args[0], arg.args[1]) if arg.is_Mul else (ONE, arg)
-            term = _scaled(coef, series(atom)) if not _is_one(coef) else series(atom)
+        for coef, s in _softplus_terms(terms, series) + [(c, series(a)) for c, a in terms]:
+            term = _scaled(coef, s) if not _is_one(coef) else s
             out = term if out is None else [G.add(a, b) for a, b in zip(out, term)]
         return out
     if head is sp.Mul:
@@ -243,6 +258,8 @@ def _definition(node: G.Node, series: Callable) -> list:  # noqa: C901 - a table
         if G.is_const(exp):
             return _power(series(base), exp)
         raise Unsupported("a power with a variable exponent")
+    if head is sp.atan2:
+        return _atan2(series(d.args[0]), series(d.args[1]), node)
     if head in KINKED:
         raise Unsupported(f"{head.__name__}: a kink, differentiated by the ops' rules")
     if head is sp.Piecewise:
@@ -274,6 +291,43 @@ def _logistic_exponent(base):
     return inner.args[0] if inner is not None else None
 
 
+def _softplus_argument(high, low):
+    """``u`` when ``high`` is ``Max(u, 0)`` and ``low`` is ``log1p(exp(-Abs(u)))`` (the
+    stable softplus ``log(1 + exp(u))`` of the op table), else None."""
+    top, d = _defined(high, sp.Max), _defined(low, F.log1p)
+    if top is None or d is None or len(top.args) != 2 or not any(
+            G.is_const(a) and G._is_zero(a) for a in top.args):
+        return None
+    u = next(a for a in top.args if not G.is_const(a))
+    e = _defined(d.args[0], sp.exp)
+    m = _defined(e.args[0], sp.Mul) if e is not None else None
+    if m is None or len(m.args) != 2 or m.args[0] != -1:
+        return None
+    a = _defined(m.args[1], sp.Abs)
+    return u if a is not None and a.args[0] == u else None
+
+
+def _softplus_terms(terms: list, series: Callable) -> list:
+    """The softplus pairs among the ``(coef, atom)`` terms of a sum, taken out of ``terms``
+    (in place) and returned as ``(coef, series)``: softplus is smooth, so its series is the
+    integral of the logistic function's, while its stable form's ``Max`` and ``Abs`` have
+    none (:data:`KINKED`)."""
+    out = []
+    for i, (c, high) in enumerate(terms):
+        for j, (c2, low) in enumerate(terms):
+            u = _softplus_argument(high, low) if i != j and c == c2 else None
+            if u is not None:
+                value = G.add(high, low)
+                us = series(u)
+                slope = _logistic(_scaled(sp.Integer(-1), us), G.power(G.add(ONE, G.call(
+                    sp.exp, G.lincomb([(sp.Integer(-1), u)]))), sp.Integer(-1)))
+                out.append((c, _by_derivative(us, value, slope)))
+                for k in sorted((i, j), reverse=True):
+                    del terms[k]
+                return out + _softplus_terms(terms, series)
+    return out
+
+
 def coefficients(outputs: Sequence, leaves: Sequence, tangents: Sequence, order: int) -> list:
     """For each atom of ``outputs``, its Taylor coefficients ``[a_0, ..., a_order]`` along
     ``leaves[i](t) = leaves[i] + t * tangents[i]`` (tangents: constants or atoms).
@@ -290,6 +344,8 @@ def coefficients(outputs: Sequence, leaves: Sequence, tangents: Sequence, order:
 
     def series(atom) -> list:
         found = memo.get(atom)
+        if isinstance(found, Unsupported):
+            raise found
         return found if found is not None else [atom] + [ZERO] * (k - 1)
 
     for node in G.reachable(outputs):
@@ -303,7 +359,10 @@ def coefficients(outputs: Sequence, leaves: Sequence, tangents: Sequence, order:
             continue  # no derivative flows through stop_gradient: a constant series
         if node.is_boolean:
             continue  # a condition: held at its value at t = 0
-        memo[node] = _definition(node, series)
+        try:
+            memo[node] = _definition(node, series)
+        except Unsupported as e:  # raised where an output needs it (a softplus's Max does not)
+            memo[node] = e
     return [series(a) for a in outputs]
 
 

@@ -1,11 +1,15 @@
 """Derivatives where the textbook formulas cancel (``1 - tanh(x)**2`` where tanh rounds to 1,
 ``s (1 - s)`` of the logistic ``s``, ``1 - x**2`` next to +-1): every scalar op of the table
 to order 3 at tiny, moderate and large arguments and next to the ends of its domain, against
-mpmath -- eager, compiled by sweeps and compiled by Taylor mode."""
+mpmath -- eager, compiled by sweeps and compiled by Taylor mode -- and the Taylor rules of
+softplus and atan2 to order 8 (they take Taylor mode, not nested sweeps)."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
+import math
+from fractions import Fraction
 
 import mpmath
 import numpy as np
@@ -14,7 +18,8 @@ import sympy as sp
 
 import symtape as st
 
-X = sp.Symbol("x", real=True)
+X, Y = sp.Symbol("x", real=True), sp.Symbol("y", real=True)
+function_module = importlib.import_module("symtape.function")  # st.function is the decorator
 
 RTOL = 1e-13
 SELU_A = sp.Float("1.6732632423543772848170429916717", 50)
@@ -148,3 +153,119 @@ def test_tanh_gradient_at_19_is_sech_squared():
     with st.GradientTape() as t:
         y = st.tanh(x)
     assert float(t.gradient(y, x)) == pytest.approx(want, rel=1e-15, abs=0)
+
+
+# --------------------------------------------------------------------------------------------
+# Taylor rules of softplus and atan2
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def taylor_only(monkeypatch):
+    """Fails a test whose derivative takes nested sweeps instead of Taylor mode; records
+    what the Taylor-mode entry points returned."""
+    used = []
+    scalar, atoms = function_module._taylor_derivative, function_module._taylor_atoms
+    monkeypatch.setattr(function_module, "_taylor_derivative",
+                        lambda *a: used.append(scalar(*a)) or used[-1])
+    monkeypatch.setattr(function_module, "_taylor_atoms",
+                        lambda *a: used.append(atoms(*a)) or used[-1])
+
+    def nested(*a, **k):
+        raise AssertionError("nested sweeps were taken")
+
+    monkeypatch.setattr(function_module, "_derivatives", nested)
+    return used
+
+
+def _softplus_series(x0, order: int) -> list:
+    f = sp.log(1 + sp.exp(X))
+    return [sp.diff(f, X, k).subs(X, x0) / math.factorial(k) for k in range(order + 1)]
+
+
+def test_taylor_series_of_softplus_is_exact():
+    series = st.taylor(st.nn.softplus, 0, 8)
+    assert series.coefficients == [sp.log(2), sp.Rational(1, 2), sp.Rational(1, 8), 0,
+                                   sp.Rational(-1, 192), 0, sp.Rational(1, 2880), 0,
+                                   sp.Rational(-17, 645120)]
+    for k, c in enumerate(_softplus_series(sp.Integer(0), 8)):
+        assert sp.simplify(series.coefficients[k] - c) == 0
+    third = Fraction(1, 3)
+    series = st.taylor(st.nn.softplus, third, 8)
+    want = _softplus_series(sp.Rational(1, 3), 8)
+    for got, w in zip(series.coefficients, want):
+        assert float(sp.N(got - w, 40)) == pytest.approx(0, abs=1e-30)
+    for got, w in zip(np.asarray(series(np.array(1 / 3))).reshape(-1), want):
+        assert float(got) == pytest.approx(float(w), rel=1e-13)
+
+
+def test_eighth_derivative_of_softplus_takes_taylor_mode(taylor_only):
+    d = st.derivative(st.nn.softplus, order=8, input_signature=[st.TensorSpec(())])
+    assert taylor_only and all(u is not None for u in taylor_only)
+    points = [-30.0, -3.0, -0.5, 0.0, 1e-8, 0.7, 4.0, 20.0]
+    f = sp.lambdify(X, sp.diff(sp.log(1 + sp.exp(X)), X, 8), "mpmath")
+    got = d(np.array(points))
+    for p, g in zip(points, got):
+        with mpmath.workdps(200):
+            want = float(f(mpmath.mpf(p)))
+        assert float(g) == pytest.approx(want, rel=1e-11), p
+
+
+def test_sigmoid_cross_entropy_takes_taylor_mode(taylor_only):
+    """Its stable form holds a softplus too: the 6th derivative in the logits."""
+    d = st.derivative(_sce(1.0), order=6, input_signature=[st.TensorSpec(())])
+    assert taylor_only and all(u is not None for u in taylor_only)
+    f = sp.lambdify(X, sp.diff(sp.log(1 + sp.exp(-X)), X, 6), "mpmath")
+    for p, g in zip([-5.0, 0.0, 0.3, 25.0], d(np.array([-5.0, 0.0, 0.3, 25.0]))):
+        with mpmath.workdps(200):
+            assert float(g) == pytest.approx(float(f(mpmath.mpf(p))), rel=1e-11), p
+
+
+ATAN2_POINTS = [(0.3, -1.2), (-2.0, 0.5), (1e-3, 4.0), (5.0, 5.0)]
+
+
+def _atan2_partial(i: int, j: int, y0: float, x0: float) -> float:
+    """``d^(i+j) atan2(y, x) / dy^i dx^j`` (sympy.diff, 40 digits)."""
+    d = sp.diff(sp.atan2(Y, X), *([Y] * i + [X] * j))
+    return float(d.subs({Y: sp.Float(y0, 40), X: sp.Float(x0, 40)}).evalf(40))
+
+
+@pytest.mark.parametrize("argnum", [0, 1])
+def test_eighth_derivative_of_atan2_in_one_argument_takes_taylor_mode(argnum, taylor_only):
+    for y0, x0 in ATAN2_POINTS:
+        fixed = x0 if argnum == 0 else y0
+
+        def f(t):
+            c = st.constant(fixed)
+            return st.atan2(t, c) if argnum == 0 else st.atan2(c, t)
+
+        d = st.derivative(f, order=8, input_signature=[st.TensorSpec(())])
+        want = _atan2_partial(8, 0, y0, x0) if argnum == 0 else _atan2_partial(0, 8, y0, x0)
+        got = float(d(np.array(y0 if argnum == 0 else x0)))
+        assert got == pytest.approx(want, rel=1e-11, abs=1e-11 * abs(want) + 1e-300), (y0, x0)
+    assert taylor_only and all(u is not None for u in taylor_only)
+
+
+def test_eighth_derivatives_of_atan2_in_both_arguments_take_taylor_mode(taylor_only):
+    """Every mixed partial of order 8 (interpolated from 9 Taylor series) and a directional
+    derivative along (vy, vx), against sympy.diff."""
+    d = st.derivative(lambda v: st.atan2(v[0], v[1]), order=8,
+                      input_signature=[st.TensorSpec((2,))])
+    dv = st.derivative(lambda v: st.atan2(v[0], v[1]), order=8, direction=True,
+                       input_signature=[st.TensorSpec((2,)), st.TensorSpec((2,))])
+    assert taylor_only and all(u is not None for u in taylor_only)
+    t = sp.Symbol("t")
+    for y0, x0 in ATAN2_POINTS[:3]:
+        got = d(np.array([y0, x0]))
+        assert got.shape == (2,) * 8
+        scale = max(abs(_atan2_partial(8 - j, j, y0, x0)) for j in range(9))
+        for j in range(9):  # j derivatives in x, the others in y
+            idx = (0,) * (8 - j) + (1,) * j
+            want = _atan2_partial(8 - j, j, y0, x0)
+            assert float(got[idx]) == pytest.approx(want, rel=1e-10, abs=1e-12 * scale), \
+                (y0, x0, j)
+        vy, vx = 0.5, -2.0
+        line = sp.atan2(sp.Float(y0, 40) + vy * t, sp.Float(x0, 40) + vx * t)
+        want = float(sp.diff(line, t, 8).subs(t, 0).evalf(40))
+        got = float(dv(np.array([y0, x0]), np.array([vy, vx])))
+        assert got == pytest.approx(want, rel=1e-10), (y0, x0)

@@ -617,10 +617,9 @@ def _asin_rule(sign: int) -> Callable:
 
 
 def _acosh_rule(g, ans, x):
-    """``g / (sqrt(x - 1) sqrt(x + 1))``: its partials in the two roots have one sign, so
-    no order cancels (and it is nan below 1, with the value)."""
-    return _t(P.g / (sp.sqrt(P.y) * sp.sqrt(P.w)), "g y w", name="acosh_vjp").bind(
-        g, subtract.bind(x, 1.0), add.bind(x, 1.0))
+    """``g / (sqrt(x - 1) sqrt(x + 1))``: the terms of each of its derivatives have one sign,
+    so no order cancels (and it is nan below 1, with the value)."""
+    return _t(P.g / (sp.sqrt(P.x - 1) * sp.sqrt(P.x + 1)), "g x", name="acosh_vjp").bind(g, x)
 
 
 # ---- transcendental ------------------------------------------------------------------------

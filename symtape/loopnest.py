@@ -10,11 +10,15 @@ its elements in it -- and, unless it is a view of another node's location, a loo
 - reshape, transpose, slicing, broadcasting and the other structural ops are views: their
   index maps applied to the argument's offsets (no copy);
 - sums, means, products and extrema accumulate over the reduced axes in order, and matrix
-  products accumulate ``out += a * b`` over ``(i, k, j)`` with ``j`` innermost;
+  products accumulate ``out += a * b`` over ``(i, k, j)`` with ``j`` innermost; an einsum
+  is one loop nest over its output's labels then the summed ones (``out += a * b * ...``;
+  an outer product ``out = a * b``), and a scatter adding several elements into one place
+  (the transpose of a broadcast) one accumulating loop over its argument;
   convolutions and their transposes are matrix products whose rows, columns and summed
   index run over several strided dimensions each (:meth:`_Planner.conv`); a pooling and
   its derivative's maps are one loop over the windows each (:meth:`_Planner.pool`);
 - softmax and the ops along one axis run their one-slice element view for every slice;
+- elementwise ops with boolean arguments (``where``'s condition) are loops like the others;
 - any other op, when small, runs its element view unrolled (its arguments as stand-ins).
 
 Values are those of eager evaluation of large tensors (the template level): a node's
@@ -39,7 +43,7 @@ from .ops.axis import AxisOp, StopGradient
 from .ops.conv import Conv, reached
 from .ops.pool import Pooling, chain, pick_atom, spread_atoms, sum_atoms
 from .ops.elementwise import Elementwise
-from .ops.linalg import MatMul
+from .ops.linalg import Einsum, MatMul
 from .ops.reductions import Reduction
 from .ops.structural import GatherFlat, ScatterAdd, Structural
 from .lazy import LazyModule
@@ -218,6 +222,11 @@ def _atoms_cost(node: N.Node) -> int:
         a = node.inputs[0]
         k = a.shape[-2] if node.params["transpose_a"] else a.shape[-1]
         return node.size * max(k, 1)
+    if isinstance(node.prim, Einsum):  # the element view holds every term
+        spec_in, out = node.params["spec"].split("->")
+        sizes = {c: n for lab, a in zip(spec_in.split(","), node.inputs)
+                 for c, n in zip(lab, a.shape)}
+        return node.size * max(math.prod(n for c, n in sizes.items() if c not in out), 1)
     if isinstance(node.prim, Conv):
         return max(node.size, node.prim.terms(node.prim.dims([a.shape for a in node.inputs],
                                                               node.params)))
@@ -769,12 +778,19 @@ class _Planner:
             return self.structural(node, [node.params["idx"]])
         if isinstance(prim, ScatterAdd) and _distinct(node.params["idx"]):
             return self.structural(node, [_inverse(node.params["idx"], node.shape)])
-        if isinstance(prim, Elementwise) and all(_numeric(a) for a in node.inputs):
+        if isinstance(prim, ScatterAdd) and _numeric(node):
+            loc = self.summed_scatter(node)
+            if loc is not None:
+                return loc
+        if isinstance(prim, Elementwise) and all(_numeric(a) or a.dtype.kind == "b"
+                                                 for a in node.inputs):
             return self.elementwise(node)
         if isinstance(prim, Reduction) and prim.name in _REDUCE and _numeric(node):
             return self.reduction(node)
         if isinstance(prim, MatMul) and _numeric(node):
             return self.matmul(node)
+        if isinstance(prim, Einsum) and _numeric(node):
+            return self.einsum(node)
         if isinstance(prim, Conv):
             return self.conv(node)
         if isinstance(prim, Pooling):
@@ -1098,6 +1114,92 @@ class _Planner:
         out = Access(loc[0], 0, _affine(out_offsets)[1])
         self.accumulate(x.shape, value, [acc, term], [out, self.access(xloc, x.shape, batched)],
                         out, batched)
+        return loc
+
+    def einsum(self, node: N.Node) -> tuple:
+        """One loop nest over the labels' index space, the output's labels then the summed
+        ones: ``out += a * b * ...`` (or, with nothing summed, ``out = a * b * ...``: an
+        outer product), each operand read at the strides of its labels (a repeated label,
+        a diagonal, at the sum of its strides), so every element adds its terms in the
+        order the element view's sums and eager values add them."""
+        spec_in, out = node.params["spec"].split("->")
+        labels = spec_in.split(",")
+        sizes: dict = {}
+        for lab, a in zip(labels, node.inputs):
+            sizes.update(zip(lab, a.shape))
+        summed = "".join(c for c in dict.fromkeys("".join(labels)) if c not in out)
+        full = out + summed
+        space = tuple(sizes[c] for c in full)
+        batched = any(self.batched(self.loc[id(a)]) for a in node.inputs)
+        terms = math.prod(sizes[c] for c in summed)
+        loc = self.fresh(node, batched)
+        if summed:
+            self.fill(loc, node.shape, -0.0 if terms else 0.0, batched)
+        if node.size == 0 or terms == 0:
+            return loc
+        stand = [G.Leaf.new(f"a{i}") for i in range(len(labels))]
+        reads = [self.labelled(self.loc[id(a)], lab, full, space, batched)
+                 for lab, a in zip(labels, node.inputs)]
+        product = G.mul(*stand) if len(stand) > 1 else stand[0]
+        out_offsets = loc[1].reshape(loc[1].shape + (1,) * len(summed))
+        o = _affine(np.broadcast_to(out_offsets, self.shape(space, batched)))
+        dst = Access(loc[0], o[0], o[1])
+        if not summed:
+            self.block(space, self.body(node, product, stand), reads, (dst,), batched=batched)
+            return loc
+        acc = G.Leaf.new("acc")
+        self.accumulate(space, G.add(acc, product), [acc, *stand], [dst, *reads], dst,
+                        batched)
+        return loc
+
+    def labelled(self, loc: tuple, labels: str, full: str, space: tuple, batched: bool
+                 ) -> Access:
+        """``loc`` (an operand of an einsum with ``labels``) read over the index space of
+        the labels ``full`` (extents ``space``; the chunk's points in front when
+        ``batched``); copied to a contiguous temporary first when that is not affine."""
+        def offsets(loc):
+            here = self.batched(loc)
+            grid = [np.arange(n, dtype=np.int64).reshape(
+                tuple(n if e == d else 1 for e in range(len(space))))
+                for d, n in enumerate(space)]
+            idx = tuple(grid[full.index(c)] for c in labels)
+            taken = loc[1][(slice(None),) + idx] if here else loc[1][idx]
+            if here and not idx:  # a scalar per point
+                taken = taken.reshape((self.P,) + (1,) * len(space))
+            return np.broadcast_to(taken, self.shape(space, batched))
+
+        aff = _affine(offsets(loc))
+        if aff is None:
+            loc = self.materialise(loc)
+            aff = _affine(offsets(loc))
+        return Access(loc[0], aff[0], aff[1])
+
+    def summed_scatter(self, node: N.Node) -> tuple | None:
+        """A scatter that adds several elements into one place (the transpose of a
+        broadcast: a sum over the broadcast axes) as one accumulating loop over its
+        argument's shape, when its places are affine in that shape: zeros (eager values'
+        start), then ``out[idx[j]] += x[j]`` in order; None otherwise."""
+        (x,) = node.inputs
+        idx = node.params["idx"]
+        if (idx < 0).any():
+            return None
+        xloc = self.loc[id(x)]
+        batched = self.batched(xloc)
+        places = idx.reshape(x.shape)  # in a fresh buffer, element j is at place j
+        if batched:
+            step = np.arange(self.P, dtype=np.int64).reshape((-1,) + (1,) * len(x.shape))
+            places = places[None] + step * node.size
+        aff = _affine(places)
+        if aff is None:
+            return None
+        loc = self.fresh(node, batched)
+        self.fill(loc, node.shape, 0.0, batched)
+        if x.size == 0:
+            return loc
+        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
+        out = Access(loc[0], aff[0], aff[1])
+        self.accumulate(x.shape, G.add(acc, term), [acc, term],
+                        [out, self.access(xloc, x.shape, batched)], out, batched)
         return loc
 
     def fill(self, loc: tuple, shape: tuple, value: float, batched: bool = False) -> None:

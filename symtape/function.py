@@ -12,6 +12,7 @@ import functools
 import inspect
 import math
 import os
+import threading
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -913,6 +914,11 @@ class Function:
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._held: dict = {}  # id -> object, for Python values keyed by identity
         self._count = 0  # traces so far
+        # a call that assigns variables reads their values, runs and writes them back while
+        # holding _assigning, so calls from several threads never lose an update; pure calls
+        # run in parallel (the native code releases the GIL). _tracing: one trace at a time.
+        self._assigning = threading.Lock()
+        self._tracing = threading.RLock()
         self.__name__ = _fn_name(fn)
         self.__doc__ = fn.__doc__
 
@@ -982,21 +988,28 @@ class Function:
         """The one trace serving every batch size (:func:`batching.split`), or None when
         the function is not one program over its examples (each size is then traced)."""
         if self._poly is None:
-            sig, flags = self.input_signature, self._batch
-
-            def at(b: int) -> list:
-                return [TensorSpec((b,) + tuple(sp.shape[1:]) if f else tuple(sp.shape),
-                                   sp.dtype, sp.name) for sp, f in zip(sig, flags)]
-
-            try:
-                traces = [self._record(at(b)) for b in batching.SIZES]
-                drawn = any(isinstance(v, Draw) for t in traces for v in t[3])
-                parts = None if drawn else batching.split(  # (draws: traced per size)
-                    traces, flags, self._dtype or _common_dtype(sig))
-                self._poly = self._split_compiled(parts, traces[1]) if parts else False
-            except Exception:  # noqa: BLE001 - a size-specific failure: traced per size
-                self._poly = False  # (where a genuine error is raised for the real call)
+            with self._tracing:
+                if self._poly is None:
+                    self._poly = self._split_traced()
         return self._poly or None
+
+    def _split_traced(self) -> _SplitTraced | bool:
+        """The traces at :data:`batching.SIZES` split into one program, or False when they
+        are not one (a size-specific failure too: the real call raises it)."""
+        sig, flags = self.input_signature, self._batch
+
+        def at(b: int) -> list:
+            return [TensorSpec((b,) + tuple(sp.shape[1:]) if f else tuple(sp.shape),
+                               sp.dtype, sp.name) for sp, f in zip(sig, flags)]
+
+        try:
+            traces = [self._record(at(b)) for b in batching.SIZES]
+            drawn = any(isinstance(v, Draw) for t in traces for v in t[3])
+            parts = None if drawn else batching.split(  # (draws: traced per size)
+                traces, flags, self._dtype or _common_dtype(sig))
+            return self._split_compiled(parts, traces[1]) if parts else False
+        except Exception:  # noqa: BLE001 - a size-specific failure: traced per size
+            return False
 
     def _split_compiled(self, parts: batching.Split, large: tuple) -> _SplitTraced | bool:
         """The compiled passes and post program of a function split over its examples;
@@ -1101,8 +1114,9 @@ class Function:
         specs = _specs([getattr(a, "shape", a) if not isinstance(a, TensorSpec) else a
                         for a in args], "st.function")
         key = tuple(tuple(s.shape) for s in specs)
-        if key not in self._traces:
-            self._traces[key] = self._trace(specs)
+        with self._tracing:
+            if key not in self._traces:
+                self._traces[key] = self._trace(specs)
         return self._traces[key].compiled
 
     def __call__(self, *args, **kwargs):
@@ -1131,7 +1145,8 @@ class Function:
         if self._batch is not None:
             poly = self._polymorphic()
             if poly is not None:
-                return self._run_split(poly, arrays)
+                with self._assigning if poly.assigned else contextlib.nullcontext():
+                    return self._run_split(poly, arrays)
         if python:
             key = (key, tuple((i, _value_key(v, self._held)) for i, v in python))
         traced = self._traces.get(key)
@@ -1139,11 +1154,15 @@ class Function:
             shapes = key[0] if python else key
             specs = [TensorSpec(k, s.dtype, s.name) for k, s in zip(shapes, sig)] if sig else \
                 [TensorSpec(k) for k in shapes]
-            traced = self._traces[key] = self._trace(specs, python)
-        values = [_current(v) for v in traced.variables]
-        results = traced.compiled(*arrays, *values)
-        for var, value in zip(traced.assigned, results[traced.n_results:]):
-            _write_back(var, value)
+            with self._tracing:
+                traced = self._traces.get(key)
+                if traced is None:
+                    traced = self._traces[key] = self._trace(specs, python)
+        with self._assigning if traced.assigned else contextlib.nullcontext():
+            values = [_current(v) for v in traced.variables]
+            results = traced.compiled(*arrays, *values)
+            for var, value in zip(traced.assigned, results[traced.n_results:]):
+                _write_back(var, value)
         if traced.structure is None:
             return None
         tensors = [adopt(r) for r in results[: traced.n_results]]  # fresh: no copies

@@ -1,8 +1,11 @@
 """Hessian-vector products of programs of a few hundred inputs: loop plans (not unrolled
 element kernels) whose cost grows like the function's, values against dense Hessians, exact
-formulas and central differences of the compiled gradient."""
+formulas and central differences of the compiled gradient. And compiled steps that assign
+variables, shared by threads: no update is lost."""
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 import pytest
@@ -277,3 +280,84 @@ def test_select_on_a_large_boolean_is_a_loop():
     with np.errstate(invalid="ignore"):
         want = np.where(xv > 1.0, np.sin(xv), xv ** 3) * np.where(xv < -1.0, xv, 2.0)
     np.testing.assert_allclose(f(xv), want, rtol=1e-14)  # (nan where numpy's is)
+
+
+# --- compiled training steps shared by threads ---------------------------------------------
+
+
+def _hammer(step, args, threads: int = 8, calls: int = 300) -> None:
+    """``calls`` calls of ``step(*args)`` on each of ``threads`` threads started together."""
+    start = threading.Barrier(threads)
+    errors = []
+
+    def run():
+        try:
+            start.wait()
+            for _ in range(calls):
+                step(*args)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    pool = [threading.Thread(target=run) for _ in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    assert not errors, errors
+
+
+def test_threads_sharing_a_compiled_step_lose_no_variable_update():
+    """Each call reads the variables, runs and writes them back as one step: 8 threads of
+    300 calls of ``v.assign_add(1.0)`` (and ``w.assign_sub`` of a vector) end at 2,400."""
+    v, w = st.Variable(0.0), st.Variable(np.zeros(3))
+
+    @st.function
+    def step(x):
+        v.assign_add(1.0)
+        w.assign_sub(x)
+        return v
+
+    x = np.array([1.0, 2.0, -0.5])
+    step(x)
+    v.assign(0.0)
+    w.assign(np.zeros(3))
+    _hammer(step, (x,))
+    assert v.numpy() == 2400.0
+    np.testing.assert_array_equal(w.numpy(), -2400.0 * x)
+
+
+def test_threads_sharing_a_step_traced_for_every_batch_size_lose_no_update():
+    """The same for a step with a None batch dimension (its passes and post program run
+    as one call): each call adds its batch's sum."""
+    v = st.Variable(0.0)
+
+    @st.function(input_signature=[st.TensorSpec((None,))])
+    def step(x):
+        v.assign_add(st.reduce_sum(x))
+
+    x = np.array([1.0, 2.0])
+    step(x)
+    assert "(None,)" in str(step.traced_signatures)
+    v.assign(0.0)
+    _hammer(step, (x,))
+    assert v.numpy() == 3.0 * 2400
+
+
+def test_pure_functions_do_not_wait_for_a_step_that_assigns():
+    """Only functions that assign variables take their lock: a pure function's calls run
+    while another thread holds it (the native call releases the GIL), an assigning one's
+    wait for it."""
+    v = st.Variable(1.0)
+    pure = st.function(lambda x: x * v)
+    assigning = st.function(lambda x: v.assign_add(x))
+    pure(np.ones(2))
+    assigning(np.ones(()))
+    for f, runs in ((pure, True), (assigning, False)):
+        done = threading.Event()
+        with f._assigning:
+            t = threading.Thread(target=lambda: (f(np.ones(2) if f is pure else 1.0),
+                                                 done.set()))
+            t.start()
+            assert done.wait(5.0 if runs else 0.5) is runs
+        t.join()
+        assert done.is_set()

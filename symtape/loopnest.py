@@ -328,8 +328,11 @@ def _numeric(node: N.Node) -> bool:
 
 
 def _pointwise(node: N.Node) -> bool:
+    """A float elementwise op of float arguments and conditions (a select fused into its
+    users keeps its structural zeros: ``where(c, g, 0) * x`` is 0 where ``c`` is false,
+    also at ``x = nan``)."""
     return (node.kind == "op" and isinstance(node.prim, Elementwise) and node.dtype.kind == "f"
-            and all(a.dtype.kind == "f" for a in node.inputs))
+            and all(a.dtype.kind in "fb" for a in node.inputs))
 
 
 def _users(order: list, outputs: Sequence[N.Node]) -> dict:

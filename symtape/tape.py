@@ -65,6 +65,31 @@ def _ones(shape: tuple, dtype) -> Tensor:
     return Tensor(hit._node, hit._value, hit.dtype)
 
 
+#: Hessian blocks of at most this many elements are made exactly symmetric (st.hessian's
+#: compiled blocks too, which then hold code for one triangle only).
+SYMMETRIC_ELEMENTS = 4096
+
+
+def symmetric(h: Tensor) -> Tensor:
+    """A Hessian block of a source with itself, its upper triangle read from the lower one
+    (``d/dx_i`` of ``df/dx_j`` for ``i >= j``), when it has at most
+    :data:`SYMMETRIC_ELEMENTS` elements: exactly symmetric also where ``f`` is not twice
+    differentiable and the two orders of a mixed partial differ (``x ** y`` at ``x < 0``:
+    TensorFlow's exponent partial is 0 there, its derivative in ``x`` is not).
+
+    >>> import symtape as st
+    >>> symmetric(st.constant([[1.0, 5.0], [2.0, 3.0]])).numpy()
+    array([[1., 2.],
+           [2., 3.]])
+    """
+    n = int(np.prod(h.shape[:h.ndim // 2], dtype=np.int64))
+    if h.size > SYMMETRIC_ELEMENTS or n < 2:
+        return h
+    i, j = np.indices((n, n))
+    idx = (np.maximum(i, j) * n + np.minimum(i, j)).reshape(h.shape)
+    return ops.gather_flat.bind(h, idx=idx)
+
+
 class GradientTape:
     """Records operations on watched tensors to differentiate them exactly, as
     ``tf.GradientTape``; nested tapes give derivatives of any order.
@@ -380,8 +405,10 @@ class GradientTape:
             grads = self._replica().gradient(tgt, srcs,
                                              unconnected_gradients=UnconnectedGradients.ZERO)
         blocks = []
-        for g in grads:
+        for i, g in enumerate(grads):
             row = second.jacobian(g, srcs, unconnected_gradients=mode)
+            if row[i] is not None:
+                row[i] = symmetric(row[i])
             blocks.append(row)
         self._finish_call()
         if isinstance(sources, Tensor):

@@ -4,6 +4,7 @@ the points where numpy's whole-array operations would round or fold differently.
 import math
 
 import numpy as np
+import pytest
 from numpy.testing import assert_array_equal
 
 import differential as D
@@ -71,3 +72,24 @@ def test_ieee_pow_at_one_half():
     assert_array_equal(y.numpy(), [np.inf, 0.0, 2.0])
     assert not np.signbit(y.numpy()[1])
     _same(y.numpy(), st.compile(y, [x])(x.numpy()))
+
+
+@pytest.mark.parametrize("m", [4, 64, 300])
+def test_products_and_sums_with_a_constant_zero_factor_are_zero_on_every_path(m):
+    """``x - x`` is the constant 0; a matrix product, einsum, convolution or reduction of it
+    is 0 also where the other factors are infinite, eager and compiled, at every size."""
+    xv = np.array([[np.inf, 1.0, -np.inf, np.nan]])
+    fs = {
+        "matmul": lambda x, w: st.matmul(x - x, w) * st.reduce_sum(x),
+        "einsum": lambda x, w: st.einsum("ij,jk->ik", w[:1, :4] * 0.0 + (x - x), w)
+        * st.reduce_sum(x),
+        "reduce": lambda x, w: st.reduce_sum(x - x, 1) * x + st.reduce_max(x - x) * w[0, 0],
+        "prod": lambda x, w: st.reduce_prod(x - x) * st.reduce_sum(x) * w[:1],
+    }
+    for name, f in fs.items():
+        x, w = st.Variable(xv), st.Variable(np.ones((4, m)))
+        eager = np.asarray(f(x, w).numpy())
+        xs, ws = st.symbol("x", shape=(1, 4)), st.symbol("w", shape=(4, m))
+        compiled = np.asarray(st.compile(f(xs, ws), [xs, ws])(xv, np.ones((4, m))))
+        np.testing.assert_array_equal(eager, np.zeros_like(eager), err_msg=name)
+        np.testing.assert_array_equal(compiled, np.zeros_like(compiled), err_msg=name)

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..errors import InvalidArgumentError, ShapeError
-from .core import Aval, Primitive, _fmt, _irregular_anywhere, _obj, _register, union
+from .core import (Aval, Primitive, _fmt, _irregular_anywhere, _obj, _register, union,
+                   zero_factor)
 from .linalg import dot_atoms, in_order_sum
 from .reductions import ORDERED_TERMS
 from .structural import reshape, transpose
@@ -157,6 +158,9 @@ class Conv(Primitive):
 
     def structure(self, args, params, shape):
         a, b = args
+        zero = zero_factor(args)
+        if zero is not None:
+            return False, zero, None
         d = self.dims([a.shape, b.shape], params)
         full = self.terms(d) > 0 and (self.name != "conv2d_backprop_input"
                                       or bool(reached(d).all()))

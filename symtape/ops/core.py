@@ -265,6 +265,17 @@ class Primitive:
         return np.full(shape, union(deps), dtype=object)
 
 
+def zero_factor(args: Sequence):
+    """The constant 0 when an argument is 0 everywhere (``x - x``, ``zeros_like``): a sum of
+    products with it as a factor is 0, also where the other factors are infinite or nan
+    (``x * 0 = 0`` of README's value rules), at every size and on every path; else None."""
+    for a in args:
+        u = a.uniform
+        if u is not None and G.is_const(u) and u.is_Number and u == 0:
+            return G.ZERO
+    return None
+
+
 def union(deps: Sequence[np.ndarray], axis=None, keepdims: bool = False):
     """The bitwise union of dependency arrays: over all their elements (``axis=None``, one
     int) or, for one array, over ``axis``."""

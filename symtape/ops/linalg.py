@@ -24,6 +24,7 @@ from .core import (
     row_flags,
     spread,
     union,
+    zero_factor,
 )
 from .elementwise import multiply, negative, unbroadcast
 from .reductions import ORDERED_TERMS
@@ -132,6 +133,9 @@ class MatMul(Primitive):
 
     def structure(self, args, params, shape):
         a, b = args
+        zero = zero_factor(args)
+        if zero is not None:
+            return False, zero, None
         k = a.shape[-2] if params["transpose_a"] else a.shape[-1]
         regular = a.regular and b.regular and k >= 1 and a.dtype.kind == "f"
         return regular and not (a.constant and b.constant), None, None
@@ -303,6 +307,9 @@ class Einsum(Primitive):
         return result
 
     unsettled = _irregular_anywhere
+
+    def structure(self, args, params, shape):
+        return False, zero_factor(args), None
 
     def numeric(self, values, params):
         ins, out = params["spec"].split("->")

@@ -8,8 +8,8 @@ import numpy as np
 
 from .. import nodes as N
 from ..errors import InvalidArgumentError
-from .core import Aval, Primitive, _lanes, _obj, _register, irregular_rows, union
-from .elementwise import divide, equal, exp, multiply, subtract
+from .core import Aval, Primitive, _lanes, _obj, _register, irregular_rows, union, zero_factor
+from .elementwise import divide, equal, exp, multiply, subtract, where
 from .structural import broadcast_to, cast, concat, gather, getitem, reshape, stack, transpose
 from ..lazy import LazyModule
 
@@ -163,9 +163,16 @@ class Reduction(Primitive):
         fid = N.settled_fold_id(empty.shape, folds, folds is None)
         return (mask if mask.any() else None), empty, folds, fid
 
+    #: Whether the result is 0 where every reduced element is (sums, products, extrema).
+    keeps_zeros = False
+
     def structure(self, args, params, shape):
         (x,) = args
         lane = int(np.prod([x.shape[i] for i in params["axis"]], dtype=np.int64))
+        if self.keeps_zeros and lane >= 1:
+            zero = zero_factor(args)
+            if zero is not None:
+                return False, zero, None
         return x.regular and lane >= 2 and x.dtype.kind == "f", None, None
 
     def unsettled(self, atoms, params, shape, args=()):
@@ -216,12 +223,14 @@ def _mean_combine(parts):
 
 
 def _max_rule(g, ans, x, axis, keepdims):
-    # TF: ties share the gradient equally
+    # TF: ties share the gradient equally. The elements not taken get an exact 0 (a select's
+    # zero branch), also where none is taken (a nan extremum: count 0), on every path.
     y = _expand_back(ans, x.shape, axis, keepdims)
-    ind = cast.bind(equal.bind(y, x), dtype=x.dtype)
-    count = reduce_sum.bind(ind, axis=axis, keepdims=True)
+    taken = equal.bind(y, x)
+    count = reduce_sum.bind(cast.bind(taken, dtype=x.dtype), axis=axis, keepdims=True)
     gb = _expand_back(g, x.shape, axis, keepdims)
-    return divide.bind(multiply.bind(gb, ind), broadcast_to.bind(count, shape=tuple(x.shape)))
+    share = divide.bind(gb, broadcast_to.bind(count, shape=tuple(x.shape)))
+    return where.bind(taken, share, 0.0)
 
 
 def _prod_rule(g, ans, x, axis, keepdims):
@@ -318,6 +327,8 @@ reduce_logsumexp = _register(Reduction(
     lambda g, ans, x, axis, keepdims: multiply.bind(
         _expand_back(g, x.shape, axis, keepdims),
         exp.bind(subtract.bind(x, _expand_back(ans, x.shape, axis, keepdims)))), kinds="f"))
+for _r in (reduce_sum, reduce_mean, reduce_prod, reduce_max, reduce_min):
+    _r.keeps_zeros = True
 reduce_euclidean_norm = _register(Reduction(
     "reduce_euclidean_norm", _norm_combine,
     lambda x, a, k: np.sqrt(_sequential(x * x, a, k)),

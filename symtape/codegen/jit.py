@@ -166,7 +166,7 @@ def _optimised(ir: str):
         pm.add_always_inliner_pass()
         pm.add_instruction_combine_pass()
         pm.add_simplify_cfg_pass()
-        pm.run(mod, pb)
+        _run_passes(pm, mod, pb)
         return mod
     pto = llvm.create_pipeline_tuning_options(speed_level=_OPT_LEVEL)
     pto.loop_vectorization = True
@@ -174,8 +174,21 @@ def _optimised(ir: str):
     pto.loop_interleaving = True
     pto.loop_unrolling = True
     pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(mod, pb)
+    _run_passes(pb.getModulePassManager(), mod, pb)
     return mod
+
+
+def _run_passes(pm, mod, pb) -> None:
+    """Runs the module pass manager ``pm`` over ``mod``, then frees it with its passes and
+    their state. llvmlite's pass managers never free themselves (``ObjectRef._dispose``, a
+    no-op, comes before ``NewPassManager._dispose`` in their MRO): left to the garbage
+    collector, every compile kept ~100 kB of native memory for the life of the process."""
+    try:
+        pm.run(mod, pb)
+    finally:
+        if not pm.closed:
+            llvm.newpassmanagers.NewPassManager._dispose(pm)
+            pm.detach()  # (freed: a later close() must not free it again)
 
 
 def compile_object(ir: str) -> bytes:

@@ -27,6 +27,7 @@ import math
 import re
 import struct
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -41,6 +42,12 @@ __all__ = [  # noqa: F822 - HEADS: __getattr__
     "HEADS",
     "DTYPES",
     "MAX_DEPTH",
+    "MAX_MAGNITUDE",
+    "MAX_CONSTANT_NODES",
+    "MAX_CONSTANT_HEIGHT",
+    "MAX_CONSTANT_PRECISION",
+    "MAX_ELEMENTS",
+    "expect_shape",
     "encode_expr",
     "decode_expr",
     "expr_text",
@@ -66,6 +73,23 @@ MAX_NODES = 200_000
 # SymPy Float precision (bits) and the exponent range accepted for a Float.
 _MAX_PREC = 1 << 16
 _MAX_EXP = 1 << 32
+# Exact constants are evaluated by SymPy (a compiled function's constants on load, a saved
+# model's when it runs), whose cost grows with the size of the numbers it meets: sin(x) needs
+# log2|x| bits of pi, and 2**(2**24) or exp(exp(exp(9))) have no bound at all. So every
+# constant part of a decoded expression is enclosed in an interval, operation by operation,
+# before SymPy sees it, and refused unless each value is 0 or of magnitude between
+# 2**-MAX_MAGNITUDE and 2**MAX_MAGNITUDE (far beyond a double's range). Integer and Rational
+# fields have at most MAX_MAGNITUDE bits; a constant has at most MAX_CONSTANT_NODES nodes in
+# MAX_CONSTANT_HEIGHT levels (evalf re-evaluates operands as it raises precision, so its work
+# grows geometrically with nesting), needs at most MAX_CONSTANT_PRECISION extra bits of
+# working precision (_demand), and holds no head SymPy decides by simplification (_DECIDED).
+# The worst constant within these bounds evaluates in about 0.2 s.
+MAX_MAGNITUDE = 4096
+MAX_CONSTANT_NODES = 128
+MAX_CONSTANT_HEIGHT = 12
+MAX_CONSTANT_PRECISION = 1280
+_CANCEL_BITS = 333  # how far evalf raises precision in a sum that cancels (its maxprec)
+_ENCLOSURE_PREC = 80  # bits of the interval arithmetic: only magnitudes and signs matter
 
 # --------------------------------------------------------------------------------------------
 # Expressions: the closed table of heads
@@ -170,10 +194,16 @@ def decode_expr(node, where: str = "expression"):
     ...
     symtape.errors.SerializationError: expression: unknown head '__import__'
     """
-    return _decode(node, where, 0, [0])
+    expr, shape = _decode(node, where, 0, [0])
+    if shape is not None:
+        _bound_tree(node, where)
+    return expr
 
 
-def _decode(node, where: str, depth: int, count: list):
+def _decode(node, where: str, depth: int, count: list) -> tuple:
+    """``(expression, shape)``: for a constant (no symbols) its ``(nodes, height)``, else None.
+    The largest constant parts of an expression are bounded (:func:`_bound_tree`) as soon as
+    they are known, and refused before anything evaluates them."""
     count[0] += 1
     if depth > MAX_DEPTH or count[0] > MAX_NODES:
         raise SerializationError(f"{where}: nested deeper than {MAX_DEPTH} or larger than "
@@ -186,15 +216,28 @@ def _decode(node, where: str, depth: int, count: list):
     atom = tables.atoms.get(head)
     if atom is not None:
         _arity(where, head, args, 0)
-        return atom
+        return atom, (1, 1)
     number = _NUMBERS.get(head)
     if number is not None:
-        return number(where, args)
+        return number(where, args), (None if head == "Symbol" else (1, 1))
     cls = tables.heads.get(head)
     if cls is None:
         raise SerializationError(f"{where}: unknown head {head[:40]!r}")
-    operands = [_decode(a, where, depth + 1, count) for a in args]
-    return _build(where, head, cls, operands)
+    decoded = [_decode(a, where, depth + 1, count) for a in args]
+    expr = _build(where, head, cls, [d[0] for d in decoded])
+    shapes = [d[1] for d in decoded]
+    if all(sh is not None for sh in shapes):
+        size, height = 1 + sum(sh[0] for sh in shapes), 1 + max(sh[1] for sh in shapes)
+        if size > MAX_CONSTANT_NODES or height > MAX_CONSTANT_HEIGHT:
+            raise SerializationError(
+                f"{where}: the constant {_show(node)} has {size} nodes in {height} levels (at "
+                f"most {MAX_CONSTANT_NODES} in {MAX_CONSTANT_HEIGHT}): SymPy's evaluation of "
+                "a constant grows quickly with its size and nesting")
+        return expr, (size, height)
+    for a, sh in zip(args, shapes):
+        if sh is not None:
+            _bound_tree(a, where)
+    return expr, None
 
 
 def _show(node) -> str:
@@ -217,13 +260,21 @@ def _arity(where: str, head: str, args: list, n: int) -> None:
 
 def _integer_field(where: str, args: list) -> int:
     _arity(where, "Integer", args, 1)
-    return expect_int(args[0], f"{where}: Integer")
+    return _bounded_int(args[0], f"{where}: Integer")
+
+
+def _bounded_int(value, where: str) -> int:
+    n = expect_int(value, where)
+    if n.bit_length() > MAX_MAGNITUDE:
+        raise SerializationError(f"{where}: an integer of {n.bit_length()} bits (at most "
+                                 f"{MAX_MAGNITUDE})")
+    return n
 
 
 def _rational_fields(where: str, args: list) -> tuple:
     _arity(where, "Rational", args, 2)
-    p = expect_int(args[0], f"{where}: Rational numerator")
-    q = expect_int(args[1], f"{where}: Rational denominator")
+    p = _bounded_int(args[0], f"{where}: Rational numerator")
+    q = _bounded_int(args[1], f"{where}: Rational denominator")
     if q < 2 or math.gcd(p, q) != 1:
         raise SerializationError(f"{where}: Rational {p}/{q} is not in lowest terms with a "
                                  "denominator above 1")
@@ -318,6 +369,334 @@ def _check_operands(where: str, head: str, cls: type, args: list) -> None:
                                  "appear only in a Piecewise")
 
 
+# --------------------------------------------------------------------------------------------
+# Expressions: bounds on constants
+# --------------------------------------------------------------------------------------------
+
+_BOOLEAN = "a truth value"  # the enclosure of a closed condition
+_NONFINITE = "an infinity or nan"  # of oo, -oo, zoo and nan, and of what holds them
+_LOGIC = frozenset({"StrictLessThan", "LessThan", "StrictGreaterThan", "GreaterThan",
+                    "Equality", "Unequality", "And", "Or", "Not"})
+# Heads SymPy evaluates on constants by deciding comparisons, falling back on simplify(),
+# whose cost has no bound (floor(2**400 * (sin(1) + ... + sin(5))) runs for minutes). SymPy
+# settles these itself when a constant is made, so none is left in a saved constant.
+_DECIDED = _LOGIC | {"ITE", "floor", "ceiling", "Mod"}
+
+
+@functools.cache
+def _iv():
+    """A private interval context (mpmath's contexts hold their precision as state)."""
+    from mpmath.ctx_iv import MPIntervalContext
+
+    ctx = MPIntervalContext()
+    ctx.prec = _ENCLOSURE_PREC
+    return ctx
+
+
+@functools.cache
+def _mp():
+    """A private context for the endpoints of monotone functions (a few bits more)."""
+    from mpmath.ctx_mp import MPContext
+
+    ctx = MPContext()
+    ctx.prec = _ENCLOSURE_PREC + 20
+    return ctx
+
+
+def _atom_enclosure(head: str):
+    iv = _iv()
+    if head in ("true", "false"):
+        return _BOOLEAN
+    if head in ("oo", "-oo", "zoo", "nan"):
+        return _NONFINITE
+    if head == "TribonacciConstant":  # (1 + cbrt(19 + 3 sqrt(33)) + cbrt(19 - 3 sqrt(33))) / 3
+        return iv.mpf(["1.839286755214161", "1.839286755214162"])
+    return {"pi": iv.pi, "E": iv.e, "EulerGamma": iv.euler, "Catalan": iv.catalan,
+            "GoldenRatio": iv.phi}[head]
+
+
+def _number_enclosure(head: str, args: list, where: str):
+    iv = _iv()
+    if head == "Float":
+        sign, man, exp, bc = args[:4]
+        x = iv.mpf(_mp().make_mpf((sign, man, exp, bc)))
+    elif head == "Integer":
+        x = iv.mpf(args[0])
+    else:
+        x = iv.mpf(args[0]) / iv.mpf(args[1])
+    return _checked(x, lambda: f"the number {_show([head, *args])}", where)
+
+
+class _Bound(NamedTuple):
+    """What decoding knows of a constant: an interval holding its value (or ``_BOOLEAN``,
+    ``_NONFINITE``) and the bits of working precision evaluating it adds (:func:`_demand`)."""
+
+    value: object
+    demand: int
+
+
+def _bound_tree(node, where: str) -> _Bound:
+    """The :class:`_Bound` of a constant that :func:`_decode` has checked, operation by
+    operation from its leaves (``SerializationError`` for one out of bounds)."""
+    head, args = node[0], node[1:]
+    if head in _tables().atoms:
+        return _Bound(_atom_enclosure(head), 0)
+    if head in _NUMBERS:
+        return _Bound(_number_enclosure(head, args, where), 0)
+    bounds = [_bound_tree(a, where) for a in args]
+    values = [b.value for b in bounds]
+    value = _enclose(head, values, node, where)
+    demand = max(b.demand for b in bounds) + _demand(head, values, value)
+    if demand > MAX_CONSTANT_PRECISION:
+        raise SerializationError(
+            f"{where}: the constant {_show(node)} needs about {demand} bits of working "
+            f"precision to evaluate (at most {MAX_CONSTANT_PRECISION}): arguments of "
+            "periodic and rounding functions, exponents and cancelling sums need their "
+            "magnitude in extra bits")
+    return _Bound(value, demand)
+
+
+# Heads whose argument evalf needs to absolute accuracy: its magnitude in extra bits.
+_ABSOLUTE = frozenset({"sin", "cos", "tan", "RoundHalfEven", "Trunc", "exp", "expm1", "sinh",
+                       "cosh"})
+
+
+def _demand(head: str, args: list, value) -> int:
+    """The bits of precision SymPy's evalf adds to evaluate ``head`` of ``args`` beyond what
+    its operands need: the magnitude of the argument of a periodic, rounding or exponential
+    function (its absolute accuracy matters) and of an exponent, and the bits a sum may
+    cancel (all of its precision limit when it may be 0)."""
+    if isinstance(value, str) or any(isinstance(a, str) for a in args):
+        return 0
+    if head in _ABSOLUTE or head in ("log", "log1p"):
+        # and when the result is much smaller than 1 (near a zero of sin, log(1 + tiny)),
+        # evalf raises precision again by the gap
+        lo, hi = _magnitudes(value)
+        gap = _CANCEL_BITS if lo is None else max(0, -int(lo))
+        return max(0, _magnitudes(args[0])[1]) + (gap if hi < 0 else 0)
+    if head == "Pow":
+        return max(0, _magnitudes(args[1])[1])
+    if head == "Add":
+        top = max(_magnitudes(a)[1] for a in args)
+        lo = _magnitudes(value)[0]
+        return _CANCEL_BITS if lo is None else max(0, int(top - lo))
+    return 0
+
+
+def _enclose(head: str, args: list, node, where: str):
+    """An interval holding the value of ``head`` applied to constants enclosed by ``args``
+    (or ``_BOOLEAN``); ``SerializationError`` when an operand is out of its domain (a
+    complex or undefined result) or the value may be out of the bounds of MAX_MAGNITUDE."""
+    if head == "ExprCondPair":  # (a branch: the value of its expression)
+        return args[0]
+    if head == "Piecewise" and any(isinstance(a, str) for a in args):
+        # (Piecewise((nan, True)) is a template's branch: a value, not an operand)
+        return args[0] if all(a is args[0] for a in args) else _NONFINITE
+    bad = next((a for a in args if isinstance(a, str)), None)
+    if bad is not None:
+        raise SerializationError(f"{where}: the constant {_show(node)} applies {head} to "
+                                 f"{bad}")
+    if head in _DECIDED:
+        raise SerializationError(
+            f"{where}: the constant {_show(node)} applies {head} to constants, which SymPy "
+            "decides by simplification at a cost without bound (a file holds such a value "
+            "evaluated)")
+    rule = _RULES.get(head)
+    if rule is None:
+        raise SerializationError(f"{where}: no bound is known for {head} of constants "
+                                 f"({_show(node)})")
+    try:
+        x = rule(_iv(), *args)
+    except _Refused as exc:
+        raise SerializationError(f"{where}: the constant {_show(node)} {exc}") from None
+    return _checked(x, lambda: f"the constant {_show(node)}", where)
+
+
+def _checked(x, what: Callable, where: str):
+    """``x`` when it is finite, and 0 or of magnitude within 2**(+-MAX_MAGNITUDE)."""
+    lo, hi = _magnitudes(x)
+    if hi > MAX_MAGNITUDE or (lo is not None and lo < -MAX_MAGNITUDE):
+        size = "may be infinite" if hi == math.inf else (
+            f"exceeds 2**{MAX_MAGNITUDE}" if hi > MAX_MAGNITUDE else
+            f"is below 2**-{MAX_MAGNITUDE} (and not 0)")
+        raise SerializationError(f"{where}: {what()} {size} in magnitude; constants in files "
+                                 f"are 0 or between 2**-{MAX_MAGNITUDE} and "
+                                 f"2**{MAX_MAGNITUDE}")
+    return x
+
+
+def _magnitudes(x) -> tuple:
+    """``(lo, hi)``: ``2**lo <= |v| <= 2**hi`` for every ``v`` in ``x`` (``lo`` None when
+    ``x`` holds 0; ``hi`` -inf for exactly 0, inf when unbounded). Read off the endpoints'
+    (sign, mantissa, exponent, bit count) directly: this runs for every constant node."""
+    a, b = x._mpi_
+    if (not a[1] and a[3]) or (not b[1] and b[3]):  # an infinite (or nan) endpoint
+        return None, math.inf
+    hi = max(t[2] + t[3] if t[1] else -math.inf for t in (a, b))
+    if not a[1] or not b[1] or a[0] != b[0]:  # an endpoint is 0, or they differ in sign
+        return None, hi
+    return min(a[2] + a[3], b[2] + b[3]) - 1, hi
+
+
+class _Refused(Exception):
+    """Why a constant is refused (an operand outside the real domain of its head, or a
+    value that would exceed the bounds), completing "the constant ... "."""
+
+
+def _not_real(why: str) -> _Refused:
+    return _Refused(f"is not a real number ({why})")
+
+
+def _too_large(why: str) -> _Refused:
+    return _Refused(f"exceeds 2**{MAX_MAGNITUDE} or is below 2**-{MAX_MAGNITUDE} in "
+                    f"magnitude ({why}); constants in files are 0 or between "
+                    f"2**-{MAX_MAGNITUDE} and 2**{MAX_MAGNITUDE}")
+
+
+def _lo(x):
+    return _mp().make_mpf(x._mpi_[0])
+
+
+def _hi(x):
+    return _mp().make_mpf(x._mpi_[1])
+
+
+def _hull(iv, *xs):
+    return iv.mpf([min(_lo(x) for x in xs), max(_hi(x) for x in xs)])
+
+
+def _exp(iv, t):
+    limit = MAX_MAGNITUDE * math.log(2)  # (checked before exp, which then stays cheap)
+    if _hi(t) > limit or _lo(t) < -limit:
+        raise _too_large(f"an exponential of {_mp().nstr(_lo(t), 3)} .. "
+                         f"{_mp().nstr(_hi(t), 3)}")
+    return iv.exp(t)
+
+
+def _pow(iv, b, e):
+    if _lo(e) == _hi(e) and _mp().isint(_lo(e)):
+        k = int(_lo(e))
+        if k == 0:
+            return iv.mpf(1)
+        lo, hi = _magnitudes(b)
+        if k < 0 and lo is None:
+            raise _not_real("a negative power of a base that may be 0")
+        if hi == -math.inf:
+            return iv.mpf(0)
+        # log2|b**k| is within k * [lo, hi]: a rough test before computing it, the exact
+        # one on the result
+        if abs(k) * max(abs(hi), abs(lo or 0)) > 2 * MAX_MAGNITUDE:
+            raise _too_large(f"the power {k} of a base of magnitude up to 2**{hi}")
+        return b ** k
+    if _lo(b) <= 0:
+        if _lo(b) == _hi(b) == 0 and _lo(e) > 0:
+            return iv.mpf(0)
+        raise _not_real("a non-integer power of a base that may be negative or 0")
+    return _exp(iv, e * iv.log(b))
+
+
+def _monotone(name: str, increasing: bool = True, domain: tuple = (None, None), open_=False):
+    """The rule of a monotone function (endpoints rounded outward by a few ulps)."""
+    def rule(iv, x):
+        lo, hi = domain
+        if (lo is not None and (_lo(x) < lo or (open_ and _lo(x) == lo))) or \
+                (hi is not None and (_hi(x) > hi or (open_ and _hi(x) == hi))):
+            raise _not_real(f"{name} of an argument that may be outside "
+                            f"{'(' if open_ else '['}{lo}, {hi}{')' if open_ else ']'}")
+        mp = _mp()
+        f = getattr(mp, name)
+        ends = sorted((f(_lo(x)), f(_hi(x))), reverse=not increasing)
+        slack = [abs(v) * mp.ldexp(1, 8 - _ENCLOSURE_PREC) for v in ends]
+        return iv.mpf([ends[0] - slack[0], ends[1] + slack[1]])
+
+    return rule
+
+
+def _rule_abs(iv, x):
+    if _lo(x) >= 0:
+        return x
+    if _hi(x) <= 0:
+        return -x
+    return iv.mpf([0, max(-_lo(x), _hi(x))])
+
+
+def _rule_sign(iv, x):
+    return iv.mpf(1 if _lo(x) > 0 else -1 if _hi(x) < 0 else [-1, 1])
+
+
+def _rule_float32(iv, x):
+    if _magnitudes(x)[1] >= 128:
+        raise _too_large("a float32 rounding that may be infinite")
+    return x * iv.mpf([1 - 2.0 ** -20, 1 + 2.0 ** -20]) + iv.mpf([-(2.0 ** -140), 2.0 ** -140])
+
+
+def _rule_heaviside(iv, x, h0=None):
+    return _hull(iv, iv.mpf([0, 1]), *([] if h0 is None else [h0]))
+
+
+def _integer_part(iv, x):
+    return iv.mpf([_lo(x) - 1, _hi(x) + 1])
+
+
+def _sum(iv, *xs):
+    total = xs[0]
+    for x in xs[1:]:
+        total = total + x
+    return total
+
+
+def _product(iv, *xs):
+    total = xs[0]
+    for x in xs[1:]:
+        total = total * x
+    return total
+
+
+def _positive(name: str, f: Callable, lo) -> Callable:
+    def rule(iv, x):
+        if _lo(x) <= lo:
+            raise _not_real(f"{name} of an argument that may be {lo} or less")
+        return f(iv, x)
+
+    return rule
+
+
+_RULES: dict[str, Callable] = {
+    "Add": _sum,
+    "Mul": _product,
+    "Pow": _pow,
+    "Piecewise": _hull,
+    "ExprCondPair": lambda iv, x: x,
+    "exp": _exp,
+    "log": _positive("log", lambda iv, x: iv.log(x), 0),
+    "log1p": _positive("log1p", lambda iv, x: iv.log1p(x), -1),
+    "expm1": lambda iv, x: _exp(iv, x) - 1,
+    "sin": lambda iv, x: iv.sin(x),
+    "cos": lambda iv, x: iv.cos(x),
+    "tan": lambda iv, x: iv.tan(x),
+    "asin": _monotone("asin", True, (-1, 1)),
+    "acos": _monotone("acos", False, (-1, 1)),
+    "atan": _monotone("atan"),
+    "sinh": lambda iv, x: (_exp(iv, x) - _exp(iv, -x)) / 2,
+    "cosh": lambda iv, x: (_exp(iv, x) + _exp(iv, -x)) / 2,
+    "tanh": _monotone("tanh"),
+    "asinh": _monotone("asinh"),
+    "acosh": _monotone("acosh", True, (1, None)),
+    "atanh": _monotone("atanh", True, (-1, 1), open_=True),
+    "erf": _monotone("erf"),
+    "atan2": lambda iv, y, x: iv.mpf([-4, 4]),
+    "Abs": _rule_abs,
+    "sign": _rule_sign,
+    "RoundHalfEven": _integer_part,
+    "Trunc": _integer_part,
+    "RoundFloat32": _rule_float32,
+    "Heaviside": _rule_heaviside,
+    "Max": lambda iv, *xs: iv.mpf([max(map(_lo, xs)), max(map(_hi, xs))]),
+    "Min": lambda iv, *xs: iv.mpf([min(map(_lo, xs)), min(map(_hi, xs))]),
+    "StopGradient": lambda iv, x: x,
+}
+
+
 def expr_text(expr) -> str:
     """:func:`encode_expr` as compact JSON text (how a compiled plan stores a constant).
 
@@ -395,6 +774,29 @@ def _exact_double(sign: int, man: int, exp: int) -> float | None:
 DTYPES = ("bool", "int32", "int64", "float32", "float64")
 _MAX_DIM = 1 << 40
 _MAX_NDIM = 32
+# Elements of a saved shape, counting a 0 extent as 1: numpy cannot even make an empty array
+# whose other extents multiply beyond its index range (reshape to (0, 2**39, 2**39) fails).
+MAX_ELEMENTS = 1 << 40
+
+
+def expect_shape(node, where: str) -> tuple:
+    """``node`` as a shape: at most 32 non-negative ints whose product (a 0 counted as 1) is at
+    most :data:`MAX_ELEMENTS`.
+
+    >>> expect_shape([2, 0, 3], "shape")
+    (2, 0, 3)
+    >>> expect_shape([1 << 30, 1 << 30, 0], "shape")
+    Traceback (most recent call last):
+    ...
+    symtape.errors.SerializationError: shape: [1073741824, 1073741824, 0] has more than \
+1099511627776 elements (counting 0 as 1)
+    """
+    shape = tuple(expect_int(d, f"{where} entry", 0, _MAX_DIM)
+                  for d in expect_list(node, where, _MAX_NDIM))
+    if math.prod(max(d, 1) for d in shape) > MAX_ELEMENTS:
+        raise SerializationError(f"{where}: {list(shape)} has more than {MAX_ELEMENTS} "
+                                 "elements (counting 0 as 1)")
+    return shape
 
 
 def encode_array(a) -> dict:
@@ -424,8 +826,7 @@ def decode_array(node, where: str = "array") -> np.ndarray:
     if name not in DTYPES:
         raise SerializationError(f"{where}: dtype {_show(name)} is not one of "
                                  f"{', '.join(DTYPES)}")
-    shape = tuple(expect_int(d, f"{where}: shape entry", 0, _MAX_DIM)
-                  for d in expect_list(fields["shape"], f"{where}: shape", _MAX_NDIM))
+    shape = expect_shape(fields["shape"], f"{where}: shape")
     data = expect(fields["data"], str, f"{where}: data")
     try:
         raw = base64.b64decode(data.encode("ascii"), validate=True)
@@ -637,11 +1038,44 @@ def _unique_keys(pairs: list) -> dict:
 
 def _loads(text: str, where: str):
     try:
-        return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+        doc = json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise SerializationError(f"{where} is malformed: JSON nested too deeply") from None
     except ValueError as exc:
         raise SerializationError(f"{where} is malformed: {str(exc)[:120]}") from None
+    _check_unicode(doc, where)
+    return doc
+
+
+def _check_unicode(doc, where: str) -> None:
+    """Refuses a document with a string that is not Unicode text: JSON's ``\\ud800``
+    escapes give lone surrogates, which no name, file or symbol may hold (they cannot even
+    be encoded). One encoding of the whole document finds them; a walk names the first."""
+    try:
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+        return
+    except UnicodeEncodeError:
+        pass
+    stack = [doc]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, str) and not _is_text(item):
+            raise SerializationError(f"{where} is malformed: the string {ascii(item)[:60]} is "
+                                     "not valid Unicode (a lone surrogate)")
+    raise SerializationError(f"{where} is malformed: a string is not valid Unicode")
+
+
+def _is_text(s: str) -> bool:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ file raises :class:`~symtape.errors.SerializationError` saying what is wrong.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -391,8 +392,7 @@ class _Checker:
         return r
 
     def shape(self, node, where: str) -> tuple:
-        return tuple(dataio.expect_int(n, f"{self.path}: {where}", 0, 1 << 31)
-                     for n in dataio.expect_list(node, f"{self.path}: {where}", 32))
+        return dataio.expect_shape(node, f"{self.path}: {where}")
 
     def constant(self, node, defined: set, where: str) -> _Constant:
         d = dataio.record(node, f"{self.path}: {where}", ("ref", "shape", "dtype"),
@@ -414,7 +414,7 @@ class _Checker:
                                  f"{c.value.dtype} for shape {c.shape} and dtype {c.dtype}")
             return c
         exprs = self.items(d["exprs"], where)
-        if len(exprs) != int(np.prod(c.shape)):
+        if len(exprs) != math.prod(c.shape):  # (exact: np.prod wraps around)
             self.fail(where, f"{len(exprs)} expressions for shape {c.shape}")
         atoms = np.empty(len(exprs), dtype=object)
         for k, e in enumerate(exprs):

@@ -1,25 +1,33 @@
 """Limits on what symtape reads and writes as files: the code cache opens only its own regular
 files (no links, FIFOs, devices or oversized entries); st.export_c writes only names and file
-names that C compiles."""
+names that C compiles; st.load and st.saved_model.load bound the cost of every constant, shape
+and name they read."""
 
 from __future__ import annotations
 
 import ctypes
+import functools
+import hashlib
+import json
 import os
 import re
 import shutil
+import struct
 import subprocess
 import sys
 import textwrap
+import time
 import warnings
 from pathlib import Path
 
+import mpmath
 import numpy as np
 import pytest
+import sympy as sp
 
 import symtape as st
-from symtape import errors
-from symtape.codegen import c99, cache, jit
+from symtape import dataio, errors, graph
+from symtape.codegen import c99, cache, compile_atoms, jit
 
 ROOT = Path(__file__).resolve().parent.parent
 posix = pytest.mark.skipif(os.name != "posix", reason="FIFOs, devices and links are POSIX")
@@ -272,3 +280,286 @@ def test_an_export_with_good_names_compiles_warning_free(tmp_path):
     out = np.empty_like(x)
     so.sine(ctypes.c_int64(2), ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(out.ctypes.data))
     np.testing.assert_allclose(out, x * x + np.sin(x), rtol=1e-15)
+
+
+# --------------------------------------------------------------------------------------------
+# st.load and st.saved_model.load: bounded constants, shapes and names
+# --------------------------------------------------------------------------------------------
+
+
+def _int(n: int) -> list:
+    return ["Integer", n]
+
+
+def _pow(b, e) -> list:
+    return ["Pow", b, e]
+
+
+def _nested(n: int, wrap) -> list:
+    node = _int(1)
+    for _ in range(n):
+        node = wrap(node)
+    return node
+
+
+# Constants that SymPy evaluated for minutes (or without end) before they were bounded; each
+# is a file of a few hundred bytes. (name: (expression, what the refusal says))
+CRAFTED = {
+    "sin(2**(2**24))": (["sin", _pow(_int(2), _pow(_int(2), _int(24)))], "exceeds 2**4096"),
+    "10**(10**4000)": (_pow(_int(10), _pow(_int(10), _int(4000))), "exceeds 2**4096"),
+    "10**(10**(10**4000))": (_pow(_int(10), _pow(_int(10), _pow(_int(10), _int(4000)))),
+                             "exceeds 2**4096"),
+    "a 5000-bit integer": (["sin", _int(1 << 5000)], "5001 bits"),
+    "a 5000-bit denominator": (["sin", ["Rational", 1, (1 << 5000) + 1]], "5001 bits"),
+    "a float of exponent 1e5": (["sin", ["Float", 0, 1, 100000, 1, 53]], "exceeds 2**4096"),
+    "exp(exp(exp(9)))": (["exp", ["exp", ["exp", _int(9)]]], "exceeds 2**4096"),
+    "cosh(2**20)": (["cosh", _pow(_int(2), _int(20))], "exceeds 2**4096"),
+    "2**(-5000)": (["sin", _pow(_int(2), _int(-5000))], "below 2**-4096"),
+    "1/sin(pi)": (_pow(["sin", ["pi"]], _int(-1)), "may be 0"),
+    "exp(1/(sqrt(2)**2 - 2))": (["exp", _pow(["Add", _pow(_pow(_int(2), ["Rational", 1, 2]),
+                                                          _int(2)), _int(-2)], _int(-1))],
+                                "may be 0"),
+    "log(-1)": (["log", _int(-1)], "not a real number"),
+    "asin(2)": (["asin", _int(2)], "not a real number"),
+    "tan(pi/2)": (["tan", ["Mul", ["Rational", 1, 2], ["pi"]]], "may be infinite"),
+    "nested sin(2**1000 x)": (_nested(3, lambda n: ["sin", ["Mul", _pow(_int(2), _int(1000)),
+                                                              n]]), "bits of working precision"),
+    "sin(pi + 1e-30 x) x 5": (_nested(5, lambda n: ["sin", ["Add", ["pi"], [
+        "Mul", ["Rational", 1, 10 ** 30], n]]]), "levels"),
+    "(x + pi)**(1/3) x 8": (_nested(8, lambda n: _pow(["Add", n, ["pi"]], ["Rational", 1, 3])),
+                            "levels"),
+    "a sum of 300 sines": (["Add", *[["sin", _int(k)] for k in range(1, 301)]], "601 nodes"),
+    "floor(2**400 * sum(sin))": (["floor", ["Mul", _pow(_int(2), _int(400)), [
+        "Add", *[["sin", _int(k)] for k in range(1, 6)]]]], "applies floor"),
+    "Mod(10**300, 2**-4000)": (["Mod", _int(10 ** 300), ["Float", 0, 1, -4000, 1, 53]],
+                               "applies Mod"),
+    "pi < 4": (["Piecewise", ["ExprCondPair", _int(1), ["StrictLessThan", ["pi"], _int(4)]]],
+               "applies StrictLessThan"),
+    "sin(oo)": (["sin", ["oo"]], "infinity or nan"),
+}
+
+
+def _quarter_pi(path: Path) -> dict:
+    """Saves ``x * pi/4`` compiled at ``path``; its document (constant: instruction 1)."""
+    x = graph.Leaf.new("x")
+    f = compile_atoms([np.array(graph.mul(x, sp.pi / 4), dtype=object)],
+                      [np.array(x, dtype=object)], input_names=["x"], name="quarter_pi")
+    f.save(path)
+    doc = _read_doc(path)
+    assert doc["plan"]["instrs"][1] == ["const", [], ["0x1.921fb54442d18p-1",
+                                                      ["Mul", ["Rational", 1, 4], ["pi"]]]]
+    return doc
+
+
+def _read_doc(path: Path) -> dict:
+    blob = path.read_bytes()
+    return dataio.load_document(blob, blob[:8], 2, str(path), "symtape file")
+
+
+def _write_doc(path: Path, doc: dict, magic: bytes = b"SYMTAPEF") -> None:
+    path.write_bytes(dataio.dump_document(doc, magic, 2))
+
+
+class _SineModel:
+    def __init__(self):
+        self.w = st.Variable([2.0, 3.0], name="w")
+
+    @st.function(input_signature=[st.TensorSpec((2,))])
+    def f(self, x):
+        return st.sin(x * self.w) + st.sqrt(st.constant(2.0))
+
+
+def _saved_model(folder: Path) -> tuple[Path, dict]:
+    st.saved_model.save(_SineModel(), folder)
+    path = folder / "saved_model.symtape"
+    return path, _read_doc(path)
+
+
+def _program(doc: dict) -> dict:
+    return doc["functions"]["f"][0]
+
+
+def crafted_loads(folder: Path) -> None:
+    """Loads every crafted constant as a compiled function's constant, a saved model's
+    constant and a saved model's template; prints ``{case: [error type, message, seconds,
+    file bytes]}`` as JSON (run in a child process: before the bounds, these never ended)."""
+    results = {}
+    for case, (node, _) in CRAFTED.items():
+        for where in ("st.load", "saved constant", "saved template"):
+            sub = folder / f"{len(results)}"
+            sub.mkdir()
+            if where == "st.load":
+                path = sub / "f.st"
+                doc = _quarter_pi(path)
+                doc["plan"]["instrs"][1][2] = ["0x1.921fb54442d18p-1", node]
+                _write_doc(path, doc)
+                load = functools.partial(st.load, path)
+            else:
+                path, doc = _saved_model(sub)
+                if where == "saved constant":
+                    _program(doc)["constants"][0]["exprs"] = [node]
+                else:
+                    x = ["Symbol", "x", {"real": True}]
+                    _program(doc)["ops"].append({"kind": "template", "name": "t", "in": [0],
+                                                 "out": [1000], "placeholders": [x],
+                                                 "template": ["Mul", x, node]})
+                _write_doc(path, doc, b"SYMTAPEM")
+                load = functools.partial(st.saved_model.load, sub)
+            start = time.perf_counter()
+            try:
+                load()
+                outcome = ["loaded", ""]
+            except Exception as exc:  # noqa: BLE001 - reported to the parent
+                outcome = [type(exc).__name__, str(exc)]
+            results[f"{case} as {where}"] = outcome + [time.perf_counter() - start,
+                                                       path.stat().st_size]
+    print(json.dumps(results))
+
+
+def test_crafted_constants_are_refused_within_a_second(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys
+        from pathlib import Path
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import test_file_limits
+        test_file_limits.crafted_loads(Path(sys.argv[1]))
+    """)
+    env = dict(os.environ, SYMTAPE_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    try:
+        done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], env=env,
+                              capture_output=True, text=True, timeout=300, check=False)
+    except subprocess.TimeoutExpired:
+        pytest.fail("loading the crafted files did not finish within 300 s")
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads(done.stdout.splitlines()[-1])
+    assert len(results) == 3 * len(CRAFTED)
+    for name, (kind, message, seconds, size) in results.items():
+        case = name.rsplit(" as ", 1)[0]
+        assert size < 1 << 20
+        assert kind == "SerializationError", (name, kind, message)
+        assert CRAFTED[case][1] in message, (name, message)
+        assert seconds < 1.0, (name, seconds)
+
+
+def test_exact_constants_within_the_bounds_load_with_their_values(tmp_path):
+    """Constants up to the bounds still load, with the value of an independent reference:
+    mpmath at 2000 bits (sin(2**1000) needs its 1000 bits of pi)."""
+    with mpmath.workprec(2000):
+        references = {
+            "sin(2**1000)": (["sin", _pow(_int(2), _int(1000))],
+                             mpmath.sin(mpmath.mpf(2) ** 1000)),
+            "sqrt(2)/2": (["Mul", ["Rational", 1, 2], _pow(_int(2), ["Rational", 1, 2])],
+                          mpmath.sqrt(2) / 2),
+            "acosh(2) + atan(1/3)": (["Add", ["acosh", _int(2)], ["atan", ["Rational", 1, 3]]],
+                                     mpmath.acosh(2) + mpmath.atan(mpmath.mpf(1) / 3)),
+            "exp(-700) * 2**1000": (["Mul", ["exp", _int(-700)], _pow(_int(2), _int(1000))],
+                                    mpmath.exp(-700) * mpmath.mpf(2) ** 1000),
+            "1/(pi - 3)": (_pow(["Add", ["pi"], _int(-3)], _int(-1)), 1 / (mpmath.pi - 3)),
+        }
+    for case, (node, want) in references.items():
+        path = tmp_path / f"{len(list(tmp_path.iterdir()))}.st"
+        doc = _quarter_pi(path)
+        value = float(want)
+        doc["plan"]["instrs"][1][2] = [value.hex(), node]
+        _write_doc(path, doc)
+        f = st.load(path)
+        np.testing.assert_array_equal(f(np.array([1.0, -2.0])), [value, -2.0 * value],
+                                      err_msg=case)
+
+
+def test_every_head_has_a_bound_or_is_refused_on_constants():
+    covered = set(dataio._RULES) | dataio._DECIDED
+    assert set(dataio.HEADS) <= covered, set(dataio.HEADS) - covered
+
+
+@pytest.mark.parametrize("shape", [[0, 1 << 39, 1 << 39], [0] + [1 << 39] * 31, [-1],
+                                   [1.5], [True], [2] * 33])
+def test_crafted_array_shapes_are_refused_not_crashing(tmp_path, shape):
+    with pytest.raises(errors.SerializationError, match="shape"):
+        dataio.decode_array({"dtype": "float64", "shape": shape, "data": ""})
+    path, doc = _saved_model(tmp_path)
+    doc["variables"][0]["value"] = {"dtype": "float64", "shape": shape, "data": ""}
+    _write_doc(path, doc, b"SYMTAPEM")
+    with pytest.raises(errors.SerializationError, match="shape"):
+        st.saved_model.load(tmp_path)
+
+
+@pytest.mark.parametrize("shape", [[1 << 30, 1 << 30, 16], [0, 1 << 30, 1 << 30, 1 << 30]])
+def test_a_constant_shape_whose_product_wraps_is_refused(tmp_path, shape):
+    # numpy's int64 product of [2**30, 2**30, 16] wraps to 0, which matched no expressions
+    path, doc = _saved_model(tmp_path)
+    _program(doc)["constants"][0]["shape"] = shape
+    _program(doc)["constants"][0]["exprs"] = []
+    _write_doc(path, doc, b"SYMTAPEM")
+    with pytest.raises(errors.SerializationError, match="elements"):
+        st.saved_model.load(tmp_path)
+
+
+def test_a_large_empty_shape_still_loads(tmp_path):
+    a = np.zeros((0, 1 << 20, 1 << 19))
+    assert dataio.decode_array(dataio.encode_array(a)).shape == a.shape
+
+
+LONE = "x\ud800y"
+
+
+@pytest.mark.parametrize("field", ["name", "input name", "output name"])
+def test_names_that_are_not_unicode_are_refused_by_st_load(tmp_path, field):
+    path = tmp_path / "f.st"
+    doc = _quarter_pi(path)
+    if field == "name":
+        doc["name"] = LONE
+    elif field == "input name":
+        doc["input_names"] = [LONE]
+        doc["plan"]["inputs"][0]["names"] = [LONE]
+    else:
+        doc["output_names"] = [LONE]
+    path.write_bytes(_dump_raw(doc, b"SYMTAPEF"))
+    with pytest.raises(errors.SerializationError, match="not valid Unicode"):
+        st.load(path)
+
+
+@pytest.mark.parametrize("field", ["variable", "function", "symbol"])
+def test_names_that_are_not_unicode_are_refused_by_saved_model_load(tmp_path, field):
+    path, doc = _saved_model(tmp_path)
+    if field == "variable":
+        doc["variables"][0]["name"] = LONE
+    elif field == "function":
+        doc["functions"] = {LONE: doc["functions"]["f"]}
+    else:
+        _program(doc)["constants"][0]["exprs"] = [["Symbol", LONE, {}]]
+    path.write_bytes(_dump_raw(doc, b"SYMTAPEM"))
+    with pytest.raises(errors.SerializationError, match="not valid Unicode"):
+        st.saved_model.load(tmp_path)
+
+
+def _dump_raw(doc: dict, magic: bytes) -> bytes:
+    """A framed document with its JSON escaped to ASCII, as a file with a ``\\ud800`` escape
+    is written (dump_document's UTF-8 cannot hold a lone surrogate)."""
+    payload = json.dumps(doc, separators=(",", ":")).encode("ascii")
+    return struct.pack("<8sIQ32s", magic, 2, len(payload),
+                       hashlib.sha256(payload).digest()) + payload
+
+
+@pytest.mark.parametrize("where", ["inputs", "outputs"])
+def test_a_compiled_function_with_a_crafted_shape_is_refused(tmp_path, where):
+    """An output of shape (0, 2**31 - 1, 2**31 - 1) loaded, then failed numpy's allocation
+    (a bare ValueError) when called."""
+    path = tmp_path / "f.st"
+    doc = _quarter_pi(path)
+    layout = doc["plan"][where][0]
+    layout["shape"] = [0, (1 << 31) - 1, (1 << 31) - 1]
+    layout["names" if where == "inputs" else "refs"] = []
+    _write_doc(path, doc)
+    with pytest.raises(errors.SerializationError, match="elements"):
+        st.load(path)
+
+
+def test_templates_keep_their_non_finite_branches_and_constants():
+    """Bounds apply to constants an operation evaluates; a template's nan branch, and its
+    constants within the bounds, decode as saved."""
+    x = sp.Symbol("x", real=True)
+    for e in (sp.Piecewise((x, x > 0), (sp.nan, True)), sp.Max(x, -sp.oo) * sp.sqrt(2),
+              x * sp.sin(sp.Integer(2) ** 1000), sp.exp(-x / sp.pi) + sp.Rational(1, 3) ** 500):
+        assert dataio.decode_expr(dataio.encode_expr(e)) == e

@@ -1071,7 +1071,7 @@ def _plan_from(node, where: str) -> Plan:
 
 def _shape(node, where: str) -> tuple:
     return tuple(dataio.expect_int(n, f"{where}: shape", 0, _MAX_DIM)
-                 for n in dataio.expect_list(node, f"{where}: shape", 32))
+                 for n in dataio.expect_shape(node, f"{where}: shape"))
 
 
 def _arg_layout(node, where: str) -> ArgLayout:

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import errno
 import functools
 import hashlib
 import json
 import math
+import os
 import re
+import stat
 import struct
 from collections.abc import Callable
 from typing import NamedTuple
@@ -58,6 +61,7 @@ __all__ = [  # noqa: F822 - HEADS: __getattr__
     "encode_value",
     "decode_value",
     "dump_document",
+    "read_file",
     "load_document",
     "record",
     "expect",
@@ -1010,6 +1014,40 @@ def _decode_dict(x, where: str, depth: int) -> dict:
 # --------------------------------------------------------------------------------------------
 
 _HEADER = struct.Struct("<8sIQ32s")  # magic, version, payload length, sha256(payload)
+# Opening a file to load: never blocking (a FIFO would wait for a writer forever).
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def read_file(path) -> bytes:
+    """The bytes of the regular file ``path``; ``OSError`` for anything else (a FIFO, a
+    device such as ``/dev/zero``, a folder), found without reading or waiting for it.
+
+    >>> read_file("/dev/null" if os.path.exists("/dev/null") else os.devnull)
+    Traceback (most recent call last):
+    ...
+    OSError: [Errno 19] not a regular file (a character device): '/dev/null'
+    """
+    fd = os.open(path, _READ_FLAGS)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "special")
+            raise OSError(errno.ENODEV, f"not a regular file ({kind})", str(path))
+        chunks, left = [], st.st_size + 1  # (a file that grows while read is read as it was)
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 24))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)[:st.st_size]
+    finally:
+        os.close(fd)
+
+
+_FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
 
 
 def dump_document(doc: dict, magic: bytes, version: int) -> bytes:

@@ -637,7 +637,7 @@ def _read(export_dir) -> tuple[dict, str]:
     path = Path(export_dir) / _FILE
     what = str(path)
     try:
-        blob = path.read_bytes()
+        blob = dataio.read_file(path)
     except OSError as e:
         raise SerializationError(f"st.saved_model.load: cannot read {path}: {e}") from None
     if blob[:8] == _MAGIC and blob[8:10] == (1).to_bytes(2, "little"):

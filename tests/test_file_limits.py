@@ -563,3 +563,32 @@ def test_templates_keep_their_non_finite_branches_and_constants():
     for e in (sp.Piecewise((x, x > 0), (sp.nan, True)), sp.Max(x, -sp.oo) * sp.sqrt(2),
               x * sp.sin(sp.Integer(2) ** 1000), sp.exp(-x / sp.pi) + sp.Rational(1, 3) ** 500):
         assert dataio.decode_expr(dataio.encode_expr(e)) == e
+
+
+def special_files(folder: Path) -> None:
+    """st.load and st.saved_model.load of a FIFO, /dev/zero and a folder: each refused at
+    once, without reading (run in a child process: a FIFO blocked, /dev/zero never ended)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fifo, zero = folder / "fifo.st", folder / "zero.st"
+    os.mkfifo(fifo, 0o600)
+    zero.symlink_to("/dev/zero")
+    for path, kind in ((fifo, "a FIFO"), (zero, "a character device"), (folder, "a folder")):
+        start = time.perf_counter()
+        with pytest.raises(errors.SerializationError, match=f"not a regular file \\({kind}"):
+            st.load(path)
+        model = folder / f"model-{kind[2:].replace(' ', '-')}"
+        model.mkdir()
+        target = model / "saved_model.symtape"
+        if path.is_dir():
+            target.mkdir()
+        else:
+            target.symlink_to(path)
+        with pytest.raises(errors.SerializationError, match=f"not a regular file \\({kind}"):
+            st.saved_model.load(model)
+        assert time.perf_counter() - start < 1.0
+
+
+@posix
+@pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
+def test_loading_a_fifo_or_a_device_is_refused_without_reading(tmp_path):
+    _in_child("special_files", tmp_path / "files")

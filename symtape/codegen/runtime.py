@@ -959,7 +959,7 @@ def load(path: str | os.PathLike) -> CompiledFunction:
     """
     what = repr(str(path))
     try:
-        blob = Path(path).read_bytes()
+        blob = dataio.read_file(path)
     except OSError as exc:
         raise SerializationError(f"cannot read compiled function {what}: {exc}") from None
     if blob[:8] == _FILE_MAGIC and blob[8:12] == (1).to_bytes(4, "little"):

@@ -633,12 +633,12 @@ def _trig(name: str) -> Callable:
     """The rule of sin or cos: for arguments below 2**20, libm's value at a double near the
     middle, widened by the distance to the ends (both are 1-Lipschitz) and a few ulps; else
     mpmath's interval function (exact range reduction, slower)."""
-    exact, fast = getattr(_iv(), name), getattr(math, name)
+    fast = getattr(math, name)
 
     def rule(iv, x):
         a, b = float(_lo(x)), float(_hi(x))
         if not max(abs(a), abs(b)) < 1 << 20:
-            return exact(x)
+            return getattr(iv, name)(x)
         m = a / 2 + b / 2
         r = max(m - a, b - m) + 4 * math.ulp(max(abs(a), abs(b))) + 1e-15
         y = fast(m)

@@ -592,3 +592,35 @@ def special_files(folder: Path) -> None:
 @pytest.mark.skipif(not os.path.exists("/dev/zero"), reason="needs /dev/zero")
 def test_loading_a_fifo_or_a_device_is_refused_without_reading(tmp_path):
     _in_child("special_files", tmp_path / "files")
+
+
+def test_an_exported_header_compiles_and_links_from_cpp(tmp_path):
+    """The header is C++ too (C linkage, restrict as __restrict): a C++ caller compiles
+    against it and links with the C object."""
+    cc, cxx = shutil.which("cc") or shutil.which("gcc"), shutil.which("c++") or shutil.which("g++")
+    if cc is None or cxx is None:
+        pytest.skip("no C and C++ compilers")
+    header, source = st.export_c({"sine": _square("interval", name="sine")}, tmp_path / "lib")
+    caller = tmp_path / "main.cpp"
+    caller.write_text(textwrap.dedent("""
+        #include "lib.h"
+        #include <cstdio>
+        int main() {
+            double x[2] = {0.5, -2.0}, out[2];
+            sine(1, x, out);
+            std::printf("%.17g %.17g\\n", out[0], out[1]);
+            return 0;
+        }
+    """))
+    steps = [[cc, "-std=c99", "-Wall", "-Wextra", "-Werror", "-c", str(source), "-o",
+              str(tmp_path / "lib.o")],
+             [cxx, "-std=c++11", "-Wall", "-Wextra", "-Werror", "-I", str(tmp_path), "-c",
+              str(caller), "-o", str(tmp_path / "main.o")],
+             [cxx, str(tmp_path / "main.o"), str(tmp_path / "lib.o"), "-o",
+              str(tmp_path / "main"), "-lm"]]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+    out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True)
+    got = [float(v) for v in out.stdout.split()]
+    np.testing.assert_allclose(got, [0.25 + np.sin(0.5), 4.0 + np.sin(-2.0)], rtol=1e-15)

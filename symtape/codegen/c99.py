@@ -221,6 +221,12 @@ def _body(plan: Plan, head: str, in_names, out_names, ctype: str, m: str) -> lis
     return lines + ["    }", "}", ""]
 
 
+# The header included from C++: C linkage, and C99's restrict spelled as C++ compilers do.
+_CPLUSPLUS_OPEN = ("#ifdef __cplusplus", "#define restrict __restrict", 'extern "C" {',
+                   "#endif")
+_CPLUSPLUS_CLOSE = ("#ifdef __cplusplus", "}", "#undef restrict", "#endif")
+
+
 def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tuple:
     """``(header text, source text)`` of several plans as C functions of one program:
     ``kernels`` holds ``(plan, name, dtype, input_names, output_names)``; the header
@@ -253,8 +259,8 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tu
         bodies += _body(plan, head, ins, outs, ctype, m)
         if (ctype, m) not in types:
             types.append((ctype, m))
-    h = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", ""] + heads + \
-        ["", f"#endif /* {guard} */", ""]
+    h = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", "", *_CPLUSPLUS_OPEN,
+         ""] + heads + ["", *_CPLUSPLUS_CLOSE, "", f"#endif /* {guard} */", ""]
     c = [f'#include "{_comment(header)}"', "#include <math.h>", "#include <stdint.h>", ""]
     c += [_helpers(ctype, m) for ctype, m in types] + bodies
     return "\n".join(h), "\n".join(c)

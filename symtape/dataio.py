@@ -1123,8 +1123,6 @@ def _check_unicode(doc, where: str) -> None:
     try:
         json.dumps(doc, ensure_ascii=False).encode("utf-8")
         return
-    except RecursionError:
-        raise SerializationError(f"{where} is malformed: JSON nested too deeply") from None
     except UnicodeEncodeError:
         pass
     stack = [doc]

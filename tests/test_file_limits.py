@@ -624,9 +624,3 @@ def test_an_exported_header_compiles_and_links_from_cpp(tmp_path):
     out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True)
     got = [float(v) for v in out.stdout.split()]
     np.testing.assert_allclose(got, [0.25 + np.sin(0.5), 4.0 + np.sin(-2.0)], rtol=1e-15)
-
-
-def test_deeply_nested_json_is_malformed_not_a_recursion_error():
-    for depth in (5000, 100_000):
-        with pytest.raises(errors.SerializationError, match="nested too deeply"):
-            dataio.expr_from_text("[" * depth + "]" * depth)

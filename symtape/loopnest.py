@@ -370,13 +370,23 @@ THROUGH_NODES = 8
 
 
 def _paddings(order: list, holey: set, outs: set) -> set:
-    """Scatters of their one argument to distinct places, with zeros left, whose zeros may
-    stay unwritten (:func:`_holey`)."""
-    return {id(node) for node in order
-            if id(node) in holey and id(node) not in outs and node.kind == "op"
-            and isinstance(node.prim, ScatterAdd) and len(node.inputs) == 1
-            and _distinct(node.params["idx"])
-            and int((node.params["idx"] >= 0).sum()) < node.size}
+    """Moves of their one argument read only by elementwise ops (:func:`_holey`): scatters
+    to distinct places with zeros left, whose zeros may stay unwritten, and rearrangements
+    (a reshape, a transpose, a slice, a gather, a broadcast). An elementwise argument of
+    one is computed where it is read (:func:`_through`), so the reader's template folds
+    into it: a select's zero branch stays exact through the move (no ``where`` trap)."""
+    out = set()
+    for node in order:
+        if id(node) not in holey or id(node) in outs or node.kind != "op" or \
+                len(node.inputs) != 1:
+            continue
+        prim = node.prim
+        if isinstance(prim, ScatterAdd):
+            if _distinct(node.params["idx"]):
+                out.add(id(node))
+        elif isinstance(prim, (Structural, GatherFlat)) and node.dtype.kind == "f":
+            out.add(id(node))
+    return out
 
 
 def _chain(node: N.Node, fused: set) -> int:
@@ -942,7 +952,8 @@ class _Planner:
             if loc is not None:
                 return loc
             for arg in holey:  # not in boxes: the zeros written after all
-                self.loc[id(arg)] = self.assembled(arg, *self.holes.pop(id(arg)))
+                if id(arg) in self.holes:  # (not one placed apart by expand above)
+                    self.loc[id(arg)] = self.assembled(arg, *self.holes.pop(id(arg)))
         for leaf, arg in stand.values():
             if atom is leaf:  # the template is one of its arguments: a view of it
                 loc = self.loc[id(arg)]

@@ -226,3 +226,26 @@ def test_zeros_of_moves_are_exact_at_every_size(case, n):
     np.testing.assert_array_equal(np.isnan(eager), np.isnan(compiled))
     np.testing.assert_array_equal(eager, compiled)
     assert np.sum(np.isfinite(eager)) >= n - 3  # the unreached places are exact zeros
+
+
+@pytest.mark.parametrize("case", ["reshape", "broadcast", "concat", "sum_rows"])
+def test_zeros_of_one_move_are_exact_in_loop_nests(case, monkeypatch):
+    """A select read through one move (not a chain of them, nor a move that adds elements)
+    is computed where its reader reads it, so the reader folds into its zero branch."""
+    from symtape import loopnest
+    from symtape.codegen.loops import LoopPlan
+
+    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    n, f = 300, _MOVES[case]
+    x0 = np.zeros(n)
+    x0[1::2] = -1.0
+    xs = st.symbol("x", shape=(n,))
+    with st.GradientTape() as t:
+        t.watch(xs)
+        ys = f(xs, n)
+    g = st.compile(t.gradient(ys, xs), [xs])
+    assert isinstance(g._plan, LoopPlan)  # loop nests, not the element view
+    x = st.Variable(x0)
+    with st.GradientTape() as t:
+        y = f(x, n)
+    np.testing.assert_array_equal(g(x0), t.gradient(y, x).numpy())

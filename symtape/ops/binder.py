@@ -1079,8 +1079,10 @@ def _moved_fusion(prim: ops.Primitive, plan: _Plan, tensors: list, value: np.nda
     out = parts[-1][1]  # the parts cover all but the zeros: the last one is the rest
     for cond, part in reversed(parts[:-1]):
         out = _where_recipe(cond, part, out)
+    if fill is None:  # (no zeros: a fusion only when some part is one)
+        return out if out[0] is not None else None
     # the zeros outermost: a select with a zero branch, which products fold into
-    return out if fill is None else _where_recipe(~fill, out, None)
+    return _where_recipe(~fill, out, None)
 
 
 #: Recent applications to small tensors: ``(prim, params key, input node ids) -> (plan,

@@ -26,6 +26,8 @@ import sympy as sp
 import symtape as st
 from symtape import evaluate
 from symtape import functions as F
+from symtape import loopnest
+from symtape.ops import binder
 from symtape.codegen import kernel
 
 SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0, 1e300, -1e300, 1e-300, np.inf,
@@ -74,9 +76,28 @@ BINARY = {
 }
 
 
+#: The length of the programs' vectors (3; :func:`check_large` sets more).
+SIZE = [3]
+
+
 def _vector(a):
-    """``a`` as a vector of 3 (scalars broadcast)."""
-    return a if a.shape == (3,) else st.broadcast_to(a, (3,))
+    """``a`` as a vector of :data:`SIZE` (scalars broadcast)."""
+    return a if a.shape == (SIZE[0],) else st.broadcast_to(a, (SIZE[0],))
+#: The tables of programs over long vectors (:func:`check_large`): the size-generic ops,
+#: and moves and products of long vectors.
+LARGE_UNARY = {k: v for k, v in UNARY.items() if k not in ("det", "inv_row")} | {
+    "swap_halves": lambda a: st.concat([_vector(a)[SIZE[0] // 2:], _vector(a)[:SIZE[0] // 2]],
+                                       0),
+    "transpose": lambda a: st.reshape(st.transpose(st.reshape(_vector(a), (3, -1))), (-1,)),
+    "tile_half": lambda a: st.tile(_vector(a)[: SIZE[0] // 2], [2]),
+    "scatter": lambda a: st.pad(_vector(a)[2:], [[2, 0]]),
+}
+LARGE_BINARY = {k: v for k, v in BINARY.items() if k not in ("matvec", "outer_sum")} | {
+    "matmul": lambda a, b: st.reshape(st.matmul(st.reshape(_vector(a), (-1, 3)),
+                                                st.reshape(_vector(b)[:9], (3, 3))), (-1,)),
+}
+
+
 REDUCE = {
     "sum": st.reduce_sum, "max": st.reduce_max, "mean": st.reduce_mean,
     "prod": st.reduce_prod, "lse": st.reduce_logsumexp, "norm": st.norm,
@@ -90,25 +111,29 @@ def random_values(rng: np.random.Generator, shape: tuple) -> np.ndarray:
     return np.where(rng.random(shape) < 0.5, special, ordinary)
 
 
-def program(rng: np.random.Generator, n_ops: int = 7):
-    """A random function of a list of tensors (the draw is fixed by ``rng`` now)."""
+def program(rng: np.random.Generator, n_ops: int = 7, unary: dict = UNARY,
+            binary: dict = BINARY):
+    """A random function of a list of tensors (the draw is fixed by ``rng`` now); ``run(xs,
+    between)`` calls ``between(k, pool)`` after op ``k`` (assignments between ops)."""
     steps = []
     for _ in range(n_ops):
         kind = rng.choice(["u", "b", "b", "r"], p=[0.45, 0.2, 0.2, 0.15])
-        table = {"u": UNARY, "b": BINARY, "r": REDUCE}[kind]
+        table = {"u": unary, "b": binary, "r": REDUCE}[kind]
         name = rng.choice(sorted(table))
         steps.append((kind, str(name), int(rng.integers(1 << 30)), int(rng.integers(1 << 30))))
 
-    def run(xs):
+    def run(xs, between=None):
         pool = list(xs)
-        for kind, name, i, j in steps:
+        for k, (kind, name, i, j) in enumerate(steps):
             a, b = pool[-1 - i % min(len(pool), 3)], pool[j % len(pool)]
             if kind == "u":
-                pool.append(UNARY[name](a))
+                pool.append(unary[name](a))
             elif kind == "b":
-                pool.append(BINARY[name](a, b))
+                pool.append(binary[name](a, b))
             else:
                 pool.append(REDUCE[name](a))
+            if between is not None:
+                between(k, pool)
         return st.reduce_sum(pool[-1]) + st.reduce_sum(pool[-2]) * 0.5
 
     return run, steps
@@ -201,19 +226,24 @@ def reference(outputs, xs, heads: dict) -> list:
     return out
 
 
-def check(rng: np.random.Generator, n_inputs: int = 2, size: int = 3) -> list:
-    """The disagreements of one random program: ``(what, output, indices, a, b)`` for
-    eager vs its numpy reference, compiled vs its libm reference, and eager vs compiled
-    where the two references agree."""
-    fn, steps = program(rng)
-    xs = [st.Variable(random_values(rng, (size,)), name=f"x{k}") for k in range(n_inputs)]
+def _value_gradient_hessian(fn, xs):
+    """The value, gradients and second derivatives (of the gradients' sum) on tapes."""
     with st.GradientTape(persistent=True) as outer:
         with st.GradientTape() as inner:
             y = fn(xs)
         gs = inner.gradient(y, xs, unconnected_gradients="zero")
         total = sum(st.reduce_sum(g) for g in gs)
     hs = outer.gradient(total, xs, unconnected_gradients="zero")
-    outputs = [y, *gs, *hs]
+    return [y, *gs, *hs]
+
+
+def check(rng: np.random.Generator, n_inputs: int = 2, size: int = 3) -> list:
+    """The disagreements of one random program: ``(what, output, indices, a, b)`` for
+    eager vs its numpy reference, compiled vs its libm reference, and eager vs compiled
+    where the two references agree."""
+    fn, steps = program(rng)
+    xs = [st.Variable(random_values(rng, (size,)), name=f"x{k}") for k in range(n_inputs)]
+    outputs = _value_gradient_hessian(fn, xs)
     eager = [np.asarray(t.numpy(), dtype=np.float64) for t in outputs]
     f = st.compile(outputs, xs)
     compiled = [np.asarray(c, dtype=np.float64) for c in f(*[x.numpy() for x in xs])]
@@ -229,4 +259,124 @@ def check(rng: np.random.Generator, n_inputs: int = 2, size: int = 3) -> list:
             bad = [i for i in mismatches(a, b) if where is None or where[i]]
             if bad:
                 found.append((what, k, bad, np.ravel(a)[bad], np.ravel(b)[bad], steps))
+    return found
+
+
+def check_large(rng: np.random.Generator, n_inputs: int = 2, size: int = 300) -> list:
+    """The disagreements of one random program over vectors of ``size`` (above the size up
+    to which eager values settle on the element view): eager values, gradients and second
+    derivatives against the compiled loop nests of the same tensors (both at the tensor
+    level, where structural zeros are exact through moves and elementwise ops)."""
+    SIZE[0] = size
+    try:
+        fn, steps = program(rng, unary=LARGE_UNARY, binary=LARGE_BINARY)
+        xs = [st.Variable(random_values(rng, (size,)), name=f"x{k}")
+              for k in range(n_inputs)]
+        outputs = _value_gradient_hessian(fn, xs)
+    finally:
+        SIZE[0] = 3
+    eager = [np.asarray(t.numpy(), dtype=np.float64) for t in outputs]
+    limit = loopnest.LOOP_MIN_ATOMS
+    loopnest.LOOP_MIN_ATOMS = 0  # loop nests, as the tensors' eager values
+    try:
+        f = st.compile(outputs, xs)
+    finally:
+        loopnest.LOOP_MIN_ATOMS = limit
+    compiled = [np.asarray(c, dtype=np.float64) for c in f(*[x.numpy() for x in xs])]
+    found = []
+    for k in range(len(outputs)):
+        bad = mismatches(eager[k], compiled[k])
+        if bad:
+            found.append(("eager/compiled-loops", k, bad[:5], np.ravel(eager[k])[bad[:5]],
+                          np.ravel(compiled[k])[bad[:5]], steps))
+    return found
+
+
+def _disagreements(what: str, pairs, steps) -> list:
+    found = []
+    for k, (a, b) in enumerate(pairs):
+        a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+        if a.shape != b.shape:
+            found.append((what, k, "shapes", a.shape, b.shape, steps))
+            continue
+        bad = mismatches(a, b)
+        if bad:
+            found.append((what, k, bad[:5], np.ravel(a)[bad[:5]], np.ravel(b)[bad[:5]], steps))
+    return found
+
+
+def check_mutation(rng: np.random.Generator, n_inputs: int = 2, size: int = 3) -> list:
+    """Eager values are snapshots. A random program whose variables are assigned between its
+    ops: every value stays what it was when computed, whatever is assigned later; and each
+    value computed from arguments of one time (no assignment between their making and its
+    own: README "One rule for values", under mutation) equals the value of the same program
+    over distinct variables, a new one for each value assigned (numpy's value on the
+    snapshots, with the element DAG's exact folds)."""
+    fn, steps = program(rng)
+    start = [random_values(rng, (size,)) for _ in range(n_inputs)]
+    schedule = {k: (int(rng.integers(n_inputs)), random_values(rng, (size,)))
+                for k in range(len(steps)) if rng.random() < 0.4}
+    xs = [st.Variable(v) for v in start]
+    by_add = {k: bool(rng.integers(2)) for k in schedule}
+    held: dict = {}  # the value each assignment left (assign_add rounds)
+    made: dict = {}  # op -> (tensor, its value then, whether its arguments were of one time)
+
+    def assign(k, pool):
+        t = pool[-1]
+        made[k] = (t, np.array(t.numpy(), dtype=np.float64),
+                   t._epoch is None or t._epoch == binder.clock())
+        if k in schedule:
+            m, v = schedule[k]
+            xs[m].assign_add(v) if by_add[k] else xs[m].assign(v)
+            held[k] = xs[m].numpy()
+
+    y = fn(xs, assign)
+    versions = [[st.Variable(v)] for v in start]
+    ref: dict = {}
+
+    def fresh(k, pool):
+        ref[k] = np.asarray(pool[-1].numpy(), dtype=np.float64)
+        if k in schedule:
+            m, _ = schedule[k]
+            old, new = versions[m][-1], st.Variable(held[k])
+            versions[m].append(new)
+            pool[:] = [new if p is old else p for p in pool]
+
+    fn([vs[0] for vs in versions], fresh)
+    del y
+    found = _disagreements("value changed after an assignment",
+                           [(np.asarray(t.numpy(), dtype=np.float64), then)
+                            for t, then, _ in made.values()], (steps, sorted(schedule)))
+    return found + _disagreements(
+        "mutated/snapshots", [(then, ref[k]) if one_time else (ref[k], ref[k])
+                              for k, (_, then, one_time) in made.items()],
+        (steps, sorted(schedule)))
+
+
+BATCH_UNARY = {k: v for k, v in UNARY.items()
+               if k not in ("softmax", "log_softmax", "reverse", "gather", "slice_pad", "det",
+                            "inv_row")}
+BATCH_BINARY = {k: v for k, v in BINARY.items()
+                if k not in ("dot", "outer_sum", "matvec", "stack_max", "xent")}
+
+
+def check_batch(rng: np.random.Generator, batches=(0, 1, 3, 1001)) -> list:
+    """A training step over a ``None`` batch (``st.TensorSpec((None, 3))``): its loss and
+    its weights' gradient, compiled once for every batch size, against eager values on the
+    same batches of 0, 1, 3 and 1001 examples."""
+    fn, steps = program(rng, unary=BATCH_UNARY, binary=BATCH_BINARY)
+    w = st.Variable(random_values(rng, (3,)))
+
+    def step(x):
+        with st.GradientTape() as t:
+            loss = fn([x, x * w, w])
+        return loss, t.gradient(loss, w, unconnected_gradients="zero")
+
+    compiled = st.function(step, input_signature=[st.TensorSpec((None, 3))])
+    found = []
+    for b in batches:
+        x = random_values(rng, (b, 3))
+        eager = [t.numpy() for t in step(st.constant(x))]
+        native = [np.asarray(t) for t in compiled(x)]
+        found += _disagreements(f"None-batch/eager at batch {b}", zip(native, eager), steps)
     return found

@@ -25,7 +25,7 @@ from . import loopnest
 from . import nodes as N
 from .codegen import CompiledFunction, TensorSpec, c99, compile_atoms, compile_plan
 from .errors import InvalidArgumentError, LoweringError, ShapeError, UnboundLeafError
-from .tape import GradientTape, UnconnectedGradients
+from .tape import GradientTape, UnconnectedGradients, symmetric
 from .ops.binder import adopt, constant
 from .random import Draw
 from .tensor import Tensor, symbol
@@ -365,28 +365,12 @@ def _derivatives(fn, xs, nums, single, order: int, scalar_only: bool, what: str)
                     nxt.append(tapes[k].jacobian(d, w, unconnected_gradients="zero"))
             ds = nxt
     if order == 2 and scalar_only:  # a Hessian's diagonal blocks are symmetric
-        ds = [_symmetric(d) if i // len(wrt) == i % len(wrt) else d for i, d in enumerate(ds)]
+        ds = [symmetric(d) if i // len(wrt) == i % len(wrt) else d for i, d in enumerate(ds)]
     if single and order == 1:
         return ds[0]
     if order == 1:
         return tuple(ds)
     return ds[0] if single or order == 0 else tuple(ds)
-
-
-#: Hessians of at most this many elements (per block) take the lower triangle's elements
-#: for the upper one (a gather the loop planner unrolls).
-SYMMETRIC_ELEMENTS = 4096
-
-
-def _symmetric(h: Tensor) -> Tensor:
-    """A Hessian block of a source with itself, its upper triangle read from the lower one:
-    exactly symmetric, and code for only half of it."""
-    n = int(np.prod(h.shape[:h.ndim // 2], dtype=np.int64))
-    if h.size > SYMMETRIC_ELEMENTS or n < 2:
-        return h
-    i, j = np.indices((n, n))
-    idx = (np.maximum(i, j) * n + np.minimum(i, j)).reshape(h.shape)
-    return ops.gather_flat.bind(h, idx=idx)
 
 
 def _order(order) -> int:

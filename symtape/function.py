@@ -867,6 +867,11 @@ class _SplitTraced(NamedTuple):
     structure: object
     n_results: int
 
+    @property
+    def sums(self) -> bool:
+        """Whether a pass sums (or takes extrema) over the examples."""
+        return any(kind for step in self.steps for kind in step.totals)
+
 
 class Function:
     """A Python function traced once per input shape signature and run as native code.
@@ -1128,7 +1133,7 @@ class Function:
                              f"{[None if s.shape is None else tuple(s.shape) for s in sig]}")
         if self._batch is not None:
             poly = self._polymorphic()
-            if poly is not None:
+            if poly is not None and not (poly.sums and _empty_batch(arrays, self._batch)):
                 with self._assigning if poly.assigned else contextlib.nullcontext():
                     return self._run_split(poly, arrays)
         if python:
@@ -1152,6 +1157,13 @@ class Function:
         tensors = [adopt(r) for r in results[: traced.n_results]]  # fresh: no copies
         return nest.pack_sequence_as(traced.structure, tensors) \
             if nest.is_nested(traced.structure) else tensors[0]
+
+
+def _empty_batch(arrays: list, batch: list) -> bool:
+    """Whether the batch is empty: a step that sums over its examples then runs as a trace
+    of its own, whose sums over no example are the constant 0, as eagerly (a total
+    accumulated over no example is a plain 0.0: times an infinity, nan)."""
+    return any(f and a.ndim and a.shape[0] == 0 for a, f in zip(arrays, batch))
 
 
 def _current(var) -> np.ndarray:

@@ -53,7 +53,9 @@ def _signature():
 def test_training_step_is_one_trace_for_every_batch_size():
     """Batches of 4, 1, 0, 3 and 1001 examples: the step's loss, per-example losses and
     updated weights equal eager steps' (Adam's moments and step count included), from one
-    trace and two compiles (the pass over the examples and the update)."""
+    trace and two compiles (the pass over the examples and the update) for every batch but
+    the empty one, which sums over no example and is traced as it is (its sums are the
+    constant 0, as eagerly)."""
     step, vs = _step(_initial())
     ref, rvs = _step(_initial())
     fn = st.function(step, input_signature=_signature())
@@ -68,8 +70,9 @@ def test_training_step_is_one_trace_for_every_batch_size():
         for a, b in zip(vs, rvs):
             np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-14)
     assert np.isnan(float(fn(*_data(0, 0))[0]))  # the mean of no examples
-    assert fn.traced_signatures == [((None, SIZES[0]), (None, SIZES[-1]))]
-    assert jit.STATS.compiles - compiles == 2
+    assert fn.traced_signatures == [((None, SIZES[0]), (None, SIZES[-1])),
+                                    ((0, SIZES[0]), (0, SIZES[-1]))]
+    assert jit.STATS.compiles - compiles == 3
     steps = fn._poly.steps
     assert [s.per_point for s in steps] == [True, False]
     assert set(steps[0].totals) == {"", "sum"}  # per-example losses; gradients summed

@@ -91,3 +91,11 @@ def test_libm_reference_is_the_c_library():
     import sympy as sp
     assert heads[sp.Pow](x, np.full(3, 0.5)).tolist() == [np.inf, 0.0, 2.0 ** 0.5]
     assert heads[sp.exp](np.array([1000.0, -1000.0])).tolist() == [np.inf, 0.0]
+
+
+@pytest.mark.parametrize("seed", [2, 18])
+def test_a_none_batch_step_over_no_example_is_traced_as_it_is(seed):
+    """Sums over an empty batch are the constant 0 in eager values (a sum of nothing); a
+    step compiled for every batch size runs an empty batch as its own trace, so a product
+    of such a sum with an infinity is 0 there too (programs the differential test found)."""
+    assert not D.check_batch(np.random.default_rng(seed), batches=(0,))

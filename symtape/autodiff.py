@@ -365,10 +365,14 @@ def batched_vjp(entries: Sequence, target: Tensor, seeds: np.ndarray, sources: S
     stand_in, cts, applications = traced
     n = seeds.shape[0]
     batched = {stand_in._id: exact_constant(seeds, target.dtype)}
+    remade = {}  # what the sweep computed without the stand-in (from a symbol's elements)
     for e in applications:
         flags = [t._id in batched for t in e.inputs]
-        args = [batched.get(t._id, t) for t in e.inputs]
+        args = [batched.get(t._id, remade.get(t._id, t)) for t in e.inputs]
         (out,) = e.outputs
+        if not any(flags):  # the same for every seed; made again where the tapes see it
+            remade[out._id] = e.prim.bind(*args, **e.params)
+            continue
         t = batched[out._id] = e.prim.batch(args, flags, e.params, tuple(out.shape))
         if one_hot and t._node.kind == "op":
             t._node.seeds = n
@@ -377,7 +381,7 @@ def batched_vjp(entries: Sequence, target: Tensor, seeds: np.ndarray, sources: S
         ct = cts.get(s._id)
         if isinstance(ct, Tensor):
             ct = batched[ct._id] if ct._id in batched else \
-                ops.broadcast_to.bind(ct, shape=(n,) + tuple(ct.shape))
+                ops.broadcast_to.bind(remade.get(ct._id, ct), shape=(n,) + tuple(ct.shape))
         results.append(ct)
     return results
 

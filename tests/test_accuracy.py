@@ -2,7 +2,8 @@
 ``s (1 - s)`` of the logistic ``s``, ``1 - x**2`` next to +-1): every scalar op of the table
 to order 3 at tiny, moderate and large arguments and next to the ends of its domain, against
 mpmath -- eager, compiled by sweeps and compiled by Taylor mode -- and the Taylor rules of
-softplus and atan2 to order 8 (they take Taylor mode, not nested sweeps)."""
+softplus and atan2 to order 8 (they take Taylor mode, not nested sweeps). The softmax family
+(``1 - softmax`` where softmax rounds to 1): every partial to order 3 in the logits."""
 
 from __future__ import annotations
 
@@ -269,3 +270,118 @@ def test_eighth_derivatives_of_atan2_in_both_arguments_take_taylor_mode(taylor_o
         want = float(sp.diff(line, t, 8).subs(t, 0).evalf(40))
         got = float(dv(np.array([y0, x0]), np.array([vy, vx])))
         assert got == pytest.approx(want, rel=1e-10), (y0, x0)
+
+
+# --------------------------------------------------------------------------------------------
+# The softmax family: 1 - softmax where softmax rounds to 1
+# --------------------------------------------------------------------------------------------
+
+XS = sp.symbols("x0:4", real=True)
+# rows of 4 logits, the leader ahead by a gap of 0 (a tie), 1, 9, 30, 300 and 1e-8, first or
+# second; at a gap of 30, 1 - softmax is 9.36e-14 and the textbook 1 - softmax 9.35e-14
+LOGITS = np.array([[0.25, 0.25, -1.0, 0.0], [1.0, 0.0, -0.5, -2.0], [9.0, 0.0, 0.5, -3.0],
+                   [30.0, 0.0, -1.0, -2.0], [300.0, 0.0, -1.0, -300.0],
+                   [2e-8, 1e-8, 0.0, -1e-8], [-1.0, -31.0, -32.0, -40.0],
+                   [0.0, 30.0, -1.0, 2.0], [-7.0, 2.0, -300.0, -1.0]])
+_LSE = sp.log(sum(sp.exp(x) for x in XS))
+
+
+def _xent(labels):
+    return lambda x: st.nn.softmax_cross_entropy_with_logits(labels=st.constant(labels),
+                                                             logits=x)
+
+
+# name: (symtape function of the 4 logits, exact formula in XS)
+AXIS_OPS = {
+    "log_softmax_0": (lambda x: st.nn.log_softmax(x)[0], XS[0] - _LSE),
+    "log_softmax_3": (lambda x: st.nn.log_softmax(x)[3], XS[3] - _LSE),
+    "xent_one_hot_0": (_xent([1.0, 0.0, 0.0, 0.0]), _LSE - XS[0]),
+    "xent_one_hot_1": (_xent([0.0, 1.0, 0.0, 0.0]), _LSE - XS[1]),
+    # labels that no softmax of LOGITS comes near (softmax - labels would cancel there for
+    # any formula: it is ill-conditioned)
+    "xent_soft": (_xent([0.625, 0.0625, 0.3125, 0.0]),
+                  _LSE - (sp.Rational(5, 8) * XS[0] + sp.Rational(1, 16) * XS[1]
+                          + sp.Rational(5, 16) * XS[2])),
+}
+
+
+def _exact_tensor(expr, order: int) -> np.ndarray:
+    """Every ``order``-th partial at every row of LOGITS, as _exact gives them (shape
+    ``(rows,) + (4,) * order``, None where not a normal double)."""
+    out = np.empty((len(LOGITS),) + (4,) * order, dtype=object)
+    for idx in np.ndindex(*(4,) * order):
+        f = sp.lambdify(XS, sp.diff(expr, *[XS[i] for i in idx]), "mpmath")
+        for r, row in enumerate(LOGITS):
+            with mpmath.workdps(1000):
+                v = f(*[mpmath.mpf(float(p)) for p in row])
+            out[(r,) + idx] = float(v) if 2.3e-308 < abs(v) < 1.7e308 else None
+    return out
+
+
+def _nested_jacobian(fn, x, order: int):
+    """The ``order``-th derivative tensor of ``fn`` at ``x`` (shape (4,)) by nested tapes."""
+    tapes = [st.GradientTape(persistent=True) for _ in range(order)]
+    with contextlib.ExitStack() as stack:
+        for t in tapes:
+            stack.enter_context(t)
+            t.watch(x)
+        d = fn(x)
+        for t in reversed(tapes):
+            d = t.jacobian(d, x)
+    return d
+
+
+def _check_rows(name, how, order, got, want):
+    got = np.asarray(got).reshape(want.shape)
+    bad = [(LOGITS[i[0]].tolist(), i[1:], float(got[i]), want[i]) for i in np.ndindex(*want.shape)
+           if want[i] is not None and not abs(float(got[i]) - want[i]) <= RTOL * abs(want[i])]
+    assert not bad, f"{name} order {order} {how}: (logits, index, got, exact) {bad}"
+
+
+@pytest.mark.parametrize("order", [1, 2, 3])
+@pytest.mark.parametrize("name", sorted(AXIS_OPS))
+def test_softmax_family_derivatives_are_accurate(name, order):
+    """log_softmax and the softmax cross entropy in their logits, every partial to order 3,
+    against mpmath -- eager, compiled from the sweeps and by st.derivative/st.hessian/st.grad
+    (a vector argument: nested sweeps)."""
+    fn, expr = AXIS_OPS[name]
+    want = _exact_tensor(expr, order)
+    eager = [_nested_jacobian(fn, st.constant(row), order).numpy() for row in LOGITS]
+    _check_rows(name, "eager", order, np.stack(eager), want)
+    sym = st.symbol("x", shape=(4,))
+    _check_rows(name, "compiled sweeps", order, st.compile(_nested_jacobian(fn, sym, order),
+                                                           [sym])(LOGITS), want)
+    spec = [st.TensorSpec((4,))]
+    d = st.derivative(fn, order=order, input_signature=spec)
+    _check_rows(name, "st.derivative", order, d(LOGITS), want)
+    if order < 3:
+        d = (st.grad if order == 1 else st.hessian)(fn, input_signature=spec)
+        _check_rows(name, "st.grad" if order == 1 else "st.hessian", order, d(LOGITS), want)
+
+
+def test_log_softmax_gradient_at_a_gap_of_30_is_the_others_share():
+    """The example of the defect: 1 - softmax at [30, 0] is 9.3576e-14 (textbook 9.348e-14);
+    the softmax of the other element, exp(log_softmax), carries log_softmax's rounding
+    (ulp(30) relative)."""
+    want = float(1 / (1 + mpmath.exp(30)))
+    x = st.Variable([30.0, 0.0])
+    with st.GradientTape(persistent=True) as t:
+        y = st.nn.log_softmax(x)[0]
+        loss = st.nn.softmax_cross_entropy_with_logits(labels=[1.0, 0.0], logits=x)
+    assert float(t.gradient(y, x)[0]) == pytest.approx(want, rel=1e-14, abs=0)
+    assert float(t.gradient(loss, x)[0]) == pytest.approx(-want, rel=1e-14, abs=0)
+
+
+def test_jacobian_through_a_reduction_of_a_symbol_alone():
+    """A rule's reduction of its primal alone (reduce_max's tie count, the softmax family's
+    sums of exps) is the same for every seed of a batched sweep: it is made again, not
+    batched (that asked for a reduction over an axis the tensor does not have)."""
+    x = st.symbol("x", shape=(2, 3))
+    with st.GradientTape() as t:
+        t.watch(x)
+        y = st.reduce_max(x, axis=1)
+    jac = st.compile(t.jacobian(y, x), [x])(np.array([[1.0, 3.0, 2.0], [0.0, -1.0, 0.0]]))
+    want = np.zeros((2, 2, 3))
+    want[0, 0, 1] = 1.0
+    want[1, 1, [0, 2]] = 0.5  # TF: ties share the gradient
+    np.testing.assert_array_equal(jac, want)

@@ -21,7 +21,7 @@ from .core import (
     spread,
     union,
 )
-from .elementwise import exp, multiply, negative, subtract
+from .elementwise import exp, expm1, greater, multiply, negative, subtract, where
 from .linalg import _sum_of_products
 from .reductions import _sequential, reduce_sum
 from .structural import expand_dims
@@ -150,21 +150,56 @@ def _keep(t, axis):
     return expand_dims.bind(t, axis=axis)
 
 
+# ---- derivative rules ----------------------------------------------------------------------
+# 1 - softmax keeps no digit where softmax rounds to 1 (1e-3 relative error at a logit gap of
+# 30), so the rules below write the complement without that subtraction; every term of theirs
+# is then a product of accurate factors, and their derivatives, taken by the same rules (of
+# log_softmax, exp and expm1), are again.
+_DOMINANT = -0.5  # log_softmax above this: softmax > 0.6, and the others' are all below 0.4
+
+
+def _complement(ls, s, lead, axis):
+    """``1 - softmax`` from ``ls = log_softmax``, ``s = exp(ls)`` and ``lead = ls >
+    _DOMINANT``: ``-expm1(ls)``, and where one element dominates, the others' softmax summed."""
+    return where.bind(lead, _others(s, lead, axis), negative.bind(expm1.bind(ls)))
+
+
+def _others(t, lead, axis):
+    """``sum(t) - t`` along ``axis``; at the dominant element, the other elements summed (the
+    subtraction would leave there the rounding of ``t``'s largest element, which the sweeps of
+    the next order meet where ``t`` is a cotangent)."""
+    rest = reduce_sum.bind(where.bind(lead, 0.0, t), axis=axis, keepdims=True)
+    return where.bind(lead, rest, subtract.bind(reduce_sum.bind(t, axis=axis, keepdims=True), t))
+
+
+def _log_softmax_rule(g, ans, x, axis):
+    """``g - softmax * sum(g)``, written ``g (1 - softmax) - softmax (sum(g) - g)``."""
+    s, lead = exp.bind(ans), greater.bind(ans, _DOMINANT)
+    return subtract.bind(multiply.bind(g, _complement(ans, s, lead, axis)),
+                         multiply.bind(s, _others(g, lead, axis)))
+
+
+def _xent_logits_rule(g, ans, z, x, axis):
+    """``g (softmax sum(z) - z)``, written ``g (softmax (sum(z) - z) - z (1 - softmax))``."""
+    ls = log_softmax.bind(x, axis=axis)
+    s, lead = exp.bind(ls), greater.bind(ls, _DOMINANT)
+    d = subtract.bind(multiply.bind(s, _others(z, lead, axis)),
+                      multiply.bind(z, _complement(ls, s, lead, axis)))
+    return multiply.bind(_keep(g, axis), d)
+
+
 softmax = _register(AxisOp(
     "softmax", 1, _softmax_slice, _softmax_np,
     (lambda g, ans, x, axis: multiply.bind(ans, subtract.bind(
         g, reduce_sum.bind(multiply.bind(g, ans), axis=axis, keepdims=True))),)))
-log_softmax = _register(AxisOp(
-    "log_softmax", 1, _log_softmax_slice, _log_softmax_np,
-    (lambda g, ans, x, axis: subtract.bind(g, multiply.bind(
-        exp.bind(ans), reduce_sum.bind(g, axis=axis, keepdims=True))),)))
+log_softmax = _register(AxisOp("log_softmax", 1, _log_softmax_slice, _log_softmax_np,
+                               (_log_softmax_rule,)))
 # TF: d/dlogits = softmax - labels, d/dlabels = -log_softmax
 softmax_cross_entropy_with_logits = _register(AxisOp(
     "softmax_cross_entropy_with_logits", 2, _xent_slice, _xent_np,
     (lambda g, ans, z, x, axis: multiply.bind(_keep(g, axis), negative.bind(
         log_softmax.bind(x, axis=axis))),
-     lambda g, ans, z, x, axis: multiply.bind(_keep(g, axis), subtract.bind(
-         softmax.bind(x, axis=axis), z))), reduces=True))
+     _xent_logits_rule), reduces=True))
 
 
 # --------------------------------------------------------------------------------------------

@@ -62,6 +62,8 @@ __all__ = [  # noqa: F822 - HEADS: __getattr__
     "decode_value",
     "dump_document",
     "read_file",
+    "read_at_most",
+    "file_kind",
     "load_document",
     "record",
     "expect",
@@ -1031,18 +1033,40 @@ def read_file(path) -> bytes:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            kind = next((name for test, name in _FILE_KINDS if test(st.st_mode)), "special")
-            raise OSError(errno.ENODEV, f"not a regular file ({kind})", str(path))
-        chunks, left = [], st.st_size + 1  # (a file that grows while read is read as it was)
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 24))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)[:st.st_size]
+            raise OSError(errno.ENODEV, f"not a regular file ({file_kind(st.st_mode)})",
+                          str(path))
+        # (a file that grows while read is read as it was)
+        return read_at_most(fd, st.st_size + 1)[:st.st_size]
     finally:
         os.close(fd)
+
+
+def read_at_most(fd: int, n: int) -> bytes:
+    """At most ``n`` bytes from the open file ``fd`` (fewer at its end).
+
+    >>> r, w = os.pipe()
+    >>> _ = os.write(w, b"abcdef"); os.close(w)
+    >>> read_at_most(r, 4), read_at_most(r, 4), read_at_most(r, 4)
+    (b'abcd', b'ef', b'')
+    >>> os.close(r)
+    """
+    chunks = []
+    while n > 0:
+        chunk = os.read(fd, min(n, 1 << 24))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is, for messages.
+
+    >>> file_kind(os.stat(os.devnull).st_mode) if os.name == "posix" else "a character device"
+    'a character device'
+    """
+    return next((name for test, name in _FILE_KINDS if test(mode)), f"mode {mode:o}")
 
 
 _FILE_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),

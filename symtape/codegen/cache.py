@@ -35,6 +35,7 @@ import threading
 import warnings
 from pathlib import Path
 
+from ..dataio import file_kind, read_at_most
 from ..errors import CacheWarning
 
 __all__ = ["cache_dir", "key", "frame", "unframe", "read", "write", "atomic_write", "sign",
@@ -195,7 +196,7 @@ def _read_secret(path: Path) -> bytes | None:
         problem = _unsafe(st, f"key file {str(path)!r}", 0o077, "open to group or others")
         if problem:
             raise ValueError(problem)
-        data = _read_at_most(fd, _SECRET_SIZE + 1)
+        data = read_at_most(fd, _SECRET_SIZE + 1)
     finally:
         os.close(fd)
     if len(data) != _SECRET_SIZE:
@@ -340,12 +341,12 @@ def _read_entry(path: Path) -> bytes | None:
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            _warn_entry(path, f"it is not a regular file ({_file_kind(st.st_mode)})")
+            _warn_entry(path, f"it is not a regular file ({file_kind(st.st_mode)})")
             return None
         if st.st_size > MAX_ENTRY_BYTES:
             _warn_entry(path, f"it holds {st.st_size} bytes, more than {MAX_ENTRY_BYTES}")
             return None
-        blob = _read_at_most(fd, MAX_ENTRY_BYTES + 1)  # the file may grow after fstat
+        blob = read_at_most(fd, MAX_ENTRY_BYTES + 1)  # the file may grow after fstat
     except OSError:
         return None
     finally:
@@ -354,23 +355,6 @@ def _read_entry(path: Path) -> bytes | None:
         _warn_entry(path, f"it holds more than {MAX_ENTRY_BYTES} bytes")
         return None
     return blob
-
-
-def _read_at_most(fd: int, n: int) -> bytes:
-    chunks = []
-    while n > 0:
-        chunk = os.read(fd, min(n, 1 << 20))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        n -= len(chunk)
-    return b"".join(chunks)
-
-
-def _file_kind(mode: int) -> str:
-    kinds = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR,
-             "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
-    return next((name for test, name in kinds if test(mode)), f"mode {mode:o}")
 
 
 def _warn_entry(path: Path, problem: str) -> None:

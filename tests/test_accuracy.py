@@ -89,8 +89,9 @@ def _exact(expr, order: int, points) -> list:
     return out
 
 
-def _nested(fn, x, order: int):
-    """``d^order fn / dx^order`` by ``order`` nested tapes (reverse sweeps over the rules)."""
+def _nested(fn, x, order: int, sweep: str = "gradient"):
+    """``d^order fn / dx^order`` by ``order`` nested tapes (reverse sweeps over the rules);
+    ``sweep="jacobian"``: the whole derivative tensor of a vector ``x``."""
     tapes = [st.GradientTape(persistent=True) for _ in range(order)]
     with contextlib.ExitStack() as stack:
         for t in tapes:
@@ -98,7 +99,7 @@ def _nested(fn, x, order: int):
             t.watch(x)
         d = fn(x)
         for t in reversed(tapes):
-            d = t.gradient(d, x)
+            d = getattr(t, sweep)(d, x)
     return d
 
 
@@ -318,19 +319,6 @@ def _exact_tensor(expr, order: int) -> np.ndarray:
     return out
 
 
-def _nested_jacobian(fn, x, order: int):
-    """The ``order``-th derivative tensor of ``fn`` at ``x`` (shape (4,)) by nested tapes."""
-    tapes = [st.GradientTape(persistent=True) for _ in range(order)]
-    with contextlib.ExitStack() as stack:
-        for t in tapes:
-            stack.enter_context(t)
-            t.watch(x)
-        d = fn(x)
-        for t in reversed(tapes):
-            d = t.jacobian(d, x)
-    return d
-
-
 def _check_rows(name, how, order, got, want):
     got = np.asarray(got).reshape(want.shape)
     bad = [(LOGITS[i[0]].tolist(), i[1:], float(got[i]), want[i]) for i in np.ndindex(*want.shape)
@@ -346,11 +334,11 @@ def test_softmax_family_derivatives_are_accurate(name, order):
     (a vector argument: nested sweeps)."""
     fn, expr = AXIS_OPS[name]
     want = _exact_tensor(expr, order)
-    eager = [_nested_jacobian(fn, st.constant(row), order).numpy() for row in LOGITS]
+    eager = [_nested(fn, st.constant(row), order, sweep="jacobian").numpy() for row in LOGITS]
     _check_rows(name, "eager", order, np.stack(eager), want)
     sym = st.symbol("x", shape=(4,))
-    _check_rows(name, "compiled sweeps", order, st.compile(_nested_jacobian(fn, sym, order),
-                                                           [sym])(LOGITS), want)
+    sweeps = st.compile(_nested(fn, sym, order, sweep="jacobian"), [sym])
+    _check_rows(name, "compiled sweeps", order, sweeps(LOGITS), want)
     spec = [st.TensorSpec((4,))]
     d = st.derivative(fn, order=order, input_signature=spec)
     _check_rows(name, "st.derivative", order, d(LOGITS), want)

@@ -62,6 +62,7 @@ def clock() -> int:
     """The count of :func:`assigned` (the ``_epoch`` of a value computed now)."""
     return _CLOCK
 
+
 #: Formulas larger than this many atoms are shown in CSE form by ``latex()`` and ``str()``.
 DISPLAY_LIMIT = 120
 

@@ -2,7 +2,7 @@
 values, eager against compiled (see tests/differential.py for the method), and programs
 whose variables are assigned between their ops against the same programs on snapshots.
 
-CI runs a few hundred programs of each (about 15 s each); ``--long`` runs 5,000, and the
+CI runs a few hundred programs of each (about 3 minutes and 15 s); ``--long`` runs 5,000, and the
 programs over long vectors (eager against loop nests) and the ``None``-batch steps at
 batches of 0, 1, 3 and 1001 (eager against the step compiled once for every batch size).
 """

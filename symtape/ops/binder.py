@@ -981,10 +981,8 @@ def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
 
 def _moved(v: np.ndarray, where: np.ndarray, shape: tuple) -> np.ndarray:
     """``v`` (broadcast to ``shape``) read at the flat places ``where`` (zero or False at
-    -1): an argument's values where a moving op puts them."""
-    flat = np.broadcast_to(v, shape).reshape(-1)
-    out = flat[np.where(where < 0, 0, where)] if flat.size else np.zeros(where.shape, v.dtype)
-    return np.where(where < 0, out.dtype.type(0), out)
+    -1): an argument's values where a moving op puts them (``gather_flat``'s value)."""
+    return ops.gather_flat.numeric([np.broadcast_to(v, shape)], {"idx": where})
 
 
 def _where_recipe(cond: np.ndarray, x: tuple, y: tuple | None) -> tuple:

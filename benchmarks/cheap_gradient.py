@@ -17,8 +17,8 @@ import time
 import numpy as np
 
 import symtape as st
-from symtape import graph as G
-from symtape import nodes as N
+from symtape.element import graph as G
+from symtape.core import node as N
 
 
 def rosenbrock(x):

@@ -36,8 +36,8 @@ import sympy as sp  # noqa: E402
 import importlib  # noqa: E402
 
 import symtape as st  # noqa: E402 - the cache directory must be chosen first
-from symtape import graph as G  # noqa: E402
-from symtape import taylor_mode as taylor  # noqa: E402
+from symtape.element import graph as G  # noqa: E402
+from symtape.derivatives import taylor as taylor  # noqa: E402
 
 
 def f(x):
@@ -75,7 +75,7 @@ def _once(fn, points) -> float:
 
 
 def mixed() -> None:
-    function = importlib.import_module("symtape.function")
+    function = importlib.import_module("symtape.compile.function")
     print(f"{'n':>2} {'k':>2} {'dirs':>5} {'interpolated: setup':>20} {'eval':>9} "
           f"{'nested: setup':>14} {'eval':>9} {'rel. diff':>10} picked")
     for n, k in MIXED_CASES:

@@ -2,9 +2,9 @@
 ``st.function`` against JAX ``jit`` and eager numpy-backed symtape.
 
 The step is traced once for a batch of 128 and compiled as loop nests over the tensors
-(``symtape.loopnest``), and once with ``input_signature`` of a ``None`` batch (one compile
+(``symtape.compile.planner``), and once with ``input_signature`` of a ``None`` batch (one compile
 for every batch size: passes over the examples whose gradients accumulate in the kernel,
-then the update; ``symtape.batching``); JAX jits the same step in float64 (when installed:
+then the update; ``symtape.compile.batching``); JAX jits the same step in float64 (when installed:
 ``pip install -e ".[bench]"``). Compile time is the first call (trace, gradient, plan,
 LLVM; symtape with an empty object cache); step time is the best and the median of repeated
 calls (in rounds alternating between the tools), each updating the weights and Adam moments

@@ -12,43 +12,26 @@ native code.
 
 from __future__ import annotations
 
-from . import errors, keras, linalg, nn, optimizers, random, saved_model, scipy, testing
-from . import math as math
-from .custom import (
-                     RegisterGradient,
-                     custom_gradient,
-                     define_function,
-                     get_function,
-                     register_gradient,
-                     stop_gradient,
+from symtape import keras, linalg, nn, optimizers, saved_model, scipy, testing
+from symtape.base import errors
+from symtape.ops import random
+from symtape import math as math
+from symtape.derivatives.custom import (
+    RegisterGradient, custom_gradient, define_function, get_function, register_gradient,
+    stop_gradient,
 )
-from .function import (
-                     Function,
-                     SparseResult,
-                     TensorSpec,
-                     compile,
-                     derivative,
-                     export_c,
-                     function,
-                     grad,
-                     hessian,
-                     hvp,
-                     jacobian,
+from symtape.compile.function import (
+    Function, SparseResult, TensorSpec, compile, derivative, export_c, function, grad, hessian,
+    hvp, jacobian,
 )
-from .interop import from_sympy
-from .teaching import TaylorSeries, plot, taylor
-from .math import *  # noqa: F403 - TensorFlow exposes its math names at the top level
-from .module import Module
-from .serialize import load
-from .tape import GradientTape, UnconnectedGradients
-from .tensor import (
-                     Tensor,
-                     Variable,
-                     constant,
-                     convert_to_tensor,
-                     is_tensor,
-                     name_scope,
-                     symbol,
+from symtape.interop import from_sympy
+from symtape.teaching import TaylorSeries, plot, taylor
+from symtape.math import *  # noqa: F403 - TensorFlow exposes its math names at the top level
+from symtape.module import Module
+from symtape.serialize import load
+from symtape.derivatives.tape import GradientTape, UnconnectedGradients
+from symtape.core.variables import (
+    Tensor, Variable, constant, convert_to_tensor, is_tensor, name_scope, symbol,
 )
 
 float64 = "float64"

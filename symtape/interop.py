@@ -17,10 +17,10 @@ import functools
 
 import numpy as np
 
-from . import math as M
-from .errors import InvalidArgumentError
-from .tensor import Tensor, convert_to_tensor
-from .lazy import LazyModule
+from symtape import math as M
+from symtape.base.errors import InvalidArgumentError
+from symtape.core.variables import Tensor, convert_to_tensor
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
 

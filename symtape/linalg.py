@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import functools
 
-from . import ops
-from .errors import ShapeError
-from .math import _entry
-from .math import einsum, eye, global_norm, matmul, norm, tensordot  # also under tf.linalg
-from .tensor import convert_to_tensor
+from symtape import ops
+from symtape.base.errors import ShapeError
+from symtape.math import _entry
+from symtape.math import einsum, eye, global_norm, matmul, norm, tensordot  # also under tf.linalg
+from symtape.core.variables import convert_to_tensor
 
 __all__ = ["det", "inv", "solve", "trace", "matrix_transpose", "matmul", "norm", "einsum",
            "tensordot", "eye", "global_norm"]
@@ -85,5 +85,5 @@ def matrix_transpose(a, name="matrix_transpose", conjugate=False):
     (3, 2)
     """
     a = convert_to_tensor(a)
-    return ops.transpose.bind(a, perm=ops._swap_last(a.ndim))
+    return ops.transpose.bind(a, perm=ops.swap_last(a.ndim))
 

@@ -9,12 +9,12 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import ops
-from .errors import DTypeError, InvalidArgumentError, ShapeError
-from .ops.binder import _truediv
-from .tensor import Tensor, constant, convert_to_tensor
-from .tensor import shape_arg as _shape_arg
-from .lazy import LazyModule
+from symtape import ops
+from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
+from symtape.core.apply import _truediv
+from symtape.core.variables import Tensor, constant, convert_to_tensor
+from symtape.core.variables import shape_arg as _shape_arg
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
 

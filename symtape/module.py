@@ -13,9 +13,9 @@ import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
 
-from . import nest
-from .errors import InvalidArgumentError
-from .tensor import Variable, name_scope
+from symtape.base import nest
+from symtape.base.errors import InvalidArgumentError
+from symtape.core.variables import Variable, name_scope
 
 __all__ = ["Module"]
 

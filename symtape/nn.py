@@ -8,12 +8,13 @@ import math as _pymath
 
 import numpy as np
 
-from . import math as M
-from . import ops, random
-from .errors import InvalidArgumentError, ShapeError
-from .math import _entry
-from .math import sigmoid, softplus, tanh  # TensorFlow exposes these under tf.nn too
-from .tensor import Tensor, constant
+from symtape import math as M
+from symtape import ops
+from symtape.ops import random
+from symtape.base.errors import InvalidArgumentError, ShapeError
+from symtape.math import _entry
+from symtape.math import sigmoid, softplus, tanh  # TensorFlow exposes these under tf.nn too
+from symtape.core.variables import Tensor, constant
 
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax",
            "sigmoid_cross_entropy_with_logits", "softmax_cross_entropy_with_logits", "l2_loss",

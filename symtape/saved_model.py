@@ -8,10 +8,10 @@ ops through the op table, so results are tensors with formulas, recorded on tape
 other.
 
 The file ``saved_model.symtape`` is data only: strict JSON behind a checksummed header, with
-expressions, parameters and arrays in the encodings of :mod:`symtape.dataio`. Loading runs
+expressions, parameters and arrays in the encodings of :mod:`symtape.io.dataio`. Loading runs
 nothing from it: ops are looked up by name in the op table, expressions are rebuilt from a
 whitelist of SymPy heads, and every reference, count and kind is checked first; a malformed
-file raises :class:`~symtape.errors.SerializationError` saying what is wrong.
+file raises :class:`~symtape.base.errors.SerializationError` saying what is wrong.
 """
 
 from __future__ import annotations
@@ -24,23 +24,22 @@ from pathlib import Path
 
 import numpy as np
 
-from . import nest, ops, recording
-from .codegen.cache import atomic_write
-from .custom import _Rule, call_with_rule
-from .errors import (
-    InvalidArgumentError,
-    NonDifferentiableError,
-    SerializationError,
-    SymtapeError,
+from symtape import ops
+from symtape.base import nest
+from symtape.base import recording
+from symtape.codegen.cache import atomic_write
+from symtape.derivatives.custom import _Rule, call_with_rule
+from symtape.base.errors import (
+    InvalidArgumentError, NonDifferentiableError, SerializationError, SymtapeError,
 )
-from .function import Function, TensorSpec
-from .tensor import Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol
-from .lazy import LazyModule
+from symtape.compile.function import Function, TensorSpec
+from symtape.core.variables import Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-dataio = LazyModule("dataio", globals(), "symtape.dataio")
-F = LazyModule("F", globals(), "symtape.functions")
-G = LazyModule("G", globals(), "symtape.graph")
+dataio = LazyModule("dataio", globals(), "symtape.io.dataio")
+F = LazyModule("F", globals(), "symtape.element.added_heads")
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["SaveOptions", "save", "load"]
 

@@ -20,10 +20,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .codegen import TensorSpec
-from .errors import InvalidArgumentError
-from .function import _placeholders, _result, _traced, compile, hessian, hvp
-from .tape import GradientTape
+from symtape.codegen import TensorSpec
+from symtape.base.errors import InvalidArgumentError
+from symtape.compile.function import _placeholders, _result, _traced, compile, hessian, hvp
+from symtape.derivatives.tape import GradientTape
 
 __all__ = ["minimize", "solve_ivp_jac", "IVPFunctions", "SPARSE_FROM"]
 
@@ -147,7 +147,7 @@ def solve_ivp_jac(f: Callable, y0, sparse: bool | None = None) -> IVPFunctions:
     y = _vector(y0, what)
     n = y.size
     sig = [TensorSpec(()), TensorSpec((n,))]
-    from .function import jacobian
+    from symtape.compile.function import jacobian
 
     def rhs(t, v):
         out = f(t, v)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 
-from .codegen import CompiledFunction
-from .codegen import load as _load
+from symtape.codegen import CompiledFunction
+from symtape.codegen import load as _load
 
 __all__ = ["load"]
 

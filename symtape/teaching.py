@@ -1,7 +1,7 @@
 """Higher derivatives for teaching: exact Taylor coefficients (:func:`taylor`), a table of
 derivatives in LaTeX (:meth:`TaylorSeries.latex_table`), and a plot of a function with its
 derivatives (:func:`plot`, matplotlib as the optional extra ``[plot]``). The coefficients
-come from Taylor mode (:mod:`symtape.taylor_mode`): ``order`` of them cost ``O(order^2)`` per
+come from Taylor mode (:mod:`symtape.derivatives.taylor`): ``order`` of them cost ``O(order^2)`` per
 op, as formulas in SymPy's own symbols and as numbers.
 
 >>> import symtape as st
@@ -20,15 +20,15 @@ from fractions import Fraction
 
 import numpy as np
 
-from .codegen import compile_atoms
-from .errors import InvalidArgumentError, NonDifferentiableError
-from .function import _result, _traced
-from .tensor import Tensor, symbol
-from .lazy import LazyModule
+from symtape.codegen import compile_atoms
+from symtape.base.errors import InvalidArgumentError, NonDifferentiableError
+from symtape.compile.function import _result, _traced
+from symtape.core.variables import Tensor, symbol
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-G = LazyModule("G", globals(), "symtape.graph")
-T = LazyModule("T", globals(), "symtape.taylor_mode")
+G = LazyModule("G", globals(), "symtape.element.graph")
+T = LazyModule("T", globals(), "symtape.derivatives.taylor")
 
 __all__ = ["taylor", "TaylorSeries", "plot"]
 

@@ -8,9 +8,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .errors import InvalidArgumentError
-from .tape import GradientTape
-from .tensor import Tensor, Variable
+from symtape.base.errors import InvalidArgumentError
+from symtape.derivatives.tape import GradientTape
+from symtape.core.variables import Tensor, Variable
 
 __all__ = ["check_grads"]
 
@@ -39,13 +39,13 @@ def _tape_derivative(fn, values, weights, direction, order):
 
 
 def _weighted_sum(y: Tensor, weights):
-    from .ops import multiply, reduce_sum
+    from symtape.ops import multiply, reduce_sum
 
     return reduce_sum.bind(multiply.bind(y, weights), axis=None)
 
 
 def _dot(grads, direction):
-    from .ops import add, multiply, reduce_sum
+    from symtape.ops import add, multiply, reduce_sum
 
     terms = [reduce_sum.bind(multiply.bind(g, v), axis=None) for g, v in zip(grads, direction)]
     total = terms[0]

@@ -24,10 +24,10 @@ import numpy as np
 import sympy as sp
 
 import symtape as st
-from symtape import evaluate
-from symtape import functions as F
-from symtape import loopnest
-from symtape.ops import binder
+from symtape.element import evaluate
+from symtape.element import added_heads as F
+from symtape.compile import planner as loopnest
+from symtape.core import apply as binder
 from symtape.codegen import kernel
 
 SPECIAL = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0, 1e300, -1e300, 1e-300, np.inf,

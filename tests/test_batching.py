@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape import batching, loopnest
+from symtape.compile import batching
+from symtape.compile import planner as loopnest
 from symtape.codegen import compile_plan, jit, runtime
 
 SIZES = (5, 7, 3)

@@ -11,9 +11,10 @@ import pytest
 import sympy as sp
 
 import symtape as st
-from symtape import loopnest, ops
+from symtape import ops
+from symtape.compile import planner as loopnest
 from symtape.codegen.loops import LoopPlan
-from symtape.errors import InvalidArgumentError, ShapeError
+from symtape.base.errors import InvalidArgumentError, ShapeError
 from test_ops import (np_conv2d, np_conv2d_filter, np_conv2d_input, np_pool, np_pool_grad,
                       np_pool_pick, np_sum_pool_grad)
 

@@ -7,7 +7,7 @@ import pytest
 import sympy as sp
 
 import symtape as st
-from symtape.errors import NonDifferentiableError
+from symtape.base.errors import NonDifferentiableError
 
 
 @st.custom_gradient

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape import autodiff
-from symtape.ops import binder
+from symtape.derivatives import sweep as autodiff
+from symtape.core import apply as binder
 
 
 def _fresh():

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape import errors
+from symtape.base import errors
 
 
 @pytest.mark.parametrize("call, exc, pattern", [

@@ -26,7 +26,9 @@ import pytest
 import sympy as sp
 
 import symtape as st
-from symtape import dataio, errors, graph
+from symtape.io import dataio
+from symtape.base import errors
+from symtape.element import graph
 from symtape.codegen import c99, cache, compile_atoms, jit
 
 ROOT = Path(__file__).resolve().parent.parent

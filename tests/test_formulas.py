@@ -6,7 +6,7 @@ import numpy as np
 import sympy as sp
 
 import symtape as st
-from symtape import graph as G
+from symtape.element import graph as G
 
 
 def test_second_derivative_of_cube_prints_6x():
@@ -117,7 +117,7 @@ def test_constants_fold_exactly():
 def test_unbound_leaves_are_named():
     import pytest
 
-    from symtape.errors import UnboundLeafError
+    from symtape.base.errors import UnboundLeafError
 
     x, k = st.symbol("x"), st.symbol("k", 2.0)
     y = k * x

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape import errors
+from symtape.base import errors
 from symtape.codegen import runtime
 
 ROOT = Path(__file__).resolve().parent.parent

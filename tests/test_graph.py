@@ -9,7 +9,7 @@ import pytest
 import sympy as sp
 
 import symtape as st
-from symtape import graph as G
+from symtape.element import graph as G
 
 
 def _size(expr) -> int:
@@ -94,7 +94,7 @@ def test_node_count_of_a_gradient_is_a_small_multiple_of_the_function():
 
 @pytest.mark.parametrize("value", [0.5, -3.0])
 def test_evaluating_the_dag_reproduces_eager_values(value):
-    from symtape.evaluate import evaluate_atoms
+    from symtape.element.evaluate import evaluate_atoms
 
     x = st.symbol("x", value)
     with st.GradientTape() as t:

@@ -7,10 +7,12 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from symtape import dataio, heads, ops
-from symtape import graph as G
+from symtape import ops
+from symtape.io import dataio
+from symtape.element import heads
+from symtape.element import graph as G
 from symtape.codegen import lower
-from symtape.errors import NonDifferentiableError
+from symtape.base.errors import NonDifferentiableError
 
 
 def _templates(op: ops.Elementwise, order: int = 3) -> list:

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape import loopnest, ops
+from symtape import ops
+from symtape.compile import planner as loopnest
 from symtape.codegen.loops import LoopPlan
 
 

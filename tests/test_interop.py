@@ -9,7 +9,7 @@ import sympy as sp
 from sympy.physics.mechanics import dynamicsymbols
 
 import symtape as st
-from symtape import graph
+from symtape.element import graph
 
 
 def _grad(f, x):

@@ -15,10 +15,10 @@ from test_compile_ops import _alike, _compiled_rows, _outputs, _points
 from test_ops import ROWS
 
 import symtape as st
-from symtape import loopnest
+from symtape.compile import planner as loopnest
 from symtape.codegen import compile_plan
 from symtape.codegen.loops import Access, LoopPlan
-from symtape.errors import LoweringError
+from symtape.base.errors import LoweringError
 
 
 def _loop_compiled(outs, syms, points=0):

@@ -10,8 +10,8 @@ import pytest
 import sympy as sp
 
 import symtape as st
-from symtape import nodes as N
-from symtape.errors import InvalidArgumentError
+from symtape.core import node as N
+from symtape.base.errors import InvalidArgumentError
 
 
 def test_same_op_on_same_nodes_is_one_node():

@@ -15,7 +15,9 @@ import pytest
 import sympy as sp
 
 import symtape as st
-from symtape import autodiff, ops, recording
+from symtape import ops
+from symtape.derivatives import sweep as autodiff
+from symtape.base import recording
 
 ERF = np.vectorize(math.erf)
 SELU_A, SELU_S = 1.6732632423543772, 1.0507009873554805

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape import errors
+from symtape.base import errors
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -25,8 +25,13 @@ import pytest
 import sympy as sp
 
 import symtape as st
-from symtape import dataio, errors, graph, heads, nest, ops
-from symtape import functions as F
+from symtape import ops
+from symtape.io import dataio
+from symtape.base import errors
+from symtape.element import graph
+from symtape.element import heads
+from symtape.base import nest
+from symtape.element import added_heads as F
 from symtape.codegen import cache, compile_atoms, jit, kernel, runtime
 from symtape.codegen.plan import build_plan
 

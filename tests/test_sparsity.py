@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape import graph as G
-from symtape import sparsity
+from symtape.element import graph as G
+from symtape.derivatives import sparsity
 from test_ops import ROWS, _sample
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape.errors import DTypeError, ShapeError
+from symtape.base.errors import DTypeError, ShapeError
 
 
 def test_watch_constant_and_nested_structures():

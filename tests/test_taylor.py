@@ -14,12 +14,12 @@ import pytest
 import sympy as sp
 
 import symtape as st
-from symtape import graph as G
-from symtape import taylor_mode as taylor
+from symtape.element import graph as G
+from symtape.derivatives import taylor as taylor
 from test_ops import ROWS, _sample
 
 X = sp.Symbol("x", real=True)
-function_module = importlib.import_module("symtape.function")  # st.function is the decorator
+function_module = importlib.import_module("symtape.compile.function")  # st.function is the decorator
 
 
 def _scalar_unary_rows():

@@ -159,7 +159,7 @@ def test_many_hinges_stay_exact_and_small():
     with st.GradientTape() as t:
         y = sum(st.where(x > k, st.log(x - k + 1.0) * st.sqrt(x), 0.0) for k in knots)
     g = t.gradient(y, x)
-    from symtape import graph
+    from symtape.element import graph
     assert len(graph.reachable([g._atoms[()]])) < 20_000
     f = st.compile(g, [x])
     pts = np.array([-2.0, -0.0, 0.05, 1.23, 5.0])
@@ -232,7 +232,7 @@ def test_zeros_of_moves_are_exact_at_every_size(case, n):
 def test_zeros_of_one_move_are_exact_in_loop_nests(case, monkeypatch):
     """A select read through one move (not a chain of them, nor a move that adds elements)
     is computed where its reader reads it, so the reader folds into its zero branch."""
-    from symtape import loopnest
+    from symtape.compile import planner as loopnest
     from symtape.codegen.loops import LoopPlan
 
     monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)

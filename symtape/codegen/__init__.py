@@ -9,6 +9,6 @@ The stages, each a module: :mod:`~symtape.codegen.plan` (graph -> SSA list),
 
 from __future__ import annotations
 
-from .runtime import CompiledFunction, TensorSpec, compile_atoms, compile_plan, load
+from symtape.codegen.runtime import CompiledFunction, TensorSpec, compile_atoms, compile_plan, load
 
 __all__ = ["compile_atoms", "compile_plan", "CompiledFunction", "TensorSpec", "load"]

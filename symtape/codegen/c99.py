@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 import re
 
-from .plan import Plan
-from ..errors import InvalidArgumentError
-from ..lazy import LazyModule
+from symtape.codegen.plan import Plan
+from symtape.base.errors import InvalidArgumentError
+from symtape.base.lazy import LazyModule
 
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
@@ -128,7 +128,7 @@ def check_file_stem(stem: str, what: str) -> None:
     >>> check_file_stem('a"b', "st.export_c")
     Traceback (most recent call last):
     ...
-    symtape.errors.InvalidArgumentError: st.export_c: the file name 'a"b' cannot be written in \
+    symtape.base.errors.InvalidArgumentError: st.export_c: the file name 'a"b' cannot be written in \
 #include "a"b.h": use only ASCII letters, digits, '_', '.' and '-' (not first: '.', '-')
     """
     if not _FILE_STEM.fullmatch(stem):
@@ -235,7 +235,7 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tu
     ``InvalidArgumentError`` naming it (prefixed with ``what``).
 
     >>> import numpy as np
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> from symtape.codegen.plan import build_plan
     >>> x = graph.Leaf.new("x")
     >>> sq = build_plan([np.array(graph.mul(x, x), dtype=object)], [np.array(x, dtype=object)])
@@ -271,7 +271,7 @@ def render(plan: Plan, name: str, dtype: str = "float64", input_names=None,
     """The C99 source of ``plan`` as a function called ``name``.
 
     >>> import numpy as np
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> from symtape.codegen.plan import build_plan
     >>> x = graph.Leaf.new("x")
     >>> p = build_plan([np.array(graph.mul(x, x), dtype=object)], [np.array(x, dtype=object)])

@@ -4,7 +4,7 @@ framing it shares with other blobs.
 Entries live under ``$SYMTAPE_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/symtape``, else
 ``~/.cache/symtape``. The folder and its ``obj`` subfolder are created with mode 0700; a folder
 that is not owned by this user, or that group or others may write, is not used at all (one
-:class:`~symtape.errors.CacheWarning` per process and folder): code mapped into the process
+:class:`~symtape.base.errors.CacheWarning` per process and folder): code mapped into the process
 must never come from someone else.
 
 Each entry is framed (magic tag, format version, length, SHA-256 of the payload) and carries an
@@ -35,8 +35,8 @@ import threading
 import warnings
 from pathlib import Path
 
-from ..dataio import file_kind, read_at_most
-from ..errors import CacheWarning
+from symtape.io.dataio import file_kind, read_at_most
+from symtape.base.errors import CacheWarning
 
 __all__ = ["cache_dir", "key", "frame", "unframe", "read", "write", "atomic_write", "sign",
            "verify", "MAX_ENTRY_BYTES"]

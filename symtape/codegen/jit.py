@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
-from ..errors import CompileError
-from . import cache
-from .lanes import LANES_MARK
+from symtape.base.errors import CompileError
+from symtape.codegen import cache
+from symtape.codegen.lanes import LANES_MARK
 
 __all__ = ["STATS", "Host", "host", "compile_object", "object_code", "assembly", "check_object",
            "Engine"]

@@ -34,9 +34,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .lanes import LANES, LANES_MARK, libm_wrapper, vector, widen
-from .plan import Instr, Plan
-from ..lazy import LazyModule
+from symtape.codegen.lanes import LANES, LANES_MARK, libm_wrapper, vector, widen
+from symtape.codegen.plan import Instr, Plan
+from symtape.base.lazy import LazyModule
 
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 vecmath = LazyModule("vecmath", globals(), "symtape.codegen.vecmath")
@@ -61,7 +61,7 @@ TYPES = {
     "float32": ("float", "f32", "f", 4),
 }
 
-_ATTRIBUTES = "attributes #0 = { nounwind willreturn memory(none) }"
+ATTRIBUTES = "attributes #0 = { nounwind willreturn memory(none) }"
 
 # Above this many loads and stores per point, ``point`` is not inlined and the batch loop is
 # not vectorised: each point's accesses form interleaved groups as wide as its core, whose
@@ -138,7 +138,7 @@ def render(plan: Plan, name: str, dtype: str = "float64", fastmath: bool = False
     """The LLVM IR module of ``plan`` (the text the cache is keyed by).
 
     >>> import numpy as np
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> from symtape.codegen.plan import build_plan
     >>> x = graph.Leaf.new("x")
     >>> p = build_plan([np.array(graph.mul(x, x), dtype=object)], [np.array(x, dtype=object)])
@@ -146,17 +146,17 @@ def render(plan: Plan, name: str, dtype: str = "float64", fastmath: bool = False
     True
     """
     fmt, size = formats(dtype, fastmath)
-    emitter = _Body(plan, fmt, size)
+    emitter = Body(plan, fmt, size)
     body = emitter.lines()
     decls = emitter.declarations()  # one line per declaration
     head = [f"; symtape kernel {name}: {len(plan.inputs)} inputs, {len(plan.outputs)} outputs"]
     if emitter.lanes > 1 and plan.n_ops >= SHORT_PIPELINE_OPS:
         head.append(f"{LANES_MARK}: {emitter.lanes} points per vector")
-    tail = [_ATTRIBUTES] + ([_NO_LOOP_VECTORIZE] if not emitter.loop_vectorize else []) + [""]
-    return "\n".join(head + decls + body + _entries(plan, name) + tail)
+    tail = [ATTRIBUTES] + ([_NO_LOOP_VECTORIZE] if not emitter.loop_vectorize else []) + [""]
+    return "\n".join(head + decls + body + entries(plan, name) + tail)
 
 
-def _entries(plan: Plan, name: str) -> list[str]:
+def entries(plan: Plan, name: str) -> list[str]:
     n_ptr = len(plan.inputs) + len(plan.outputs)
     strided, dense = symbol_names(name)
     loads = [f"  %p{i}.a = getelementptr ptr, ptr %ptrs, i64 {i}\n"
@@ -180,7 +180,7 @@ def _entries(plan: Plan, name: str) -> list[str]:
     ]
 
 
-def _body_head(n_bufs: int, first: str) -> list[str]:
+def body_head(n_bufs: int, first: str) -> list[str]:
     """The opening of ``body(n, buffers..., strides...)``: nothing to do unless ``n > 0``,
     else on to block ``first`` (the block ``%done`` returns)."""
     params = ["i64 %n"] + [f"ptr noalias %b{i}" for i in range(n_bufs)]
@@ -197,7 +197,7 @@ def _body_head(n_bufs: int, first: str) -> list[str]:
 def _loop(elems: list[str], vectorize: bool) -> list[str]:
     """``body``: for each point ``j``, ``point`` on every buffer advanced by ``j * stride``
     elements (``elems`` are the buffers' element types, inputs then outputs)."""
-    lines = _body_head(len(elems), "loop") + [
+    lines = body_head(len(elems), "loop") + [
         "  %j = phi i64 [ 0, %entry ], [ %j.next, %loop ]",
     ]
     for i, elem in enumerate(elems):
@@ -244,7 +244,7 @@ def _chunks(plan: Plan, size: int) -> list:
     return bounds
 
 
-class _Body:
+class Body:
     """Emits ``point`` (loads, ops, stores) and the ``body`` loop around it; with
     ``lanes > 1`` every value is a vector of that many points (:mod:`~.lanes`)."""
 
@@ -614,7 +614,7 @@ def _lane_loop(elems: list[str], sizes: list[int], n_in: int, lanes: int,
     sb = total
     total += max(scratch[1], 1) * lanes
     heap = total > LANE_STACK_BYTES
-    lines = _body_head(len(elems), "start")
+    lines = body_head(len(elems), "start")
     if heap:
         lines += [
             f"  %raw = call ptr @malloc(i64 {total + 64})",

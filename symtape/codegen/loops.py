@@ -29,9 +29,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .kernel import (_ATTRIBUTES, LANE_STACK_BYTES, LOOP_VECTORIZE_MAX_ACCESSES, _Body,
-                     _body_head, _entries, float_literal, formats)
-from .plan import ArgLayout, OutLayout, Plan
+from symtape.codegen.kernel import (
+    ATTRIBUTES, LANE_STACK_BYTES, LOOP_VECTORIZE_MAX_ACCESSES, Body, body_head, entries,
+    float_literal, formats,
+)
+from symtape.codegen.plan import ArgLayout, OutLayout, Plan
 
 __all__ = ["Buffer", "Access", "Block", "LoopPlan", "render", "POINT_ALIGN"]
 
@@ -163,7 +165,7 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     """The LLVM IR module of ``plan``, with the entry points of :func:`kernel.render`.
 
     >>> import numpy as np
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> from symtape.codegen.plan import build_plan
     >>> x = graph.Leaf.new("x")
     >>> body = build_plan([np.array(graph.mul(x, x), dtype=object)], [np.array(x, dtype=object)])
@@ -205,8 +207,8 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     decls.add("declare ptr @malloc(i64)")
     decls.add("declare void @free(ptr)")
     slot = ["@arena.slot = internal global ptr null, align 8"]
-    return "\n".join(head + sorted(decls) + slot + consts + lines + _entries(plan, name)
-                      + _release(name) + [_ATTRIBUTES, ""])
+    return "\n".join(head + sorted(decls) + slot + consts + lines + entries(plan, name)
+                      + _release(name) + [ATTRIBUTES, ""])
 
 
 #: Blocks of at least this many operations (iterations times body size) split their
@@ -329,7 +331,7 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
     in_bool = tuple(plan.buffers[a.buffer].boolean for a in block.ins)
     if block.contract and not fmt["fm"]:
         fmt = dict(fmt, fm="contract ")
-    emitter = _Body(block.body, fmt, size, offsets=tuple(a.core for a in accs), in_bool=in_bool)
+    emitter = Body(block.body, fmt, size, offsets=tuple(a.core for a in accs), in_bool=in_bool)
     # a body of many loads and stores (an unrolled node) stays a call: the loop passes
     # analyse every access of a loop body against every other (seconds at a thousand)
     inline = sum(len(a.core) for a in accs) <= LOOP_VECTORIZE_MAX_ACCESSES
@@ -485,7 +487,7 @@ def _point_loop(plan: LoopPlan, arena: int, t: str) -> list:
     n_in, n_out = len(plan.inputs), len(plan.outputs)
     elems = [t] * n_in + ["i8" if o.boolean else t for o in plan.outputs]
     heap = arena > LANE_STACK_BYTES
-    lines = _body_head(n_in + n_out, "start")
+    lines = body_head(n_in + n_out, "start")
     if heap:
         lines += _take_arena(arena, "start", "loop.pre") + ["  br label %loop"]
         pre = "loop.pre"
@@ -530,7 +532,7 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
         stage.append(top)
         top += 0 if one else -(-chunk * size * w // 64) * 64
     heap = top > LANE_STACK_BYTES
-    lines = _body_head(n_in + n_out, "start")
+    lines = body_head(n_in + n_out, "start")
     if heap:
         lines += _take_arena(top, "start", "pre")
         pre = "pre"

@@ -4,12 +4,12 @@ Two tables, side by side. :data:`HEADS` is keyed by SymPy head: each entry turns
 definition into ops of :data:`OPS` through a :class:`Builder` (the plan). :data:`OPS` is the
 closed target, about thirty ops: for each, its argument and result kinds, its LLVM IR lines,
 its C99 expression and its SymPy form (used to rebuild formulas from a plan). A head that is in
-neither raises :class:`~symtape.errors.LoweringError` naming it.
+neither raises :class:`~symtape.base.errors.LoweringError` naming it.
 
-The translation follows :mod:`symtape.evaluate` exactly, so compiled code and the numpy
+The translation follows :mod:`symtape.element.evaluate` exactly, so compiled code and the numpy
 interpreter round alike: ``Add``/``Mul`` fold left over the definition's arguments (a ``Mul``
 dividing by its negative-power factors), constant
-exponents follow :func:`~symtape.evaluate.pow_plan` (repeated squaring in the order of
+exponents follow :func:`~symtape.element.evaluate.pow_plan` (repeated squaring in the order of
 ``evaluate._ipow``), ``Piecewise`` is a chain of selects starting from nan, ``Max``/``Min``
 propagate nan like ``np.maximum``, comparisons with nan are false (``!=`` is true).
 """
@@ -21,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from ..errors import LoweringError
-from ..lazy import LazyModule
-from ..numeric import pow_plan, split_quotient
-from . import vecmath
+from symtape.base.errors import LoweringError
+from symtape.base.lazy import LazyModule
+from symtape.element.numeric import pow_plan, split_quotient
+from symtape.codegen import vecmath
 
 sp = LazyModule("sp", globals(), "sympy")
-F = LazyModule("F", globals(), "symtape.functions")
-H = LazyModule("H", globals(), "symtape.heads")
+F = LazyModule("F", globals(), "symtape.element.added_heads")
+H = LazyModule("H", globals(), "symtape.element.heads")
 
 __all__ = ["Op", "OPS", "HEADS", "Builder", "head_rule"]  # noqa: F822 - HEADS: __getattr__
 
@@ -466,6 +466,6 @@ def head_rule(head: type) -> Callable:
     name = getattr(head, "display", None) or head.__name__
     raise LoweringError(
         f"cannot lower the SymPy head {name!r} to native code: it is not in the lowering "
-        "table (a record in symtape/heads.py); rewrite it with supported functions or give it a "
+        "table (a record in symtape/element/heads.py); rewrite it with supported functions or give it a "
         "forward definition"
     )

@@ -2,7 +2,7 @@
 
 A :class:`Plan` is what every backend reads: the LLVM kernel, the C99 source and the rebuilt
 SymPy formulas. It holds no graph objects (heads by op name, constants as their double and the
-exact expression in the data-only JSON of :mod:`symtape.dataio`), so it pickles and saves, and a
+exact expression in the data-only JSON of :mod:`symtape.io.dataio`), so it pickles and saves, and a
 compiled function outlives the graph that made it.
 
 Building one is a single pass over the reachable definitions in topological order (linear in
@@ -21,12 +21,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, SerializationError, UnboundLeafError
-from ..lazy import LazyModule
+from symtape.base.errors import InvalidArgumentError, SerializationError, UnboundLeafError
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-dataio = LazyModule("dataio", globals(), "symtape.dataio")
-G = LazyModule("G", globals(), "symtape.graph")
+dataio = LazyModule("dataio", globals(), "symtape.io.dataio")
+G = LazyModule("G", globals(), "symtape.element.graph")
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
 __all__ = ["Instr", "ArgLayout", "OutLayout", "Plan", "build_plan", "formulas"]
@@ -34,7 +34,7 @@ __all__ = ["Instr", "ArgLayout", "OutLayout", "Plan", "build_plan", "formulas"]
 
 class Instr(NamedTuple):
     """One SSA value: ``op`` is an :data:`~symtape.codegen.lower.OPS` name, ``'const'``
-    (``attr = (value, json_text)``, the exact constant as :func:`symtape.dataio.expr_text`)
+    (``attr = (value, json_text)``, the exact constant as :func:`symtape.io.dataio.expr_text`)
     or ``'input'`` (``attr = (argument, flat_index)``); ``args`` are indices of earlier
     values."""
 
@@ -158,7 +158,7 @@ def build_plan(outputs: Sequence[np.ndarray], inputs: Sequence[np.ndarray]) -> P
     """The plan computing ``outputs`` (object arrays of atoms) from ``inputs`` (object arrays
     of leaves).
 
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> x = graph.Leaf.new("x")
     >>> y = graph.mul(x, x)
     >>> p = build_plan([np.array(graph.add(y, graph.mul(y, x)), dtype=object)],
@@ -267,7 +267,7 @@ def input_symbols(plan: Plan) -> list:
 def formulas(plan: Plan) -> list:
     """The outputs of ``plan`` as object arrays of SymPy expressions of the input symbols.
 
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> x = graph.Leaf.new("x")
     >>> p = build_plan([np.array(graph.power(x, sp.Integer(3)), dtype=object)],
     ...                [np.array(x, dtype=object)])

@@ -31,16 +31,17 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import (DTypeError, InvalidArgumentError, LoweringError, SerializationError,
-                      ShapeError)
-from . import c99, cache, jit, kernel, loops
-from .loops import LoopPlan
-from .plan import ArgLayout, Instr, OutLayout, Plan, build_plan, formulas
-from ..lazy import LazyModule
+from symtape.base.errors import (
+    DTypeError, InvalidArgumentError, LoweringError, SerializationError, ShapeError,
+)
+from symtape.codegen import c99, cache, jit, kernel, loops
+from symtape.codegen.loops import LoopPlan
+from symtape.codegen.plan import ArgLayout, Instr, OutLayout, Plan, build_plan, formulas
+from symtape.base.lazy import LazyModule
 
-dataio = LazyModule("dataio", globals(), "symtape.dataio")
+dataio = LazyModule("dataio", globals(), "symtape.io.dataio")
 sp = LazyModule("sp", globals(), "sympy")
-G = LazyModule("G", globals(), "symtape.graph")
+G = LazyModule("G", globals(), "symtape.element.graph")
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
 __all__ = ["TensorSpec", "CompiledFunction", "BufferCall", "compile_atoms", "compile_plan", "load"]
@@ -138,7 +139,7 @@ def compile_atoms(
     -------
     CompiledFunction
 
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> x, y = graph.Leaf.new("x"), graph.Leaf.new("y")
     >>> f = compile_atoms([np.array(graph.add(graph.mul(x, y), x), dtype=object)],
     ...                   [np.array(x, dtype=object), np.array(y, dtype=object)])
@@ -158,7 +159,7 @@ def compile_plan(plan: Plan | LoopPlan, *, input_names=None, output_names=None,
                  threads: int | None = None, name: str | None = None) -> CompiledFunction:
     """Compiles a straight-line or loop plan (the options as :func:`compile_atoms`'s).
 
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> x = graph.Leaf.new("x")
     >>> f = compile_plan(build_plan([np.array(graph.mul(x, x), dtype=object)],
     ...                             [np.array(x, dtype=object)]))
@@ -352,7 +353,7 @@ class CompiledFunction:
     0-d result without ``out`` is returned as a numpy scalar. ``out`` (the same structure,
     or a flat tuple in output order) receives the results and is returned.
 
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> x = graph.Leaf.new("x")
     >>> f = compile_atoms([np.array(graph.mul(x, x), dtype=object)], [np.array(x, dtype=object)],
     ...                   input_names=["x"], name="square")
@@ -478,7 +479,7 @@ class CompiledFunction:
         (not kept by pickles; a saved file holds the straight-line function). Returns
         ``self``.
 
-        >>> from symtape import graph
+        >>> from symtape.element import graph
         >>> x = graph.Leaf.new("x")
         >>> f = compile_atoms([np.array(graph.mul(x, x), dtype=object)],
         ...                   [np.array(x, dtype=object)])
@@ -834,7 +835,7 @@ class CompiledFunction:
         secret, so :func:`load` by the same user on the same machine reuses it.
 
         >>> import tempfile, os
-        >>> from symtape import graph
+        >>> from symtape.element import graph
         >>> x = graph.Leaf.new("x")
         >>> f = compile_atoms([np.array(graph.mul(x, x), dtype=object)],
         ...                   [np.array(x, dtype=object)])
@@ -941,7 +942,7 @@ def load(path: str | os.PathLike) -> CompiledFunction:
     made with this user's cache secret, was made for this host and from the IR just
     generated, and passes :func:`~symtape.codegen.jit.check_object`; otherwise the code comes
     from the cache or a compile. Anything malformed raises
-    :class:`~symtape.errors.SerializationError` naming the file and the fault.
+    :class:`~symtape.base.errors.SerializationError` naming the file and the fault.
 
     ``pickle.loads`` of a pickled compiled function is different: pickle is Python's
     convention for trusted transport (multiprocessing, dask) and uses its object code as is;

@@ -23,8 +23,8 @@ import functools
 import math
 import struct
 
-from ..lazy import LazyModule
-from .lanes import libm_wrapper, vector, widen
+from symtape.base.lazy import LazyModule
+from symtape.codegen.lanes import libm_wrapper, vector, widen
 
 mpmath = LazyModule("mpmath", globals(), "mpmath")  # derivations of the constants only
 

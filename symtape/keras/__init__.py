@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import numpy as np  # noqa: F401 - the doctests' namespace
 
-from . import activations, datasets, initializers, layers, losses, metrics, optimizers, utils
-from .models import Model, Sequential
+from symtape.keras import (
+    activations, datasets, initializers, layers, losses, metrics, optimizers, utils,
+)
+from symtape.keras.models import Model, Sequential
 
 __all__ = ["layers", "losses", "metrics", "optimizers", "utils", "datasets", "activations",
            "initializers", "Sequential", "Model"]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .. import nn
-from ..errors import InvalidArgumentError
+from symtape import nn
+from symtape.base.errors import InvalidArgumentError
 
 __all__ = ["get", "linear"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import SerializationError
+from symtape.base.errors import SerializationError
 
 __all__ = ["mnist"]
 

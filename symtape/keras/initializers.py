@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import random
-from ..errors import InvalidArgumentError
+from symtape.ops import random
+from symtape.base.errors import InvalidArgumentError
 
 __all__ = ["get"]
 

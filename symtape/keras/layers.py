@@ -9,12 +9,13 @@ import itertools
 
 import numpy as np
 
-from .. import math as M
-from .. import nn, recording
-from ..errors import InvalidArgumentError, ShapeError
-from ..module import Module, _snake
-from ..tensor import Tensor, Variable, constant
-from . import activations, initializers
+from symtape import math as M
+from symtape import nn
+from symtape.base import recording
+from symtape.base.errors import InvalidArgumentError, ShapeError
+from symtape.module import Module, _snake
+from symtape.core.variables import Tensor, Variable, constant
+from symtape.keras import activations, initializers
 
 __all__ = ["Layer", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D",
            "BatchNormalization", "Activation", "Flatten", "Dropout"]

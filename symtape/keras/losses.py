@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import math as M
-from .. import nn
-from ..errors import InvalidArgumentError, ShapeError, UnboundLeafError
-from ..tensor import Tensor, constant
+from symtape import math as M
+from symtape import nn
+from symtape.base.errors import InvalidArgumentError, ShapeError, UnboundLeafError
+from symtape.core.variables import Tensor, constant
 
 __all__ = ["categorical_crossentropy", "sparse_categorical_crossentropy",
            "mean_squared_error", "binary_crossentropy", "CategoricalCrossentropy",
@@ -144,7 +144,7 @@ def sparse_categorical_crossentropy(y_true, y_pred, from_logits: bool = False,
     >>> sparse_categorical_crossentropy([2], [[0.5, 0.5]])
     Traceback (most recent call last):
     ...
-    symtape.errors.InvalidArgumentError: st.keras.losses.sparse_categorical_crossentropy: \
+    symtape.base.errors.InvalidArgumentError: st.keras.losses.sparse_categorical_crossentropy: \
 Received a label value of 2 at index (0,) which is outside the valid range of [0, 2): labels \
 are class indices of the 2 classes predicted
     """
@@ -259,7 +259,7 @@ def check_labels(loss, y_true, pred_shape: tuple, what: str) -> None:
     >>> check_labels(SparseCategoricalCrossentropy(), [0, 2.5, 1], (3, 3), "fit: y")
     Traceback (most recent call last):
     ...
-    symtape.errors.InvalidArgumentError: fit: y: labels must be class indices (whole numbers \
+    symtape.base.errors.InvalidArgumentError: fit: y: labels must be class indices (whole numbers \
 in [0, 3)), got 2.5 at index (1,); for one-hot or probability labels use categorical_crossentropy
     """
     fn = get(loss) if isinstance(loss, str) else loss

@@ -14,10 +14,10 @@ mean so far, ``reset_state`` starts again. Their state is two non-trainable vari
 
 from __future__ import annotations
 
-from .. import math as M
-from ..errors import InvalidArgumentError
-from ..tensor import Tensor, Variable, constant
-from . import losses
+from symtape import math as M
+from symtape.base.errors import InvalidArgumentError
+from symtape.core.variables import Tensor, Variable, constant
+from symtape.keras import losses
 
 __all__ = ["Metric", "Mean", "MeanMetricWrapper", "Accuracy", "CategoricalAccuracy",
            "SparseCategoricalAccuracy", "BinaryAccuracy", "MeanSquaredError",
@@ -180,7 +180,7 @@ class MeanSquaredError(_wrapper(losses.mean_squared_error, "mean_squared_error")
 
 
 def _snake(name: str) -> str:
-    from ..module import _snake as snake
+    from symtape.module import _snake as snake
 
     return snake(name)
 

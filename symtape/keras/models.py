@@ -9,16 +9,16 @@ import time
 
 import numpy as np
 
-from .. import math as M
-from .. import random
-from ..codegen.runtime import TensorSpec
-from ..errors import InvalidArgumentError, ShapeError
-from ..function import function
-from ..tape import GradientTape
-from ..tensor import Tensor
-from . import losses, metrics, optimizers
-from .layers import Layer
-from .metrics import get as _metric  # (compile's argument ``metrics`` hides the module)
+from symtape import math as M
+from symtape.ops import random
+from symtape.codegen.runtime import TensorSpec
+from symtape.base.errors import InvalidArgumentError, ShapeError
+from symtape.compile.function import function
+from symtape.derivatives.tape import GradientTape
+from symtape.core.variables import Tensor
+from symtape.keras import losses, metrics, optimizers
+from symtape.keras.layers import Layer
+from symtape.keras.metrics import get as _metric  # (compile's argument ``metrics`` hides the module)
 
 __all__ = ["Model", "Sequential", "History"]
 

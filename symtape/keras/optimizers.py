@@ -4,9 +4,9 @@ the arguments of Keras 2 that tutorials still pass: ``lr`` for ``learning_rate``
 
 from __future__ import annotations
 
-from .. import optimizers
-from ..errors import InvalidArgumentError
-from ..tensor import Variable
+from symtape import optimizers
+from symtape.base.errors import InvalidArgumentError
+from symtape.core.variables import Variable
 
 __all__ = ["SGD", "Adam", "RMSprop", "get"]
 

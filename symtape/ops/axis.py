@@ -7,29 +7,20 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, ShapeError
-from .core import (
-    Aval,
-    Primitive,
-    _as_obj,
-    _fmt,
-    _lanes,
-    _obj,
-    _register,
-    batch_size,
-    irregular_rows,
-    spread,
+from symtape.base.errors import InvalidArgumentError, ShapeError
+from symtape.core.primitive import (
+    Aval, Primitive, as_obj, fmt, lanes, obj, register_primitive, batch_size, irregular_rows, spread,
     union,
 )
-from .elementwise import exp, expm1, greater, multiply, negative, subtract, where
-from .linalg import _sum_of_products
-from .reductions import _sequential, reduce_sum
-from .structural import expand_dims
-from ..lazy import LazyModule
+from symtape.ops.elementwise import exp, expm1, greater, multiply, negative, subtract, where
+from symtape.ops.linalg import sum_of_products
+from symtape.ops.reductions import sequential, reduce_sum
+from symtape.ops.structural import expand_dims
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-F = LazyModule("F", globals(), "symtape.functions")
-G = LazyModule("G", globals(), "symtape.graph")
+F = LazyModule("F", globals(), "symtape.element.added_heads")
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 # --------------------------------------------------------------------------------------------
 # Softmax family
@@ -51,8 +42,8 @@ class AxisOp(Primitive):
         shape = avals[-1].shape
         for a in avals[:-1]:
             if a.shape != shape:
-                raise ShapeError(f"st.nn.{self.name}: labels shape {_fmt(a.shape)} differs "
-                                 f"from logits shape {_fmt(shape)}")
+                raise ShapeError(f"st.nn.{self.name}: labels shape {fmt(a.shape)} differs "
+                                 f"from logits shape {fmt(shape)}")
         if not shape:
             raise ShapeError(f"st.nn.{self.name}: logits must have rank >= 1")
         axis = params.get("axis", -1)
@@ -68,7 +59,7 @@ class AxisOp(Primitive):
         axis = params["axis"]
         moved = [np.moveaxis(a, axis, -1) for a in atoms]
         lead = moved[0].shape[:-1]
-        out = _obj(lead if self.reduces else moved[0].shape)
+        out = obj(lead if self.reduces else moved[0].shape)
         for idx in np.ndindex(*lead):
             res = self.slice_build(*[list(m[idx]) for m in moved])
             if self.reduces:
@@ -80,7 +71,7 @@ class AxisOp(Primitive):
     def unsettled(self, atoms, params, shape, args=()):
         """Slices (of any argument) with a constant or a repeated atom."""
         axis = params["axis"]
-        bad = functools.reduce(np.logical_or, [irregular_rows(_lanes(a, (axis,))) for a in atoms])
+        bad = functools.reduce(np.logical_or, [irregular_rows(lanes(a, (axis,))) for a in atoms])
         lead = tuple(n for i, n in enumerate(atoms[-1].shape) if i != axis)
         bad = bad.reshape(lead)
         return bad if self.reduces else np.broadcast_to(np.expand_dims(bad, axis), shape)
@@ -127,23 +118,23 @@ def _xent_slice(zs, xs):
     exps, m = _stable_exps(xs)
     lse = G.lincomb([(G.ONE, G.call(sp.log, G.add(*exps))), (G.ONE, m)])
     diffs = [G.lincomb([(G.ONE, lse), (sp.S.NegativeOne, x)]) for x in xs]
-    return _sum_of_products([[z, d] for z, d in zip(zs, diffs)])
+    return sum_of_products([[z, d] for z, d in zip(zs, diffs)])
 
 
 def _softmax_np(x, axis):
     e = np.exp(x - np.max(x, axis=axis, keepdims=True))
-    return e / _sequential(e, (axis,), True)
+    return e / sequential(e, (axis,), True)
 
 
 def _log_softmax_np(x, axis):
     m = np.max(x, axis=axis, keepdims=True)
-    return x - m - np.log(_sequential(np.exp(x - m), (axis,), True))
+    return x - m - np.log(sequential(np.exp(x - m), (axis,), True))
 
 
 def _xent_np(z, x, axis):
     m = np.max(x, axis=axis, keepdims=True)
-    lse = np.log(_sequential(np.exp(x - m), (axis,), True)) + m
-    return _sequential(z * (lse - x), (axis,), False)
+    lse = np.log(sequential(np.exp(x - m), (axis,), True)) + m
+    return sequential(z * (lse - x), (axis,), False)
 
 
 def _keep(t, axis):
@@ -188,14 +179,14 @@ def _xent_logits_rule(g, ans, z, x, axis):
     return multiply.bind(_keep(g, axis), d)
 
 
-softmax = _register(AxisOp(
+softmax = register_primitive(AxisOp(
     "softmax", 1, _softmax_slice, _softmax_np,
     (lambda g, ans, x, axis: multiply.bind(ans, subtract.bind(
         g, reduce_sum.bind(multiply.bind(g, ans), axis=axis, keepdims=True))),)))
-log_softmax = _register(AxisOp("log_softmax", 1, _log_softmax_slice, _log_softmax_np,
+log_softmax = register_primitive(AxisOp("log_softmax", 1, _log_softmax_slice, _log_softmax_np,
                                (_log_softmax_rule,)))
 # TF: d/dlogits = softmax - labels, d/dlabels = -log_softmax
-softmax_cross_entropy_with_logits = _register(AxisOp(
+softmax_cross_entropy_with_logits = register_primitive(AxisOp(
     "softmax_cross_entropy_with_logits", 2, _xent_slice, _xent_np,
     (lambda g, ans, z, x, axis: multiply.bind(_keep(g, axis), negative.bind(
         log_softmax.bind(x, axis=axis))),
@@ -222,7 +213,7 @@ class StopGradient(Primitive):
         def one(a):
             return a if G.is_const(a) else G.alias(F.StopGradient, (a,), a)
 
-        return _as_obj(np.frompyfunc(one, 1, 1)(atoms[0]), atoms[0].shape)
+        return as_obj(np.frompyfunc(one, 1, 1)(atoms[0]), atoms[0].shape)
 
     def numeric(self, values, params):
         return np.array(values[0], copy=True)
@@ -234,5 +225,5 @@ class StopGradient(Primitive):
         return deps[0]
 
 
-stop_gradient = _register(StopGradient())
+stop_gradient = register_primitive(StopGradient())
 

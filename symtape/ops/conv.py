@@ -22,12 +22,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, ShapeError
-from .core import (Aval, Primitive, _fmt, _irregular_anywhere, _obj, _register, union,
-                   zero_factor)
-from .linalg import dot_atoms, in_order_sum
-from .reductions import ORDERED_TERMS
-from .structural import reshape, transpose
+from symtape.base.errors import InvalidArgumentError, ShapeError
+from symtape.core.primitive import (
+    Aval, Primitive, fmt, irregular_anywhere, obj, register_primitive, union, zero_factor,
+)
+from symtape.ops.linalg import dot_atoms, in_order_sum
+from symtape.ops.reductions import ORDERED_TERMS
+from symtape.ops.structural import reshape, transpose
 
 #: Which tensor of the form each op makes, and which two it takes.
 ROLES = {"conv2d": ("x", "k", "y"), "conv2d_backprop_input": ("y", "k", "x"),
@@ -88,7 +89,7 @@ def dims(name: str, shapes: Sequence[tuple], params: dict) -> Dims:
         if len(s) != 4:
             layout = "HWIO" if role == "k" else "NHWC"
             raise ShapeError(f"st.{name}: argument {role} must be {layout} (rank 4), got shape "
-                             f"{_fmt(s)}")
+                             f"{fmt(s)}")
     got = dict(zip((a_role, b_role), shapes))
     if name == "conv2d":
         (n, h, w, c), (kh, kw, c2, o) = got["x"], got["k"]
@@ -167,7 +168,7 @@ class Conv(Primitive):
         regular = a.regular and b.regular and full and a.dtype.kind == "f"
         return regular and not (a.constant and b.constant), None, None
 
-    unsettled = _irregular_anywhere
+    unsettled = irregular_anywhere
 
     # -- values ----------------------------------------------------------------------------
     def numeric(self, values, params):
@@ -208,7 +209,7 @@ class Conv(Primitive):
             win = windows(a, d).reshape(d.n, d.oh, d.ow, -1)
             kern = b.reshape(-1, d.o)
             cols = [list(kern[:, o]) for o in range(d.o)]
-            out = _obj(d.shape("y"))
+            out = obj(d.shape("y"))
             for idx in np.ndindex(d.n, d.oh, d.ow):
                 xs = list(win[idx])
                 for o in range(d.o):
@@ -217,13 +218,13 @@ class Conv(Primitive):
         if self.name == "conv2d_backprop_filter":
             win = windows(a, d).reshape(-1, d.kh * d.kw * d.c)
             ys = b.reshape(-1, d.o)
-            out = _obj((d.kh * d.kw * d.c, d.o))
+            out = obj((d.kh * d.kw * d.c, d.o))
             for t in range(win.shape[1]):
                 xs = list(win[:, t])
                 for o in range(d.o):
                     out[t, o] = dot_atoms(xs, list(ys[:, o]))
             return out.reshape(d.shape("k"))
-        out = _obj(d.shape("x"))
+        out = obj(d.shape("x"))
         for n, yy, xx in np.ndindex(d.n, d.h, d.w):
             taps = [(p, q, (yy - p * d.dh) // d.sh, (xx - q * d.dw) // d.sw)
                     for p in range(d.kh) for q in range(d.kw)
@@ -308,7 +309,7 @@ class Conv(Primitive):
         return out
 
 
-conv2d = _register(Conv("conv2d"))
-conv2d_backprop_input = _register(Conv("conv2d_backprop_input"))
-conv2d_backprop_filter = _register(Conv("conv2d_backprop_filter"))
+conv2d = register_primitive(Conv("conv2d"))
+conv2d_backprop_input = register_primitive(Conv("conv2d_backprop_input"))
+conv2d_backprop_filter = register_primitive(Conv("conv2d_backprop_filter"))
 OPS_BY_ROLE = {"y": conv2d, "x": conv2d_backprop_input, "k": conv2d_backprop_filter}

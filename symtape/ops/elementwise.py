@@ -9,30 +9,20 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from .. import nodes as N
-from ..errors import NonDifferentiableError, ShapeError
-from .. import numeric
-from ..numeric import quiet
-from .core import (
-    OPS,
-    P,
-    Primitive,
-    Zero,
-    _as_obj,
-    _fmt,
-    _is_zero,
-    _obj,
-    _register,
-    _same_atom,
-    _special_atom,
+from symtape.core import node as N
+from symtape.base.errors import NonDifferentiableError, ShapeError
+from symtape.element import numeric
+from symtape.element.numeric import quiet
+from symtape.core.primitive import (
+    OPS, P, Primitive, Zero, as_obj, fmt, is_zero, obj, register_primitive, same_atom, special_atom,
     aligned,
 )
-from ..lazy import LazyModule
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-E = LazyModule("E", globals(), "symtape.evaluate")
-F = LazyModule("F", globals(), "symtape.functions")
-G = LazyModule("G", globals(), "symtape.graph")
+E = LazyModule("E", globals(), "symtape.element.evaluate")
+F = LazyModule("F", globals(), "symtape.element.added_heads")
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 # --------------------------------------------------------------------------------------------
 # Elementwise ops: SymPy templates
@@ -146,16 +136,16 @@ class Elementwise(Primitive):
         try:
             return tuple(np.broadcast_shapes(*shapes))
         except ValueError:
-            raise ShapeError(f"st.{self.name}: shapes {', '.join(map(_fmt, shapes))} cannot be "
+            raise ShapeError(f"st.{self.name}: shapes {', '.join(map(fmt, shapes))} cannot be "
                              "broadcast together") from None
 
     def build(self, atoms, params):
         shape = np.broadcast_shapes(*(a.shape for a in atoms))
         with np.errstate(all="ignore"):  # constant folding follows IEEE, silently
             if self._zero_arg is not None and atoms[self._zero_arg].size > 1:
-                zero = np.broadcast_to(_is_zero(atoms[self._zero_arg]).astype(bool), shape)
+                zero = np.broadcast_to(is_zero(atoms[self._zero_arg]).astype(bool), shape)
                 if zero.any():
-                    out = _obj(shape)
+                    out = obj(shape)
                     keep = ~zero
                     if keep.any():
                         out[keep] = self._ufunc(*[np.broadcast_to(a, shape)[keep]
@@ -163,14 +153,14 @@ class Elementwise(Primitive):
                     return out
             if self._passes and math.prod(shape) > 1:
                 return self._build_passing(atoms, shape)
-            return _as_obj(self._ufunc(*atoms), shape)
+            return as_obj(self._ufunc(*atoms), shape)
 
     def _build_passing(self, atoms, shape):
         """Elements where an argument the template drops at zero is zero are the other
         argument's (``x + 0`` is ``x``; a sum of one-hot seeds' rows is mostly zeros)."""
-        out, done = _obj(shape), np.zeros(shape, dtype=bool)
+        out, done = obj(shape), np.zeros(shape, dtype=bool)
         for i, j in self._passes:
-            zero = np.broadcast_to(np.asarray(_is_zero(atoms[i]), dtype=bool), shape) & ~done
+            zero = np.broadcast_to(np.asarray(is_zero(atoms[i]), dtype=bool), shape) & ~done
             if zero.any():
                 out[zero] = np.broadcast_to(atoms[j], shape)[zero]
                 done |= zero
@@ -253,9 +243,9 @@ class Elementwise(Primitive):
         rest = [np.broadcast_to(a, shape) for i, a in enumerate(atoms) if i not in skip]
         mask = np.zeros(shape, dtype=bool)
         for k, a in enumerate(rest):
-            mask |= np.asarray(_special_atom(a), dtype=bool)
+            mask |= np.asarray(special_atom(a), dtype=bool)
             for b in rest[k + 1:]:
-                mask |= np.asarray(_same_atom(a, b), dtype=bool)
+                mask |= np.asarray(same_atom(a, b), dtype=bool)
         return mask
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - ops live for the whole program
@@ -516,7 +506,7 @@ def template_op(name: str, template, placeholders: tuple, **kw) -> Elementwise:
 def _ew(name, template: Callable, placeholders: str = "x", **kw) -> Elementwise:
     """A stanza: ``template()`` builds the template over the placeholders named (``P``'s),
     when it is first needed."""
-    return _register(Elementwise(name, template, placeholders, **kw))
+    return register_primitive(Elementwise(name, template, placeholders, **kw))
 
 
 def _t(template, placeholders: str, name="rule"):

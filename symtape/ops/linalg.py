@@ -11,29 +11,19 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..errors import InvalidArgumentError, ShapeError
-from .core import (
-    Aval,
-    Primitive,
-    _fmt,
-    _irregular_anywhere,
-    _obj,
-    _register,
-    aligned,
-    batch_size,
-    row_flags,
-    spread,
-    union,
-    zero_factor,
+from symtape.base.errors import InvalidArgumentError, ShapeError
+from symtape.core.primitive import (
+    Aval, Primitive, fmt, irregular_anywhere, obj, register_primitive, aligned, batch_size, row_flags,
+    spread, union, zero_factor,
 )
-from .elementwise import multiply, negative, unbroadcast
-from .reductions import ORDERED_TERMS
-from .structural import gather, gather_flat, reshape, transpose
-from ..lazy import LazyModule
+from symtape.ops.elementwise import multiply, negative, unbroadcast
+from symtape.ops.reductions import ORDERED_TERMS
+from symtape.ops.structural import gather, gather_flat, reshape, transpose
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-G = LazyModule("G", globals(), "symtape.graph")
-TN = LazyModule("TN", globals(), "symtape.notation")
+G = LazyModule("G", globals(), "symtape.element.graph")
+TN = LazyModule("TN", globals(), "symtape.core.notation")
 
 # --------------------------------------------------------------------------------------------
 # Contractions: matmul and einsum
@@ -96,18 +86,18 @@ class MatMul(Primitive):
         ta, tb = bool(params.get("transpose_a")), bool(params.get("transpose_b"))
         for i, s in enumerate((a.shape, b.shape)):
             if len(s) < 2:
-                raise ShapeError(f"st.matmul: argument {'ab'[i]} has shape {_fmt(s)}; matmul "
+                raise ShapeError(f"st.matmul: argument {'ab'[i]} has shape {fmt(s)}; matmul "
                                  "needs tensors of rank >= 2 (use st.tensordot or reshape)")
         (m, k1), (k2, n) = self._core(a.shape, ta), self._core(b.shape, tb)
         if k1 != k2:
-            raise ShapeError(f"st.matmul: inner dimensions differ: a is {_fmt(a.shape)}"
-                             f"{' (transposed)' if ta else ''}, b is {_fmt(b.shape)}"
+            raise ShapeError(f"st.matmul: inner dimensions differ: a is {fmt(a.shape)}"
+                             f"{' (transposed)' if ta else ''}, b is {fmt(b.shape)}"
                              f"{' (transposed)' if tb else ''}")
         try:
             batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
         except ValueError:
-            raise ShapeError(f"st.matmul: batch dimensions of {_fmt(a.shape)} and "
-                             f"{_fmt(b.shape)} cannot be broadcast") from None
+            raise ShapeError(f"st.matmul: batch dimensions of {fmt(a.shape)} and "
+                             f"{fmt(b.shape)} cannot be broadcast") from None
         return Aval(tuple(batch) + (m, n), t), {"transpose_a": ta, "transpose_b": tb}
 
     @staticmethod
@@ -121,7 +111,7 @@ class MatMul(Primitive):
         a = np.broadcast_to(a, batch + a.shape[-2:])
         b = np.broadcast_to(b, batch + b.shape[-2:])
         m, n = a.shape[-2], b.shape[-1]
-        out = _obj(batch + (m, n))
+        out = obj(batch + (m, n))
         for idx in np.ndindex(*batch):
             am, bm = a[idx], b[idx]
             cols = [list(bm[:, j]) for j in range(n)]
@@ -150,7 +140,7 @@ class MatMul(Primitive):
         if a.dtype.kind != "f" or (a.constant and b.constant):
             return None
         views = [x.fold_view() for x in args]
-        if any(v is None or (v[1] is not None and not all(G._is_zero(c) for c in v[1][v[0]]))
+        if any(v is None or (v[1] is not None and not all(G.is_zero(c) for c in v[1][v[0]]))
                for v in views):
             return None
         (ma, _), (mb, _) = views
@@ -226,7 +216,7 @@ class MatMul(Primitive):
         return unbroadcast(ct, b.shape)
 
 
-matmul = _register(MatMul())
+matmul = register_primitive(MatMul())
 
 
 def parse_einsum(spec: str, shapes: Sequence[tuple]) -> tuple[list[str], str]:
@@ -254,7 +244,7 @@ def parse_einsum(spec: str, shapes: Sequence[tuple]) -> tuple[list[str], str]:
             s = s.replace("...", ell[ell_rank - k:] if k else "")
         if len(s) != len(shape):
             raise ShapeError(f"st.einsum: operand labels {s!r} do not match its shape "
-                             f"{_fmt(shape)}")
+                             f"{fmt(shape)}")
         out_ins.append(s)
     if rhs is None:
         counts = {c: "".join(out_ins).count(c) for c in set("".join(out_ins))}
@@ -295,7 +285,7 @@ class Einsum(Primitive):
         for labels, a in zip(ins, atoms):
             sizes.update(zip(labels, a.shape))
         summed = [c for c in dict.fromkeys("".join(ins)) if c not in out]
-        result = _obj(tuple(sizes[c] for c in out))
+        result = obj(tuple(sizes[c] for c in out))
         for oidx in np.ndindex(*result.shape):
             env = dict(zip(out, oidx))
             terms = []
@@ -303,10 +293,10 @@ class Einsum(Primitive):
                 env.update(zip(summed, sidx))
                 factors = [a[tuple(env[c] for c in labels)] for labels, a in zip(ins, atoms)]
                 terms.append(factors)
-            result[oidx] = _sum_of_products(terms)
+            result[oidx] = sum_of_products(terms)
         return result
 
-    unsettled = _irregular_anywhere
+    unsettled = irregular_anywhere
 
     def structure(self, args, params, shape):
         return False, zero_factor(args), None
@@ -371,7 +361,7 @@ class Einsum(Primitive):
         return cts
 
 
-def _sum_of_products(terms):
+def sum_of_products(terms):
     parts = []
     const = G.ZERO
     for factors in terms:
@@ -384,7 +374,7 @@ def _sum_of_products(terms):
                 syms.append(f)
         if not syms:
             const = G.c_add(const, coef)
-        elif G._is_zero(coef):
+        elif G.is_zero(coef):
             continue
         elif len(syms) == 1:
             parts.append((coef, syms[0]))
@@ -413,7 +403,7 @@ def _embed(t, labels: str, full: str, shape: tuple):
     return gather_flat.bind(t, idx=idx)
 
 
-einsum = _register(Einsum())
+einsum = register_primitive(Einsum())
 
 
 # --------------------------------------------------------------------------------------------
@@ -657,7 +647,7 @@ class _Linalg(Primitive):
     def check_square(self, shape, what="matrix"):
         if len(shape) < 2 or shape[-1] != shape[-2]:
             raise ShapeError(f"st.linalg.{self.name}: {what} must be a (batch of) square "
-                             f"matrix, got shape {_fmt(shape)}")
+                             f"matrix, got shape {fmt(shape)}")
 
     def _batched(self, arrays, ring, fn, out_core):
         batch = arrays[0].shape[:-2]
@@ -668,7 +658,7 @@ class _Linalg(Primitive):
             out[idx] = np.asarray(res, dtype=out.dtype) if out_core else res
         return out
 
-    unsettled = _irregular_anywhere
+    unsettled = irregular_anywhere
 
     def batch(self, args, batched, params, shape):
         n = batch_size(args, batched)  # leading axes are batches of matrices already
@@ -711,10 +701,10 @@ class Det(_Linalg):
             return multiply.bind(gb, cofactors(x))
         # TF: g * det(x) * inv(x)^T
         scale = multiply.bind(gb, reshape.bind(ans, shape=tuple(ans.shape) + (1, 1)))
-        return multiply.bind(scale, transpose.bind(inv.bind(x), perm=_swap_last(len(x.shape))))
+        return multiply.bind(scale, transpose.bind(inv.bind(x), perm=swap_last(len(x.shape))))
 
 
-def _swap_last(rank: int) -> tuple:
+def swap_last(rank: int) -> tuple:
     return tuple(range(rank - 2)) + (rank - 1, rank - 2)
 
 
@@ -767,8 +757,8 @@ class Solve(_Linalg):
         t = self.check_dtypes(avals)
         if len(b.shape) != len(a.shape) or b.shape[:-2] != a.shape[:-2] or \
                 b.shape[-2] != a.shape[-1]:
-            raise ShapeError(f"st.linalg.solve: rhs of shape {_fmt(b.shape)} does not match "
-                             f"matrix of shape {_fmt(a.shape)} (expected (..., "
+            raise ShapeError(f"st.linalg.solve: rhs of shape {fmt(b.shape)} does not match "
+                             f"matrix of shape {fmt(a.shape)} (expected (..., "
                              f"{a.shape[-1]}, k))")
         return Aval(b.shape, t), {"adjoint": bool(params.get("adjoint", False))}
 
@@ -790,7 +780,7 @@ class Solve(_Linalg):
         return negative.bind(matmul.bind(gb, ans, transpose_b=True))
 
 
-det = _register(Det())
-inv = _register(Inv())
-solve = _register(Solve())
+det = register_primitive(Det())
+inv = register_primitive(Inv())
+solve = register_primitive(Solve())
 

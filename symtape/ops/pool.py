@@ -29,16 +29,17 @@ import functools
 
 import numpy as np
 
-from ..errors import ShapeError
-from .conv import Dims, positive_pair, reached, windows
-from .core import (Aval, P, Primitive, Zero, _fmt, _irregular_anywhere, _obj,
-                   _register, spread, union)
-from .elementwise import maximum
-from .structural import reshape
-from ..lazy import LazyModule
+from symtape.base.errors import ShapeError
+from symtape.ops.conv import Dims, positive_pair, reached, windows
+from symtape.core.primitive import (
+    Aval, P, Primitive, Zero, fmt, irregular_anywhere, obj, register_primitive, spread, union,
+)
+from symtape.ops.elementwise import maximum
+from symtape.ops.structural import reshape
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-G = LazyModule("G", globals(), "symtape.graph")
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 
 @functools.cache
@@ -59,7 +60,7 @@ def pool_dims(name: str, shape: tuple, params: dict) -> Dims:
     sh, sw = positive_pair(params.get("strides"), name, "strides")
     if len(shape) != 4:
         raise ShapeError(f"st.{name}: argument x must be NHWC (rank 4), got shape "
-                         f"{_fmt(shape)}")
+                         f"{fmt(shape)}")
     n, h, w, c = shape
     if h < kh or w < kw:
         raise ShapeError(f"st.{name}: a {kh}x{kw} window does not fit an input of {h}x{w}")
@@ -143,7 +144,7 @@ def atoms_at_taps(d: Dims, terms) -> np.ndarray:
         for k, a in enumerate(terms(n, i, j, c)):
             p, q = divmod(k, d.kw)
             parts[n, i * d.sh + p, j * d.sw + q, c].append(a)
-    out = _obj(d.shape("x"))
+    out = obj(d.shape("x"))
     for idx in np.ndindex(*out.shape):
         if parts[idx]:
             out[idx] = sum_atoms(parts[idx])
@@ -176,7 +177,7 @@ class Pooling(Primitive):
         regular = self.name == self.forward and x.regular and x.dtype.kind == "f"
         return regular and not x.constant, None, None
 
-    unsettled = _irregular_anywhere
+    unsettled = irregular_anywhere
 
     def batch(self, args, batched, params, shape):
         """Every argument with the batch in front (shared ones repeated), merged into the
@@ -212,7 +213,7 @@ class MaxPool(Pooling):
             if tuple(avals[1].shape) != want:
                 role = "g" if self.name == "max_pool2d_grad" else "h"
                 raise ShapeError(f"st.{self.name}: argument {role} must have shape "
-                                 f"{_fmt(want)}, got {_fmt(avals[1].shape)}")
+                                 f"{fmt(want)}, got {fmt(avals[1].shape)}")
         return Aval(d.shape("x") if self.name == "max_pool2d_grad" else pooled, t), keep
 
     def dims(self, shape, params) -> Dims:
@@ -235,14 +236,14 @@ class MaxPool(Pooling):
         d = self.dims(x.shape, params)
         xw = windows(x, d)
         if self.name == "max_pool2d":
-            out = _obj((d.n, d.oh, d.ow, d.c))
+            out = obj((d.n, d.oh, d.ow, d.c))
             for idx in np.ndindex(*out.shape):
                 out[idx] = chain(list(xw[idx[:3] + (slice(None), idx[3])]))[-1]
             return out
         other = atoms[1]
         if self.name == "max_pool2d_pick":
             hw = windows(other, d)
-            out = _obj((d.n, d.oh, d.ow, d.c))
+            out = obj((d.n, d.oh, d.ow, d.c))
             for idx in np.ndindex(*out.shape):
                 at = idx[:3] + (slice(None), idx[3])
                 out[idx] = pick_atom(list(xw[at]), list(hw[at]))
@@ -277,9 +278,9 @@ class MaxPool(Pooling):
         return covering(np.bitwise_or(xs, other), d)
 
 
-max_pool2d = _register(MaxPool("max_pool2d"))
-max_pool2d_grad = _register(MaxPool("max_pool2d_grad"))
-max_pool2d_pick = _register(MaxPool("max_pool2d_pick"))
+max_pool2d = register_primitive(MaxPool("max_pool2d"))
+max_pool2d_grad = register_primitive(MaxPool("max_pool2d_grad"))
+max_pool2d_pick = register_primitive(MaxPool("max_pool2d_pick"))
 
 
 class SumPool(Pooling):
@@ -299,11 +300,11 @@ class SumPool(Pooling):
             keep["size"] = positive_pair(params.get("size"), self.name, "size")
             if len(shape) != 4:
                 raise ShapeError(f"st.{self.name}: argument g must be NHWC (rank 4), got "
-                                 f"shape {_fmt(shape)}")
+                                 f"shape {fmt(shape)}")
             d = self.dims(shape, keep)
             if (d.n, d.oh, d.ow, d.c) != shape:
                 raise ShapeError(f"st.{self.name}: argument g must have shape "
-                                 f"{_fmt((d.n, d.oh, d.ow, d.c))}, got {_fmt(shape)}")
+                                 f"{fmt((d.n, d.oh, d.ow, d.c))}, got {fmt(shape)}")
             return Aval(d.shape("x"), t), keep
         d = self.dims(shape, keep)
         return Aval((d.n, d.oh, d.ow, d.c), t), keep
@@ -330,7 +331,7 @@ class SumPool(Pooling):
         d = self.dims(a.shape, params)
         if self.name == "sum_pool2d":
             xw = windows(a, d)
-            out = _obj((d.n, d.oh, d.ow, d.c))
+            out = obj((d.n, d.oh, d.ow, d.c))
             for idx in np.ndindex(*out.shape):
                 out[idx] = sum_atoms(list(xw[idx[:3] + (slice(None), idx[3])]))
             return out
@@ -349,5 +350,5 @@ class SumPool(Pooling):
         return covering(a, d)
 
 
-sum_pool2d = _register(SumPool("sum_pool2d"))
-sum_pool2d_grad = _register(SumPool("sum_pool2d_grad"))
+sum_pool2d = register_primitive(SumPool("sum_pool2d"))
+sum_pool2d_grad = register_primitive(SumPool("sum_pool2d_grad"))

@@ -6,15 +6,19 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .. import nodes as N
-from ..errors import InvalidArgumentError
-from .core import Aval, Primitive, _lanes, _obj, _register, irregular_rows, union, zero_factor
-from .elementwise import divide, equal, exp, multiply, subtract, where
-from .structural import broadcast_to, cast, concat, gather, getitem, reshape, stack, transpose
-from ..lazy import LazyModule
+from symtape.core import node as N
+from symtape.base.errors import InvalidArgumentError
+from symtape.core.primitive import (
+    Aval, Primitive, lanes, obj, register_primitive, irregular_rows, union, zero_factor,
+)
+from symtape.ops.elementwise import divide, equal, exp, multiply, subtract, where
+from symtape.ops.structural import (
+    broadcast_to, cast, concat, gather, getitem, reshape, stack, transpose,
+)
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-G = LazyModule("G", globals(), "symtape.graph")
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 # --------------------------------------------------------------------------------------------
 # Reductions
@@ -34,7 +38,7 @@ def _reduced(atoms: np.ndarray, axes: tuple, keepdims: bool, combine: Callable) 
     lead = moved.shape[: len(keep)]
     size = int(np.prod([atoms.shape[i] for i in axes], dtype=np.int64))
     rows = moved.reshape(int(np.prod(lead, dtype=np.int64)), size)
-    out = _obj(rows.shape[:1])
+    out = obj(rows.shape[:1])
     for i in range(rows.shape[0]):
         out[i] = combine(list(rows[i]))
     out = out.reshape(lead)
@@ -43,7 +47,7 @@ def _reduced(atoms: np.ndarray, axes: tuple, keepdims: bool, combine: Callable) 
     return out
 
 
-def _sequential(x: np.ndarray, axes: tuple, keepdims: bool, product: bool = False):
+def sequential(x: np.ndarray, axes: tuple, keepdims: bool, product: bool = False):
     """Sum (product) over ``axes`` left to right, in the order the graph's definitions add
     (multiply), so eager values round exactly as compiled code does (callers set numpy's
     error state)."""
@@ -151,7 +155,7 @@ class Reduction(Primitive):
     @staticmethod
     def _make_fold_plan(x, axes, keepdims):
         mask, atoms = x.fold_view()
-        if atoms is not None and any(not G._is_zero(a) for a in atoms[mask]):
+        if atoms is not None and any(not G.is_zero(a) for a in atoms[mask]):
             return None  # nonzero constants join the sum's constant term: another order
         empty = np.all(mask, axis=axes, keepdims=keepdims)
         folds = None
@@ -177,7 +181,7 @@ class Reduction(Primitive):
 
     def unsettled(self, atoms, params, shape, args=()):
         """Results over a slice with a constant or a repeated atom (folded or merged terms)."""
-        return irregular_rows(_lanes(atoms[0], params["axis"])).reshape(shape)
+        return irregular_rows(lanes(atoms[0], params["axis"])).reshape(shape)
 
     def numeric(self, values, params):
         with np.errstate(all="ignore"):
@@ -289,18 +293,18 @@ def _lse_combine(parts):
 
 def _lse_numeric(x, axes, keepdims):
     if x.size == 0 or not axes:
-        return np.log(_sequential(np.exp(x), axes, keepdims))
+        return np.log(sequential(np.exp(x), axes, keepdims))
     m = np.max(x, axis=axes, keepdims=True)
     shift = np.where(np.abs(m) < np.inf, m, 0)
-    out = np.log(_sequential(np.exp(x - shift), axes, True)) + shift
+    out = np.log(sequential(np.exp(x - shift), axes, True)) + shift
     return out if keepdims else np.squeeze(out, axis=axes)
 
 
 def _mean_numeric(x, axes, keepdims):
     n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
     if n == 0:
-        return np.full(_sequential(x, axes, keepdims).shape, np.nan)
-    return _sequential(x * (1.0 / n), axes, keepdims)
+        return np.full(sequential(x, axes, keepdims).shape, np.nan)
+    return sequential(x * (1.0 / n), axes, keepdims)
 
 
 def _norm_combine(parts):
@@ -308,30 +312,30 @@ def _norm_combine(parts):
                    sp.Rational(1, 2))
 
 
-reduce_sum = _register(Reduction("reduce_sum", lambda p: G.add(*p), _sequential, _sum_rule))
-reduce_mean = _register(Reduction("reduce_mean", _mean_combine, _mean_numeric, _mean_rule))
+reduce_sum = register_primitive(Reduction("reduce_sum", lambda p: G.add(*p), sequential, _sum_rule))
+reduce_mean = register_primitive(Reduction("reduce_mean", _mean_combine, _mean_numeric, _mean_rule))
 reduce_sum.sums = reduce_mean.sums = True  # (structural zeros: see Primitive.sums)
-reduce_prod = _register(Reduction("reduce_prod", lambda p: G.mul(*p),
-                                  lambda x, a, k: _sequential(x, a, k, product=True),
+reduce_prod = register_primitive(Reduction("reduce_prod", lambda p: G.mul(*p),
+                                  lambda x, a, k: sequential(x, a, k, product=True),
                                   _prod_rule))
-reduce_max = _register(Reduction(
+reduce_max = register_primitive(Reduction(
     "reduce_max", lambda p: G.call(sp.Max, *p) if p else sp.S.NegativeInfinity,
     lambda x, a, k: np.max(x, axis=a, keepdims=k, initial=-np.inf) if x.dtype.kind == "f"
     else np.max(x, axis=a, keepdims=k), _max_rule))
-reduce_min = _register(Reduction(
+reduce_min = register_primitive(Reduction(
     "reduce_min", lambda p: G.call(sp.Min, *p) if p else sp.S.Infinity,
     lambda x, a, k: np.min(x, axis=a, keepdims=k, initial=np.inf) if x.dtype.kind == "f"
     else np.min(x, axis=a, keepdims=k), _max_rule))
-reduce_logsumexp = _register(Reduction(
+reduce_logsumexp = register_primitive(Reduction(
     "reduce_logsumexp", _lse_combine, _lse_numeric,
     lambda g, ans, x, axis, keepdims: multiply.bind(
         _expand_back(g, x.shape, axis, keepdims),
         exp.bind(subtract.bind(x, _expand_back(ans, x.shape, axis, keepdims)))), kinds="f"))
 for _r in (reduce_sum, reduce_mean, reduce_prod, reduce_max, reduce_min):
     _r.keeps_zeros = True
-reduce_euclidean_norm = _register(Reduction(
+reduce_euclidean_norm = register_primitive(Reduction(
     "reduce_euclidean_norm", _norm_combine,
-    lambda x, a, k: np.sqrt(_sequential(x * x, a, k)),
+    lambda x, a, k: np.sqrt(sequential(x * x, a, k)),
     lambda g, ans, x, axis, keepdims: multiply.bind(
         _expand_back(g, x.shape, axis, keepdims),
         divide.bind(x, _expand_back(ans, x.shape, axis, keepdims))), kinds="f"))

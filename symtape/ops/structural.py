@@ -7,26 +7,16 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..errors import ShapeError
-from .core import (
-    Aval,
-    Primitive,
-    Zero,
-    _as_obj,
-    _fmt,
-    _kind,
-    _obj,
-    _register,
-    aligned,
-    axis_after_batch,
-    batch_size,
-    spread,
+from symtape.base.errors import ShapeError
+from symtape.core.primitive import (
+    Aval, Primitive, Zero, as_obj, fmt, kind_of, obj, register_primitive, aligned, axis_after_batch,
+    batch_size, spread,
 )
-from ..lazy import LazyModule
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-F = LazyModule("F", globals(), "symtape.functions")
-G = LazyModule("G", globals(), "symtape.graph")
+F = LazyModule("F", globals(), "symtape.element.added_heads")
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 # --------------------------------------------------------------------------------------------
 # Cast
@@ -69,9 +59,9 @@ class Cast(Primitive):
         if src.kind == "f" and dst.kind == "f" and dst.itemsize < src.itemsize:
             one = lambda v: G.call(F.RoundFloat32, v)  # noqa: E731 - rounding is a head
         else:
-            one = self._atom(_kind(src), _kind(dst))
+            one = self._atom(kind_of(src), kind_of(dst))
         with np.errstate(all="ignore"):
-            return _as_obj(np.frompyfunc(one, 1, 1)(a), a.shape)
+            return as_obj(np.frompyfunc(one, 1, 1)(a), a.shape)
 
     def numeric(self, values, params):
         with np.errstate(all="ignore"):
@@ -84,7 +74,7 @@ class Cast(Primitive):
         return deps[0]
 
 
-cast = _register(Cast())
+cast = register_primitive(Cast())
 
 
 # --------------------------------------------------------------------------------------------
@@ -118,7 +108,7 @@ class Structural(Primitive):
             gathered = np.asarray(self.fn(*ids, **params))
         except (ValueError, IndexError, TypeError, np.exceptions.AxisError) as e:
             raise ShapeError(f"st.{self.name}: {e} (argument shapes "
-                             f"{', '.join(map(_fmt, shapes))})") from None
+                             f"{', '.join(map(fmt, shapes))})") from None
         maps = []
         for o, n in zip(offsets, sizes):
             inside = (gathered >= o) & (gathered < o + n)
@@ -253,7 +243,7 @@ class ScatterAdd(Primitive):
         for i, j in enumerate(idx.tolist()):
             if j >= 0:
                 groups.setdefault(j, []).append(src[i])
-        out = _obj(tuple(params["shape"]))
+        out = obj(tuple(params["shape"]))
         flat = out.reshape(-1)
         for j, parts in groups.items():
             flat[j] = parts[0] if len(parts) == 1 else G.add(*parts)
@@ -295,8 +285,8 @@ class ScatterAdd(Primitive):
         return out.reshape(shape)
 
 
-gather_flat = _register(GatherFlat())
-scatter_add = _register(ScatterAdd())
+gather_flat = register_primitive(GatherFlat())
+scatter_add = register_primitive(ScatterAdd())
 
 
 def _picked(deps: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -317,7 +307,7 @@ def batched_index(idx: np.ndarray, n: int, core: tuple) -> np.ndarray:
 
 def _structural(name: str, fn: Callable, variadic: bool = False,
                 batch: Callable | None = None) -> Structural:
-    return _register(Structural(name, fn, variadic, batch))
+    return register_primitive(Structural(name, fn, variadic, batch))
 
 
 def _getitem(a, key):

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from symtape import functions as F
-from symtape import graph
+from symtape.element import added_heads as F
+from symtape.element import graph
 from symtape.codegen import compile_atoms
 
 S = sp.S

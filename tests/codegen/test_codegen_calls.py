@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape.errors import DTypeError, InvalidArgumentError, ShapeError
+from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
 
 
 def _reference(x, y, v):

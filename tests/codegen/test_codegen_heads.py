@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from symtape import evaluate, graph
-from symtape import functions as F
+from symtape.element import evaluate
+from symtape.element import graph
+from symtape.element import added_heads as F
 from symtape.codegen import compile_atoms
 from symtape.codegen.lower import HEADS
 

@@ -13,15 +13,15 @@ import pytest
 import sympy as sp
 
 import symtape
-from symtape import graph
+from symtape.element import graph
 from symtape.codegen import cache, compile_atoms, jit, kernel
-from symtape.errors import CompileError
+from symtape.base.errors import CompileError
 
 SCRIPT = textwrap.dedent("""
     import sys
     import numpy as np
     import sympy as sp
-    from symtape import graph
+    from symtape.element import graph
     from symtape.codegen import compile_atoms, jit
     x = graph.Leaf.new("x")
     e = graph.add(graph.call(sp.cosh, x), graph.power(x, sp.Integer(3)))

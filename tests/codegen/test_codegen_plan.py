@@ -8,10 +8,12 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from symtape import dataio, evaluate, graph
-from symtape import functions as F
+from symtape.io import dataio
+from symtape.element import evaluate
+from symtape.element import graph
+from symtape.element import added_heads as F
 from symtape.codegen.plan import build_plan, formulas
-from symtape.errors import InvalidArgumentError, LoweringError, UnboundLeafError
+from symtape.base.errors import InvalidArgumentError, LoweringError, UnboundLeafError
 
 S = sp.S
 

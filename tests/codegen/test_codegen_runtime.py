@@ -17,7 +17,8 @@ import pytest
 import sympy as sp
 
 import symtape
-from symtape import evaluate, graph
+from symtape.element import evaluate
+from symtape.element import graph
 from symtape.codegen import (
     CompiledFunction,
     TensorSpec,
@@ -27,7 +28,7 @@ from symtape.codegen import (
     load,
     runtime,
 )
-from symtape.errors import (
+from symtape.base.errors import (
     DTypeError,
     InvalidArgumentError,
     LoweringError,

@@ -35,21 +35,21 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from . import nodes as N
-from .codegen.loops import POINT_ALIGN, Access, Block, Buffer, LoopPlan, layouts
-from .codegen.plan import Instr, OutLayout, Plan, build_plan
-from .errors import UnboundLeafError
-from .ops.axis import AxisOp, StopGradient
-from .ops.conv import Conv, reached
-from .ops.pool import Pooling, chain, pick_atom, spread_atoms, sum_atoms
-from .ops.elementwise import Elementwise
-from .ops.linalg import Einsum, MatMul
-from .ops.reductions import Reduction
-from .ops.structural import GatherFlat, ScatterAdd, Structural
-from .lazy import LazyModule
+from symtape.core import node as N
+from symtape.codegen.loops import POINT_ALIGN, Access, Block, Buffer, LoopPlan, layouts
+from symtape.codegen.plan import Instr, OutLayout, Plan, build_plan
+from symtape.base.errors import UnboundLeafError
+from symtape.ops.axis import AxisOp, StopGradient
+from symtape.ops.conv import Conv, reached
+from symtape.ops.pool import Pooling, chain, pick_atom, spread_atoms, sum_atoms
+from symtape.ops.elementwise import Elementwise
+from symtape.ops.linalg import Einsum, MatMul
+from symtape.ops.reductions import Reduction
+from symtape.ops.structural import GatherFlat, ScatterAdd, Structural
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-G = LazyModule("G", globals(), "symtape.graph")
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["LOOP_MIN_ATOMS", "UNROLL_LIMIT", "FOLD_PROBE_ATOMS", "worth_looping",
            "plan_loops", "element_estimate", "TOTAL_OF"]
@@ -97,7 +97,7 @@ MATMUL_PACK = 4096
 def _matmul_cols() -> int:
     if MATMUL_COLS is not None:
         return MATMUL_COLS
-    from .codegen import jit
+    from symtape.codegen import jit
 
     return 32 if "+avx512f" in jit.host().features.split(",") else 8
 #: Ops along one axis unroll one slice per loop iteration, up to this long.
@@ -574,7 +574,7 @@ def _finer_pair(src: np.ndarray, dst: np.ndarray):
 
 def _copy_body(n: int, boolean: bool) -> Plan:
     """The plan copying ``n`` elements (identity, element ``k`` to element ``k``)."""
-    from .codegen.plan import ArgLayout
+    from symtape.codegen.plan import ArgLayout
 
     instrs = tuple(Instr("input", (), (0, k)) for k in range(n))
     return Plan(instrs, (ArgLayout((n,), ("x",) * n),),

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import sympy as sp
 
-from . import functions as F
-from .numeric import erf as _erf
-from .numeric import ieee_pow
+from symtape.element import added_heads as F
+from symtape.element.numeric import erf as _erf
+from symtape.element.numeric import ieee_pow
 
 __all__ = ["Head", "RECORDS", "HEADS", "NUMPY", "record", "ieee_pow"]
 

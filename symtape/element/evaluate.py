@@ -15,9 +15,9 @@ import numpy as np
 import sympy as sp
 from sympy.logic.boolalg import BooleanAtom
 
-from .graph import Leaf, Node, const_value, is_const, leaves, reachable
-from .heads import NUMPY as HEADS
-from .numeric import ieee_pow, pow_plan, power_const, split_quotient
+from symtape.element.graph import Leaf, Node, const_value, is_const, leaves, reachable
+from symtape.element.heads import NUMPY as HEADS
+from symtape.element.numeric import ieee_pow, pow_plan, power_const, split_quotient
 
 __all__ = ["HEADS", "ieee_pow", "pow_plan", "power_const", "evaluate_atoms", "program",
            "evaluate_from"]
@@ -122,7 +122,7 @@ def _compile(expr, lookup: Callable, heads: dict = HEADS) -> Callable:  # noqa: 
             if fn is not None:
                 break
     if fn is None:
-        from .errors import LoweringError
+        from symtape.base.errors import LoweringError
 
         raise LoweringError(f"no numeric evaluation for SymPy head {head.__name__!r}")
     subs = [_compile(a, lookup, heads) for a in expr.args]
@@ -158,7 +158,7 @@ def program(outputs: Sequence, inputs: Sequence[Leaf], heads: dict = HEADS,
     ``heads`` replaces the numpy functions of SymPy heads (a reference with other libraries);
     ``quiet=False`` leaves numpy's floating-point error state to the caller.
 
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> x = graph.Leaf.new("x")
     >>> f = program([graph.add(graph.mul(x, x), x)], [x])
     >>> f(np.array([1.0, 2.0]))
@@ -168,7 +168,7 @@ def program(outputs: Sequence, inputs: Sequence[Leaf], heads: dict = HEADS,
     position = {leaf: i for i, leaf in enumerate(inputs)}
     missing = [leaf for leaf in leaves(outputs, through_forward=True) if leaf not in position]
     if missing:
-        from .errors import UnboundLeafError
+        from symtape.base.errors import UnboundLeafError
 
         raise UnboundLeafError(f"no value given for leaf {missing[0].name!r}")
 
@@ -213,7 +213,7 @@ def evaluate_atoms(atoms: Iterable, env: dict) -> list:
     """Evaluate atoms (leaves, nodes, constants) given ``env: Leaf -> array`` (once; see
     :func:`program` to evaluate the same atoms many times).
 
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> x = graph.Leaf.new("x")
     >>> evaluate_atoms([graph.mul(x, 3)], {x: np.array([1.0, 2.0])})
     [array([3., 6.])]
@@ -227,7 +227,7 @@ def evaluate_from(atoms: Sequence, known: dict) -> list:
     (``atom -> value``) as given and other leaves at their bound values; None for an atom
     that needs an unbound leaf.
 
-    >>> from symtape import graph
+    >>> from symtape.element import graph
     >>> x, y = graph.Leaf.new("x"), graph.Leaf.new("y")
     >>> s = graph.add(x, y)
     >>> evaluate_from([graph.mul(s, s), graph.ZERO], {s: 3.0})

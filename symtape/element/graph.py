@@ -30,8 +30,8 @@ from sympy.core.expr import Expr
 from sympy.core.numbers import Float, Integer, Number, Rational
 from sympy.logic.boolalg import BooleanAtom
 
-from .heads import NUMPY as HEADS
-from .numeric import ieee_pow
+from symtape.element.heads import NUMPY as HEADS
+from symtape.element.numeric import ieee_pow
 
 S = sp.S
 ZERO = S.Zero
@@ -334,13 +334,13 @@ def _from_float(v: float):
     return number(float(v))
 
 
-def _is_zero(c) -> bool:
+def is_zero(c) -> bool:
     if type(c) is Float:  # read the mantissa: SymPy's assumption system costs ~80 us a Float
         return c._mpf_ == fzero
     return c.is_Number and c.is_zero
 
 
-def _is_one(c) -> bool:
+def is_one(c) -> bool:
     return c is ONE or (isinstance(c, Float) and float(c) == 1.0)
 
 
@@ -436,17 +436,17 @@ def lincomb(terms: Iterable, const=ZERO, graph: Graph = GRAPH):
             continue
         prev = coeffs.get(a)
         coeffs[a] = c if prev is None else c_add(prev, c)
-    items = [(a, c) for a, c in coeffs.items() if not _is_zero(c)]
+    items = [(a, c) for a, c in coeffs.items() if not is_zero(c)]
     if not items:
         return const
-    const_zero = _is_zero(const)
-    if const_zero and not (len(items) == 1 and _is_one(items[0][1])) and \
+    const_zero = is_zero(const)
+    if const_zero and not (len(items) == 1 and is_one(items[0][1])) and \
             all(absorbs_products(a) for a, _ in items):
         conds = _common_conditions([a for a, _ in items])
         return _sum_into_select(items, conds) if conds is not None else _sum_under_select(items)
     if len(items) == 1 and const_zero:
         a, c = items[0]
-        if _is_one(c):
+        if is_one(c):
             return a
         return graph.define(sp.Mul._from_args((c, a), True), (a,))
     if const_zero:
@@ -456,9 +456,9 @@ def lincomb(terms: Iterable, const=ZERO, graph: Graph = GRAPH):
 
 def _sum_node(items: list, const=ZERO, graph: Graph = GRAPH):
     """The ``Add`` node of ``const + sum(c * a)`` over distinct symbolic atoms, as given."""
-    args = [] if _is_zero(const) else [const]
+    args = [] if is_zero(const) else [const]
     for a, c in items:
-        args.append(a if _is_one(c) else sp.Mul._from_args((c, a), True))
+        args.append(a if is_one(c) else sp.Mul._from_args((c, a), True))
     return graph.define(sp.Add._from_args(tuple(args), True), tuple(a for a, _ in items))
 
 
@@ -484,27 +484,27 @@ def monomial(coef, factors: Iterable, graph: Graph = GRAPH):
             continue
         prev = exps.get(a)
         exps[a] = e if prev is None else c_add(prev, e)
-    if _is_zero(coef):
+    if is_zero(coef):
         return ZERO
-    items = [(a, e) for a, e in exps.items() if not _is_zero(e)]
+    items = [(a, e) for a, e in exps.items() if not is_zero(e)]
     if not items:
         return coef
     for k, (a, e) in enumerate(items):
         if e.is_positive and absorbs_products(a):
             return _product_into_select(a, e, coef, items[:k] + items[k + 1:])
-    if _is_one(coef):
+    if is_one(coef):
         _canonical_order(items)
     if len(items) == 1:
         a, e = items[0]
-        if _is_one(e):
-            if _is_one(coef):
+        if is_one(e):
+            if is_one(coef):
                 return a
             return graph.define(sp.Mul._from_args((coef, a), True), (a,))
-        if _is_one(coef):
+        if is_one(coef):
             return graph.define(_raw_pow(a, e), (a,))
-    args = [] if _is_one(coef) else [coef]
+    args = [] if is_one(coef) else [coef]
     for a, e in items:
-        args.append(a if _is_one(e) else _raw_pow(a, e))
+        args.append(a if is_one(e) else _raw_pow(a, e))
     return graph.define(sp.Mul._from_args(tuple(args), True), tuple(a for a, _ in items))
 
 
@@ -526,7 +526,7 @@ def absorbs_products(atom) -> bool:
     (True, False)
     """
     pairs = _select_pairs(atom)
-    return pairs is not None and any(_is_zero(p.expr) for p in pairs)
+    return pairs is not None and any(is_zero(p.expr) for p in pairs)
 
 
 def absorbing(atom):
@@ -540,7 +540,7 @@ def absorbing(atom):
     (0, 1)
     """
     if not isinstance(atom, _GraphSymbol):
-        return ONE if _is_zero(atom) else ZERO
+        return ONE if is_zero(atom) else ZERO
     pairs = _select_pairs(atom)
     if pairs is None:
         return ZERO
@@ -556,7 +556,7 @@ def _product_into_select(select: Node, exponent, coef, others: list):
     pairs = []
     for pair in select.definition.args:
         value = pair.expr
-        if not _is_zero(value):
+        if not is_zero(value):
             value = monomial(coef, [(value, exponent), *others])
         pairs.append((value, pair.cond))
     return piecewise(*pairs)
@@ -592,7 +592,7 @@ def _sum_under_select(items: list):
     for a, _ in items:
         earlier = []
         for pair in a.definition.args:
-            if not _is_zero(pair.expr):
+            if not is_zero(pair.expr):
                 taken.append(logic(sp.And, pair.cond, *[logic(sp.Not, c) for c in earlier]))
             earlier.append(pair.cond)
     return piecewise((_sum_node(items), logic(sp.Or, *taken)), (ZERO, S.true))
@@ -608,7 +608,7 @@ def power(base, exponent, graph: Graph = GRAPH):
     if not isinstance(exponent, _GraphSymbol):
         return monomial(ONE, [(base, exponent)])
     if not isinstance(base, _GraphSymbol):
-        if _is_one(base):
+        if is_one(base):
             return ONE
         return graph.define(_raw_pow(base, exponent), (exponent,))
     return graph.define(_raw_pow(base, exponent), (base, exponent))

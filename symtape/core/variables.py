@@ -3,7 +3,7 @@
 A :class:`Variable` is a named leaf whose value ``assign*`` change; a :class:`SymbolTensor`
 is a leaf meant for formulas, with an optional bound value. Both hold a leaf node (see
 ``nodes.py``) over a value store their atoms read. :class:`Tensor`, constants and the
-application of primitives live in ``ops/binder.py`` and are re-exported here.
+application of primitives live in ``core/apply.py`` and are re-exported here.
 """
 
 from __future__ import annotations
@@ -13,30 +13,18 @@ import threading
 
 import numpy as np
 
-from . import nodes as N
-from . import ops, recording
-from .errors import DTypeError, InvalidArgumentError, ShapeError
-from .ops.binder import (
-    CSEForm,
-    Tensor,
-    _clean_name,
-    _frozen,
-    _read,
-    _readonly,
-    _value_of,
-    assigned,
-    atom_constant,
-    clock,
-    constant,
-    convert_to_tensor,
-    exact_constant,
-    is_tensor,
-    view,
+from symtape.core import node as N
+from symtape import ops
+from symtape.base import recording
+from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
+from symtape.core.apply import (
+    CSEForm, Tensor, _clean_name, _frozen, _read, _readonly, _value_of, assigned, atom_constant,
+    clock, constant, convert_to_tensor, exact_constant, is_tensor, view,
 )
-from .lazy import LazyModule
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-G = LazyModule("G", globals(), "symtape.graph")
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["Tensor", "Variable", "SymbolTensor", "constant", "symbol", "convert_to_tensor",
            "is_tensor", "CSEForm", "promote", "shape_arg", "exact_constant", "atom_constant",

@@ -6,7 +6,7 @@ whose head is looked up in a closed table (:data:`HEADS`: numbers, the constants
 folds to, symbols with their assumptions, and the heads a graph can hold); a value is a tagged
 list (``["tuple", [...]]``, ``["float", "0x1.8p+1"]``, ``["ndarray", {...}]``); an array is
 raw little-endian bytes of a whitelisted dtype. Anything else, or anything of the wrong shape,
-raises :class:`~symtape.errors.SerializationError` naming what is wrong, before anything is
+raises :class:`~symtape.base.errors.SerializationError` naming what is wrong, before anything is
 built from it. Floats are kept exactly (hex text for Python floats, the binary mantissa and
 exponent for SymPy Floats), so a decoded expression is the encoded one, ``srepr`` and all.
 
@@ -34,11 +34,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .errors import SerializationError
-from .lazy import LazyModule
+from symtape.base.errors import SerializationError
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-H = LazyModule("H", globals(), "symtape.heads")
+H = LazyModule("H", globals(), "symtape.element.heads")
 assumptions = LazyModule("assumptions", globals(), "sympy.core.assumptions")
 
 __all__ = [  # noqa: F822 - HEADS: __getattr__
@@ -184,7 +184,7 @@ def _encode(e, depth: int, count: list) -> list:
         label = cls.__name__ if isinstance(e, sp.Basic) else f"Python {cls.__name__}"
         raise SerializationError(
             f"cannot save an expression with head {label!r} ({str(e)[:60]}): saved files "
-            "hold only numbers, symbols and the heads listed in symtape.dataio.HEADS"
+            "hold only numbers, symbols and the heads listed in symtape.io.dataio.HEADS"
         )
     return [name] + [_encode(a, depth + 1, count) for a in e.args]
 
@@ -198,7 +198,7 @@ def decode_expr(node, where: str = "expression"):
     >>> decode_expr(["__import__", ["Integer", 1]])
     Traceback (most recent call last):
     ...
-    symtape.errors.SerializationError: expression: unknown head '__import__'
+    symtape.base.errors.SerializationError: expression: unknown head '__import__'
     """
     expr, shape = _decode(node, where, 0, [0])
     if shape is not None and shape[1] > 1:
@@ -825,7 +825,7 @@ def expect_shape(node, where: str) -> tuple:
     >>> expect_shape([1 << 30, 1 << 30, 0], "shape")
     Traceback (most recent call last):
     ...
-    symtape.errors.SerializationError: shape: [1073741824, 1073741824, 0] has more than \
+    symtape.base.errors.SerializationError: shape: [1073741824, 1073741824, 0] has more than \
 1099511627776 elements (counting 0 as 1)
     """
     shape = tuple(expect_int(d, f"{where} entry", 0, _MAX_DIM)
@@ -1095,7 +1095,7 @@ def load_document(blob: bytes, magic: bytes, version: int, what: str, kind: str)
     >>> load_document(b"junk", b"EXAMPLE\\n", 1, "'f.bin'", "test document")
     Traceback (most recent call last):
     ...
-    symtape.errors.SerializationError: 'f.bin' is not a test document (no EXAMPLE header)
+    symtape.base.errors.SerializationError: 'f.bin' is not a test document (no EXAMPLE header)
     """
     label = magic.decode("ascii", "replace").strip()
     if len(blob) < _HEADER.size or blob[:8] != magic:

@@ -13,7 +13,7 @@ import itertools
 import sympy as sp
 from sympy.codegen.cfunctions import expm1, log1p
 
-from .errors import NonDifferentiableError
+from symtape.base.errors import NonDifferentiableError
 
 __all__ = [
     "log1p",

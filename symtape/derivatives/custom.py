@@ -13,13 +13,15 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import nest, ops, recording
-from .errors import InvalidArgumentError, NonDifferentiableError, ShapeError
-from .tensor import Tensor, convert_to_tensor, view
-from .lazy import LazyModule
+from symtape import ops
+from symtape.base import nest
+from symtape.base import recording
+from symtape.base.errors import InvalidArgumentError, NonDifferentiableError, ShapeError
+from symtape.core.variables import Tensor, convert_to_tensor, view
+from symtape.base.lazy import LazyModule
 
-F = LazyModule("F", globals(), "symtape.functions")
-G = LazyModule("G", globals(), "symtape.graph")
+F = LazyModule("F", globals(), "symtape.element.added_heads")
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["stop_gradient", "custom_gradient", "register_gradient", "define_function",
            "get_function", "RegisterGradient", "call_with_rule"]

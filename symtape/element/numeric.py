@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from .lazy import LazyModule
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
 
@@ -21,12 +21,12 @@ __all__ = ["pow_plan", "power_const", "split_quotient", "ieee_pow", "erf", "quie
 
 
 try:  # numpy's floating-point error state is this context variable (what np.errstate sets)
-    from numpy._core._ufunc_config import _extobj_contextvar as _ERRSTATE
+    from numpy._core._ufunc_config import _extobj_contextvar as ERRSTATE
     from numpy._core._ufunc_config import _make_extobj
 
-    _IGNORE = _make_extobj(all="ignore")
+    IGNORE = _make_extobj(all="ignore")
 except ImportError:  # another numpy layout: np.errstate itself
-    _ERRSTATE = _IGNORE = None
+    ERRSTATE = IGNORE = None
 
 
 class quiet:
@@ -41,17 +41,17 @@ class quiet:
     __slots__ = ("_token",)
 
     def __enter__(self) -> None:
-        if _ERRSTATE is None:
+        if ERRSTATE is None:
             self._token = np.errstate(all="ignore")
             self._token.__enter__()
         else:
-            self._token = _ERRSTATE.set(_IGNORE)
+            self._token = ERRSTATE.set(IGNORE)
 
     def __exit__(self, *exc) -> None:
-        if _ERRSTATE is None:
+        if ERRSTATE is None:
             self._token.__exit__(*exc)
         else:
-            _ERRSTATE.reset(self._token)
+            ERRSTATE.reset(self._token)
 
 
 def _exponent_value(e) -> float:

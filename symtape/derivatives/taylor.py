@@ -22,8 +22,8 @@ from fractions import Fraction
 
 import sympy as sp
 
-from . import functions as F
-from . import graph as G
+from symtape.element import added_heads as F
+from symtape.element import graph as G
 
 __all__ = ["Unsupported", "coefficients", "multi_indices", "interpolation", "partials"]
 
@@ -40,7 +40,7 @@ class Unsupported(Exception):
 
 
 def _zero(a) -> bool:
-    return a is ZERO or (G.is_const(a) and G._is_zero(a))
+    return a is ZERO or (G.is_const(a) and G.is_zero(a))
 
 
 def _dot(pairs) -> object:
@@ -235,7 +235,7 @@ def _definition(node: G.Node, series: Callable) -> list:  # noqa: C901 - a table
         terms = [(arg.args[0], arg.args[1]) if arg.is_Mul else (ONE, arg) for arg in d.args]
         out = None
         for coef, s in _softplus_terms(terms, series) + [(c, series(a)) for c, a in terms]:
-            term = _scaled(coef, s) if not _is_one(coef) else s
+            term = _scaled(coef, s) if not is_one(coef) else s
             out = term if out is None else [G.add(a, b) for a, b in zip(out, term)]
         return out
     if head is sp.Mul:
@@ -270,8 +270,8 @@ def _definition(node: G.Node, series: Callable) -> list:  # noqa: C901 - a table
     raise Unsupported(f"no Taylor rule for {head.__name__} of {len(d.args)} arguments")
 
 
-def _is_one(c) -> bool:
-    return G.is_const(c) and G._is_one(c)
+def is_one(c) -> bool:
+    return G.is_const(c) and G.is_one(c)
 
 
 def _defined(atom, head):
@@ -284,9 +284,9 @@ def _defined(atom, head):
 def _logistic_exponent(base):
     """``w`` when ``base`` is the node ``1 + exp(w)``, else None."""
     d = _defined(base, sp.Add)
-    if d is None or len(d.args) != 2 or not any(_is_one(a) for a in d.args):
+    if d is None or len(d.args) != 2 or not any(is_one(a) for a in d.args):
         return None
-    e = next(a for a in d.args if not _is_one(a))
+    e = next(a for a in d.args if not is_one(a))
     inner = _defined(e, sp.exp)
     return inner.args[0] if inner is not None else None
 
@@ -296,7 +296,7 @@ def _softplus_argument(high, low):
     stable softplus ``log(1 + exp(u))`` of the op table), else None."""
     top, d = _defined(high, sp.Max), _defined(low, F.log1p)
     if top is None or d is None or len(top.args) != 2 or not any(
-            G.is_const(a) and G._is_zero(a) for a in top.args):
+            G.is_const(a) and G.is_zero(a) for a in top.args):
         return None
     u = next(a for a in top.args if not G.is_const(a))
     e = _defined(d.args[0], sp.exp)

@@ -9,12 +9,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..errors import DTypeError
-from ..lazy import LazyModule
+from symtape.base.errors import DTypeError
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-G = LazyModule("G", globals(), "symtape.graph")
-TN = LazyModule("TN", globals(), "symtape.notation")
+G = LazyModule("G", globals(), "symtape.element.graph")
+TN = LazyModule("TN", globals(), "symtape.core.notation")
 
 
 class _Placeholders:
@@ -65,14 +65,14 @@ class Zero:
         return f"Zero(shape={self.shape}, dtype={self.dtype.name})"
 
 
-def _kind(dtype: np.dtype) -> str:
+def kind_of(dtype: np.dtype) -> str:
     return "b" if dtype.kind == "b" else ("f" if dtype.kind == "f" else "i")
 
 
 _KIND_NAMES = {"f": "float", "i": "integer", "b": "bool"}
 
 
-def _fmt(shape) -> str:
+def fmt(shape) -> str:
     return str(tuple(shape))
 
 
@@ -88,7 +88,7 @@ def _binder_apply():
     """The binder's ``apply`` (the package's last module: it makes tensors of ops), imported
     on the first application."""
     global _apply
-    from .binder import apply
+    from symtape.core.apply import apply
 
     _apply = apply
     return apply
@@ -135,7 +135,7 @@ class Primitive:
                                  f"{a.dtype.name}")
             if role != "T":
                 continue
-            if _kind(a.dtype) not in self.kinds:
+            if kind_of(a.dtype) not in self.kinds:
                 allowed = " or ".join(_KIND_NAMES[k] for k in self.kinds)
                 raise DTypeError(f"st.{self.name}: argument {i} has dtype {a.dtype.name}; "
                                  f"{self.name} needs a {allowed} tensor (convert with st.cast)")
@@ -324,7 +324,7 @@ def _atom_ufunc(name: str):
     return np.frompyfunc(getattr(G, name), 1, 1)
 
 
-def _const_atom(atoms):
+def const_atom(atoms):
     """Elementwise: whether each atom is a constant."""
     return _atom_ufunc("is_const")(atoms)
 
@@ -338,7 +338,7 @@ def row_flags(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     [[False, False, True], [False, True, False]]
     """
     n = rows.shape[0]
-    const = np.asarray(_const_atom(rows), dtype=bool).reshape(rows.shape) if rows.size else \
+    const = np.asarray(const_atom(rows), dtype=bool).reshape(rows.shape) if rows.size else \
         np.zeros(rows.shape, dtype=bool)
     repeated = np.zeros(n, dtype=bool)
     for i in range(n):
@@ -360,7 +360,7 @@ def irregular_rows(rows: np.ndarray) -> np.ndarray:
     return const | repeated
 
 
-def _lanes(atoms: np.ndarray, axes: tuple) -> np.ndarray:
+def lanes(atoms: np.ndarray, axes: tuple) -> np.ndarray:
     """``atoms`` with ``axes`` moved last and flattened: one row per kept index."""
     keep = [i for i in range(atoms.ndim) if i not in axes]
     moved = np.transpose(atoms, keep + list(axes))
@@ -368,7 +368,7 @@ def _lanes(atoms: np.ndarray, axes: tuple) -> np.ndarray:
     return moved.reshape(int(np.prod(moved.shape[:len(keep)], dtype=np.int64)), size)
 
 
-def _irregular_anywhere(self, atoms, params, shape, args=()):
+def irregular_anywhere(self, atoms, params, shape, args=()):
     """``unsettled`` of ops whose elements mix all their inputs: every element when some input
     holds a constant or a repeated atom, else the zero and non-finite ones."""
     flat = np.concatenate([a.reshape(-1) for a in atoms]) if atoms else np.empty(0, object)
@@ -377,28 +377,28 @@ def _irregular_anywhere(self, atoms, params, shape, args=()):
     return None
 
 
-def _register(prim: Primitive) -> Primitive:
+def register_primitive(prim: Primitive) -> Primitive:
     OPS[prim.name] = prim
     return prim
 
 
-def _is_zero(atoms):
+def is_zero(atoms):
     """Elementwise: whether each atom is the constant 0."""
-    return _atom_ufunc("_is_zero")(atoms)
+    return _atom_ufunc("is_zero")(atoms)
 
 
-_special_atom = np.frompyfunc(lambda a: G.is_const(a) or G.absorbs_products(a), 1, 1)
-_same_atom = np.frompyfunc(lambda a, b: a is b or (G.is_const(a) and a == b), 2, 1)
+special_atom = np.frompyfunc(lambda a: G.is_const(a) or G.absorbs_products(a), 1, 1)
+same_atom = np.frompyfunc(lambda a, b: a is b or (G.is_const(a) and a == b), 2, 1)
 
 
-def _obj(shape: tuple, fill=None) -> np.ndarray:
+def obj(shape: tuple, fill=None) -> np.ndarray:
     """An object array of ``shape`` filled with ``fill`` (default: the atom 0)."""
     out = np.empty(shape, dtype=object)
     out.fill(G.ZERO if fill is None else fill)
     return out
 
 
-def _as_obj(result, shape) -> np.ndarray:
+def as_obj(result, shape) -> np.ndarray:
     if isinstance(result, np.ndarray):
         return result
     out = np.empty(shape, dtype=object)

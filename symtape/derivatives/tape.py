@@ -9,9 +9,12 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from . import autodiff, nest, ops, recording
-from .errors import DTypeError, ShapeError
-from .tensor import Tensor, constant, convert_to_tensor, exact_constant, promote
+from symtape import ops
+from symtape.derivatives import sweep as autodiff
+from symtape.base import nest
+from symtape.base import recording
+from symtape.base.errors import DTypeError, ShapeError
+from symtape.core.variables import Tensor, constant, convert_to_tensor, exact_constant, promote
 
 __all__ = ["GradientTape", "UnconnectedGradients"]
 

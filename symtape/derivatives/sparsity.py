@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import nodes as N
-from .ops.core import union
+from symtape.core import node as N
+from symtape.core.primitive import union
 
 __all__ = ["dependencies", "propagate", "dependency_rows", "colour_rows", "star_colour",
            "positions"]

@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from . import recording
-from .tensor import Tensor, Variable, constant
-from .tensor import shape_arg as _shape_arg
+from symtape.base import recording
+from symtape.core.variables import Tensor, Variable, constant
+from symtape.core.variables import shape_arg as _shape_arg
 
 __all__ = ["set_seed", "normal", "uniform", "Draw"]
 

@@ -13,7 +13,7 @@ import numpy as np
 import sympy as sp
 from sympy.printing.precedence import PRECEDENCE
 
-from . import nodes as N
+from symtape.core import node as N
 
 __all__ = ["tensor_formula", "wants_notation", "Dot", "Transpose", "applied"]
 

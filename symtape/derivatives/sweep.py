@@ -13,11 +13,12 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from . import nodes as N
-from . import ops, recording
-from .ops import binder
-from .errors import ShapeError
-from .tensor import Tensor, exact_constant
+from symtape.core import node as N
+from symtape import ops
+from symtape.base import recording
+from symtape.core import apply as binder
+from symtape.base.errors import ShapeError
+from symtape.core.variables import Tensor, exact_constant
 
 __all__ = ["relevant_ids", "vjp_sweep", "source_cotangents", "batched_vjp", "accumulate",
            "is_structural_zero"]

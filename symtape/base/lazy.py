@@ -6,7 +6,7 @@ first needs them, not at ``import symtape``: importing costs numpy, llvmlite and
 tables (about 0.1 s), and SymPy's 0.2-0.3 s is paid by the first op that uses it.
 
 A module that needs one of them binds a :class:`LazyModule` under the name it would import
-(``G = LazyModule("G", globals(), "symtape.graph")`` for ``from . import graph as G``). The
+(``G = LazyModule("G", globals(), "symtape.element.graph")`` for ``from . import graph as G``). The
 first attribute read imports the module and rebinds that global to it, so later reads cost
 what a plain module global costs (TensorFlow's ``LazyLoader`` works the same way).
 """

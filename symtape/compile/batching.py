@@ -32,12 +32,15 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import nodes as N
-from . import loopnest, ops, recording, sparsity
-from .ops.binder import exact_constant
-from .ops.linalg import MatMul
-from .ops.reductions import Reduction
-from .tensor import Tensor, symbol
+from symtape.core import node as N
+from symtape import ops
+from symtape.compile import planner as loopnest
+from symtape.base import recording
+from symtape.derivatives import sparsity
+from symtape.core.apply import exact_constant
+from symtape.ops.linalg import MatMul
+from symtape.ops.reductions import Reduction
+from symtape.core.variables import Tensor, symbol
 
 __all__ = ["SIZES", "Program", "Split", "split", "same_params"]
 

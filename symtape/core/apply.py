@@ -6,7 +6,7 @@ and, when every leaf it depends on has a value, the numeric value computed eager
 on whole arrays. Applying a primitive (:func:`apply`, what :meth:`Primitive.bind` calls)
 converts the arguments, checks them, makes the result's node, evaluates it and records it on
 the active tapes. The binder lives in the op table's package because applying an op builds
-tensors and a tensor's operators apply ops; ``symtape/tensor.py`` adds the leaves (variables,
+tensors and a tensor's operators apply ops; ``symtape/core/variables.py`` adds the leaves (variables,
 symbols) on top.
 """
 
@@ -17,17 +17,18 @@ import itertools
 
 import numpy as np
 
-from ..numeric import _ERRSTATE, _IGNORE, quiet
-from .. import nodes as N
-from .. import ops, recording
-from ..errors import DTypeError, InvalidArgumentError, ShapeError, UnboundLeafError
-from .core import _const_atom
-from ..lazy import LazyModule
+from symtape.element.numeric import ERRSTATE, IGNORE, quiet
+from symtape.core import node as N
+from symtape import ops
+from symtape.base import recording
+from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError, UnboundLeafError
+from symtape.core.primitive import const_atom
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-E = LazyModule("E", globals(), "symtape.evaluate")
-G = LazyModule("G", globals(), "symtape.graph")
-TN = LazyModule("TN", globals(), "symtape.notation")
+E = LazyModule("E", globals(), "symtape.element.evaluate")
+G = LazyModule("G", globals(), "symtape.element.graph")
+TN = LazyModule("TN", globals(), "symtape.core.notation")
 
 _ids = itertools.count(1)
 
@@ -795,7 +796,7 @@ def _settle(value: np.ndarray, atoms: np.ndarray, inputs, unsettled,
         return value
     flat_atoms = atoms.reshape(-1)
     flat = np.array(value, copy=True).reshape(-1)
-    const = _const_atom(flat_atoms).astype(bool)
+    const = const_atom(flat_atoms).astype(bool)
     for i in np.flatnonzero(const):
         flat[i] = G.const_value(flat_atoms[i])
     odd = np.zeros(flat.shape, dtype=bool) if unsettled is None else np.reshape(unsettled, -1)
@@ -914,14 +915,14 @@ def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
         return t._value, t._fusion
     if plan.uniform is not None and plan.floating and not stale:
         return _frozen(np.full(plan.shape, G.const_value(plan.uniform), dtype=plan.dtype)), None
-    if _ERRSTATE is None:
+    if ERRSTATE is None:
         with quiet():  # IEEE results (inf, nan) are values, not errors
             return _evaluate(prim, plan, tensors, node, values, stale)
-    token = _ERRSTATE.set(_IGNORE)  # what quiet() does, inline: the hot path of every op
+    token = ERRSTATE.set(IGNORE)  # what quiet() does, inline: the hot path of every op
     try:
         return _evaluate(prim, plan, tensors, node, values, stale)
     finally:
-        _ERRSTATE.reset(token)
+        ERRSTATE.reset(token)
 
 
 def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,

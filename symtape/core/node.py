@@ -28,10 +28,10 @@ import weakref
 
 import numpy as np
 
-from .lazy import LazyModule
+from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-G = LazyModule("G", globals(), "symtape.graph")
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["Node", "leaf", "const", "lazy", "apply", "params_key", "ancestry",
            "ELEMENT_LIMIT"]
@@ -206,7 +206,7 @@ class Node:
         """True when every element is the constant 0 (read off the element view only when it
         is small; memoised: a node's elements never change)."""
         if self.uniform is not None:
-            return G.is_const(self.uniform) and G._is_zero(self.uniform)
+            return G.is_const(self.uniform) and G.is_zero(self.uniform)
         if self.regular:
             return False
         if self._zero is None:
@@ -219,8 +219,8 @@ class Node:
         view = self.fold_view()
         if view is not None:  # regular except at its folds
             mask, atoms = view
-            return bool(mask.all()) and all(G._is_zero(a) for a in atoms.flat)
-        return all(G.is_const(a) and G._is_zero(a) for a in self.atoms().flat)
+            return bool(mask.all()) and all(G.is_zero(a) for a in atoms.flat)
+        return all(G.is_const(a) and G.is_zero(a) for a in self.atoms().flat)
 
     def unbound(self, limit: int = 8) -> list[str]:
         """Names of the leaves this node depends on that have no value: at most ``limit``,

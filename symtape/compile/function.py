@@ -20,19 +20,23 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import batching, nest, ops, recording, sparsity
-from . import loopnest
-from . import nodes as N
-from .codegen import CompiledFunction, TensorSpec, c99, compile_atoms, compile_plan
-from .errors import InvalidArgumentError, LoweringError, ShapeError, UnboundLeafError
-from .tape import GradientTape, UnconnectedGradients, symmetric
-from .ops.binder import adopt, constant
-from .random import Draw
-from .tensor import Tensor, symbol
-from .lazy import LazyModule
+from symtape import ops
+from symtape.compile import batching
+from symtape.base import nest
+from symtape.base import recording
+from symtape.derivatives import sparsity
+from symtape.compile import planner as loopnest
+from symtape.core import node as N
+from symtape.codegen import CompiledFunction, TensorSpec, c99, compile_atoms, compile_plan
+from symtape.base.errors import InvalidArgumentError, LoweringError, ShapeError, UnboundLeafError
+from symtape.derivatives.tape import GradientTape, UnconnectedGradients, symmetric
+from symtape.core.apply import adopt, constant
+from symtape.ops.random import Draw
+from symtape.core.variables import Tensor, symbol
+from symtape.base.lazy import LazyModule
 
-G = LazyModule("G", globals(), "symtape.graph")
-taylor = LazyModule("taylor", globals(), "symtape.taylor_mode")
+G = LazyModule("G", globals(), "symtape.element.graph")
+taylor = LazyModule("taylor", globals(), "symtape.derivatives.taylor")
 
 __all__ = ["compile", "function", "Function", "grad", "jacobian", "hessian", "derivative",
            "TensorSpec", "SparseResult", "SparseFunction", "export_c"]
@@ -187,7 +191,7 @@ class SparseFunction:
         """The elements of element views that are not the constant 0."""
         patterns, nonzero = [], []
         for atoms in out_atoms:
-            idx = [i for i in np.ndindex(*atoms.shape) if not _is_zero(atoms[i])]
+            idx = [i for i in np.ndindex(*atoms.shape) if not is_zero(atoms[i])]
             patterns.append((np.array(idx, dtype=np.int64).reshape(len(idx), atoms.ndim),
                              atoms.shape))
             vals = np.empty(len(idx), dtype=object)
@@ -259,7 +263,7 @@ class SparseFunction:
         return targets
 
 
-def _is_zero(atom) -> bool:
+def is_zero(atom) -> bool:
     return G.is_const(atom) and atom.is_Number and atom.is_zero
 
 
@@ -696,7 +700,7 @@ def jacobian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = F
              threads: int | None = None, sparse: bool = False, name: str | None = None):
     """The compiled Jacobian ``dy/dx`` (shape ``y.shape + x.shape``); ``sparse=True``
     returns :class:`SparseResult` s of its structurally non-zero elements, computed with one
-    sweep per colour of a colouring of its rows (see :mod:`symtape.sparsity`).
+    sweep per colour of a colouring of its rows (see :mod:`symtape.derivatives.sparsity`).
 
     >>> import symtape as st
     >>> J = st.jacobian(lambda x: st.stack([x[0] * x[1], st.sin(x[0])]),
@@ -777,7 +781,7 @@ def derivative(f: Callable, order: int = 1, argnums=0, *, input_signature=None,
                name: str | None = None):
     """The compiled ``order``-th derivative tensor of ``f`` (shape ``y.shape + x.shape *
     order``); for scalar ``x`` and ``y``, ``d^n f / dx^n``. A scalar argument from order 2
-    takes Taylor mode (:mod:`symtape.taylor_mode`): the 10th derivative is a DAG of a few hundred
+    takes Taylor mode (:mod:`symtape.derivatives.taylor`): the 10th derivative is a DAG of a few hundred
     nodes. ``direction=True``: the directional derivative ``d^n/dt^n f(x + t v)`` at
     ``t = 0`` (shape ``y.shape``), called as ``f(*args, v)``.
 
@@ -1248,7 +1252,7 @@ def _batch_arguments(sig) -> list[bool] | None:
 def _compile_tensors(outputs: list, inputs: list, opts: dict, points: int = 0,
                      shared: Sequence[bool] = ()) -> CompiledFunction:
     """Native code of traced tensors: loop nests over the tensor nodes when the element view
-    would be large (:mod:`symtape.loopnest`; ``points``, ``shared``: a function of one
+    would be large (:mod:`symtape.compile.planner`; ``points``, ``shared``: a function of one
     point run over chunks of points, some inputs the same for all), else the element view
     straight-line."""
     looped = _loop_compiled(outputs, inputs, opts, points, shared)
@@ -1291,7 +1295,7 @@ def function(fn: Callable | None = None, *, input_signature=None, dtype: str | N
              **ignored):
     """Decorator like ``tf.function``: trace ``fn`` once per input shape signature, compile
     it with llvmlite, run native code on later calls. ``threads``: ``None`` runs large batches
-    and the large loops of large tensors (:mod:`symtape.loopnest`) on all cores, ``1`` on
+    and the large loops of large tensors (:mod:`symtape.compile.planner`) on all cores, ``1`` on
     one, ``k`` on at most ``k``.
 
     >>> import symtape as st

@@ -1,0 +1,1 @@
+"""Ground level: errors, lazy imports, nested structures and the tape stack."""

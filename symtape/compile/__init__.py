@@ -1,0 +1,1 @@
+"""Compiling programs: the loop-nest planner, batch splitting, ``Function`` and the transforms."""

@@ -1,0 +1,1 @@
+"""The core below the op table: tensor-level nodes, the primitive protocol, application and leaves."""

@@ -1,0 +1,1 @@
+"""Derivatives over recorded programs: the reverse sweep, substitution rules, sparsity, Taylor mode and the tape."""

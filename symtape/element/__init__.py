@@ -1,0 +1,1 @@
+"""The element level: SymPy heads, the hash-consed DAG of definitions and its numpy interpreter."""

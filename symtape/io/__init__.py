@@ -1,0 +1,1 @@
+"""Data-only encodings and bounded file reads."""

@@ -104,7 +104,6 @@ def test_every_module_is_placed():
         assert _level(mod) is not None, mod
 
 
-@pytest.mark.xfail(strict=True, reason='core.apply and core.variables still import the op table')
 def test_imports_point_downward():
     bad = []
     for mod in MODULES:

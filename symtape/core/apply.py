@@ -19,10 +19,11 @@ import numpy as np
 
 from symtape.element.numeric import ERRSTATE, IGNORE, quiet
 from symtape.core import node as N
-from symtape import ops
 from symtape.base import recording
-from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError, UnboundLeafError
-from symtape.core.primitive import const_atom
+from symtape.base.errors import (
+    DTypeError, InvalidArgumentError, ShapeError, SymtapeError, UnboundLeafError,
+)
+from symtape.core.primitive import OPS, Aval, Primitive, Zero, const_atom
 from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
@@ -31,6 +32,53 @@ G = LazyModule("G", globals(), "symtape.element.graph")
 TN = LazyModule("TN", globals(), "symtape.core.notation")
 
 _ids = itertools.count(1)
+
+
+# --------------------------------------------------------------------------------------------
+# What the op table lends the core
+# --------------------------------------------------------------------------------------------
+# The op table sits a level above the core and imports it, so the core never imports the
+# table: it applies the table's primitives by name (each stanza registers itself in
+# ``primitive.OPS`` when its module is imported) and takes the few other things its eager
+# path needs when ``symtape.ops`` lends them (:func:`lend`).
+
+
+def table_op(name: str) -> Primitive:
+    """The primitive the op table registered as ``name``.
+
+    >>> table_op("add")
+    <primitive add>
+    """
+    op = OPS.get(name)
+    if op is None:
+        raise SymtapeError(f"no primitive {name!r} is registered: the op table registers its "
+                           "primitives when symtape.ops is imported (import symtape first)")
+    return op
+
+
+#: What :func:`lend` was given, by name.
+_LENT: dict = {}
+
+
+def lend(elementwise: type, recipe_atom) -> None:
+    """Take from the op table what the eager path needs beyond its primitives (``symtape.ops``
+    calls this when it is imported): ``elementwise``, the class of template ops, whose
+    results fuse into zero-branched selects (``fuse``, ``fusion``, ``makes_select``), and
+    ``recipe_atom``, ``recipe -> (atom, stand-ins)`` of such a fused select."""
+    _LENT.update(elementwise=elementwise, recipe_atom=recipe_atom)
+
+
+def lent(name: str):
+    """What the op table lent the core as ``name`` (see :func:`lend`).
+
+    >>> lent("elementwise").__name__
+    'Elementwise'
+    """
+    hook = _LENT.get(name)
+    if hook is None:
+        raise SymtapeError(f"the op table has not lent the core {name!r}: it does when "
+                           "symtape.ops is imported (import symtape first)")
+    return hook
 
 #: How many times an eager assignment changed a leaf's value (:func:`assigned`). A tensor
 #: whose value was computed from leaves ``_epoch`` is the count then; while the count has not
@@ -349,26 +397,26 @@ class Tensor:
     __hash__ = None  # type: ignore[assignment] - elementwise == makes tensors unhashable
 
     def __getitem__(self, key):
-        return ops.getitem.bind(self, key=_normalize_key(key))
+        return table_op("getitem").bind(self, key=_normalize_key(key))
 
     # -- operators -------------------------------------------------------------------------
     def __add__(self, o):
-        return ops.add.bind(self, o)
+        return table_op("add").bind(self, o)
 
     def __radd__(self, o):
-        return ops.add.bind(o, self)
+        return table_op("add").bind(o, self)
 
     def __sub__(self, o):
-        return ops.subtract.bind(self, o)
+        return table_op("subtract").bind(self, o)
 
     def __rsub__(self, o):
-        return ops.subtract.bind(o, self)
+        return table_op("subtract").bind(o, self)
 
     def __mul__(self, o):
-        return ops.multiply.bind(self, o)
+        return table_op("multiply").bind(self, o)
 
     def __rmul__(self, o):
-        return ops.multiply.bind(o, self)
+        return table_op("multiply").bind(o, self)
 
     def __truediv__(self, o):
         return _truediv(self, o)
@@ -377,74 +425,74 @@ class Tensor:
         return _truediv(o, self)
 
     def __floordiv__(self, o):
-        return ops.floordiv.bind(self, o)
+        return table_op("floordiv").bind(self, o)
 
     def __rfloordiv__(self, o):
-        return ops.floordiv.bind(o, self)
+        return table_op("floordiv").bind(o, self)
 
     def __mod__(self, o):
-        return ops.floormod.bind(self, o)
+        return table_op("floormod").bind(self, o)
 
     def __rmod__(self, o):
-        return ops.floormod.bind(o, self)
+        return table_op("floormod").bind(o, self)
 
     def __pow__(self, o):
-        return ops.pow_.bind(self, o)
+        return table_op("pow").bind(self, o)
 
     def __rpow__(self, o):
-        return ops.pow_.bind(o, self)
+        return table_op("pow").bind(o, self)
 
     def __matmul__(self, o):
-        return ops.matmul.bind(self, o)
+        return table_op("matmul").bind(self, o)
 
     def __rmatmul__(self, o):
-        return ops.matmul.bind(o, self)
+        return table_op("matmul").bind(o, self)
 
     def __neg__(self):
-        return ops.negative.bind(self)
+        return table_op("negative").bind(self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return ops.abs_.bind(self)
+        return table_op("abs").bind(self)
 
     def __lt__(self, o):
-        return ops.less.bind(self, o)
+        return table_op("less").bind(self, o)
 
     def __le__(self, o):
-        return ops.less_equal.bind(self, o)
+        return table_op("less_equal").bind(self, o)
 
     def __gt__(self, o):
-        return ops.greater.bind(self, o)
+        return table_op("greater").bind(self, o)
 
     def __ge__(self, o):
-        return ops.greater_equal.bind(self, o)
+        return table_op("greater_equal").bind(self, o)
 
     def __eq__(self, o):  # type: ignore[override]
         if o is None:
             return False
-        return ops.equal.bind(self, o)
+        return table_op("equal").bind(self, o)
 
     def __ne__(self, o):  # type: ignore[override]
         if o is None:
             return True
-        return ops.not_equal.bind(self, o)
+        return table_op("not_equal").bind(self, o)
 
     def __and__(self, o):
-        return ops.logical_and.bind(self, o)
+        return table_op("logical_and").bind(self, o)
 
     def __rand__(self, o):
-        return ops.logical_and.bind(o, self)
+        return table_op("logical_and").bind(o, self)
 
     def __or__(self, o):
-        return ops.logical_or.bind(self, o)
+        return table_op("logical_or").bind(self, o)
 
     def __ror__(self, o):
-        return ops.logical_or.bind(o, self)
+        return table_op("logical_or").bind(o, self)
 
     def __invert__(self):
-        return ops.logical_not.bind(self)
+        return table_op("logical_not").bind(self)
 
 
 class _Ref:
@@ -468,8 +516,8 @@ def _truediv(a, b):
     a, b = (convert_to_tensor(v) if isinstance(v, Tensor) else v for v in (a, b))
     kinds = [(v.dtype if isinstance(v, Tensor) else np.asarray(v).dtype).kind for v in (a, b)]
     if all(k in "iub" for k in kinds):
-        a, b = (ops.cast.bind(convert_to_tensor(v), dtype=np.float64) for v in (a, b))
-    return ops.divide.bind(a, b)
+        a, b = (table_op("cast").bind(convert_to_tensor(v), dtype=np.float64) for v in (a, b))
+    return table_op("divide").bind(a, b)
 
 
 def _normalize_key(key):
@@ -601,7 +649,7 @@ def convert_to_tensor(value, dtype=None, name=None) -> Tensor:
             raise DTypeError(f"convert_to_tensor: tensor has dtype {t.dtype.name}, requested "
                              f"{np.dtype(dtype).name}")
         return t
-    if isinstance(value, ops.Zero):
+    if isinstance(value, Zero):
         return constant(np.zeros(value.shape, value.dtype))
     return constant(value, dtype=dtype, name=name)
 
@@ -667,7 +715,7 @@ def _array_constant(a: np.ndarray, dtype, convert, exact: bool = False,
     return hit if shared else Tensor(hit._node, hit._value_, hit._dtype, name=hit._name)
 
 
-def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
+def _convert_args(prim: Primitive, args) -> list[Tensor]:
     """Tensors for ``args``: non-tensors take the dtype of the op's tensor arguments."""
     out = []
     for a in args:
@@ -680,7 +728,7 @@ def _convert_args(prim: ops.Primitive, args) -> list[Tensor]:
     return out
 
 
-def _convert_rest(prim: ops.Primitive, args, out: list) -> list[Tensor]:
+def _convert_rest(prim: Primitive, args, out: list) -> list[Tensor]:
     """:func:`_convert_args` from the first argument that is not a tensor on."""
     tdtype = None
     for i, a in enumerate(args):
@@ -702,7 +750,7 @@ def _convert_rest(prim: ops.Primitive, args, out: list) -> list[Tensor]:
             out.append(_array_constant(a, tdtype, lambda: constant(a, dtype=tdtype),
                                        shared=True))
             continue
-        if isinstance(a, ops.Zero):
+        if isinstance(a, Zero):
             out.append(constant(np.zeros(a.shape, a.dtype)))
             continue
         if a is None:
@@ -840,7 +888,7 @@ class _Plan:
         self.constant = constant  # every element a constant (all arguments are)
         self.evaluator, self.selects, self.pkey = evaluator, selects, pkey
         self.floating = aval.dtype.kind == "f"
-        self.fuses = self.floating and isinstance(prim, ops.Elementwise)
+        self.fuses = self.floating and isinstance(prim, lent("elementwise"))
         self.memo: dict = {}  # the op's own cache for this signature (settle_folds)
 
 
@@ -851,7 +899,7 @@ _PLANS: dict = {}
 _PLANS_MAX = 4096
 
 
-def _signature(prim: ops.Primitive, args: list, params: dict):
+def _signature(prim: Primitive, args: list, params: dict):
     facts = tuple([a.facts for a in args])
     if len(args) > 1 and len(set(map(id, args))) < len(args):  # an argument given twice
         first: dict = {}
@@ -862,16 +910,16 @@ def _signature(prim: ops.Primitive, args: list, params: dict):
         return None
 
 
-def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> _Plan:
+def _plan(prim: Primitive, params: dict, tensors: list, args: list) -> _Plan:
     """The :class:`_Plan` of an application (cached)."""
     sig = _signature(prim, args, params)
     hit = _PLANS.get(sig) if sig is not None else None
     if hit is not None:
         return hit
-    aval, params = prim.prepare([ops.Aval(t.shape, t.dtype) for t in tensors], dict(params))
+    aval, params = prim.prepare([Aval(t.shape, t.dtype) for t in tensors], dict(params))
     structure = prim.structure(args, params, aval.shape)
     evaluator = prim.evaluator(args, params)
-    selects = (isinstance(prim, ops.Elementwise) and aval.dtype.kind == "f" and
+    selects = (isinstance(prim, lent("elementwise")) and aval.dtype.kind == "f" and
                prim.makes_select(args))
     try:
         pkey = N.params_key(params)
@@ -886,7 +934,7 @@ def _plan(prim: ops.Primitive, params: dict, tensors: list, args: list) -> _Plan
     return out
 
 
-def _result_node(prim: ops.Primitive, plan: _Plan, args: list) -> N.Node:
+def _result_node(prim: Primitive, plan: _Plan, args: list) -> N.Node:
     """The node of ``prim(params)(args)``, folded to an argument or a constant when the
     template says so."""
     if plan.alias is not None:
@@ -904,7 +952,7 @@ def _result_node(prim: ops.Primitive, plan: _Plan, args: list) -> N.Node:
     return node
 
 
-def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
+def _eager(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
            values: list, stale: bool = False) -> tuple:
     """The numeric value of the result from the arguments' ``values``, with numpy on whole
     arrays (see :func:`_settle`), and its fusion (a zero-branched select later elementwise
@@ -925,7 +973,7 @@ def _eager(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
         ERRSTATE.reset(token)
 
 
-def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
+def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
               values: list, stale: bool) -> tuple:
     dtype = plan.dtype
     floating = plan.floating
@@ -952,7 +1000,7 @@ def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
         fusion = prim.fusion(values, [t._node for t in tensors])
     if value is None:
         # (stale: the plain template, not one specialised to the nodes -- x - x is not 0)
-        plain = stale and isinstance(prim, ops.Elementwise)
+        plain = stale and isinstance(prim, lent("elementwise"))
         value = prim.numeric(values, plan.params) if plain else plan.evaluator(values)
     value = np.asarray(value)
     if value.shape != plan.shape:
@@ -983,7 +1031,7 @@ def _evaluate(prim: ops.Primitive, plan: _Plan, tensors: list, node: N.Node,
 def _moved(v: np.ndarray, where: np.ndarray, shape: tuple) -> np.ndarray:
     """``v`` (broadcast to ``shape``) read at the flat places ``where`` (zero or False at
     -1): an argument's values where a moving op puts them (``gather_flat``'s value)."""
-    return ops.gather_flat.numeric([np.broadcast_to(v, shape)], {"idx": where})
+    return table_op("gather_flat").numeric([np.broadcast_to(v, shape)], {"idx": where})
 
 
 def _where_recipe(cond: np.ndarray, x: tuple, y: tuple | None) -> tuple:
@@ -1001,14 +1049,14 @@ def _where_recipe(cond: np.ndarray, x: tuple, y: tuple | None) -> tuple:
         else:
             children += ((i, recipe),)
             tail.extend(flat)
-    return (ops.where, consts, (0, 1, 2), children), tuple(own + tail)
+    return (table_op("where"), consts, (0, 1, 2), children), tuple(own + tail)
 
 
 @functools.lru_cache(maxsize=256)
 def _absorbing_program(recipe: tuple):
     """A numpy program of a fused select's arguments giving 1 where it is structurally zero
     (:func:`graph.absorbing`)."""
-    atom, stand_ins = ops.elementwise._recipe_atom(recipe)
+    atom, stand_ins = lent("recipe_atom")(recipe)
     return E.program([G.absorbing(atom)], stand_ins, quiet=False)
 
 
@@ -1025,7 +1073,7 @@ def _live(t: Tensor) -> np.ndarray:
 _MOVES_KEPT = 1 << 16
 
 
-def _moved_fusion(prim: ops.Primitive, plan: _Plan, tensors: list, value: np.ndarray):
+def _moved_fusion(prim: Primitive, plan: _Plan, tensors: list, value: np.ndarray):
     """The fusion of a large result of an op that moves elements (:meth:`Primitive.moves`):
     its arguments' zero-branched selects moved with their elements, and its structural
     zeros (places no element reaches) as a select's zero branch, so a later elementwise op
@@ -1096,7 +1144,7 @@ _SITES: dict = {}
 _SITES_MAX = 2048
 
 
-def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
+def apply(prim: Primitive, args, params: dict) -> Tensor:
     """Apply ``prim`` to ``args``: convert, check, make the node, evaluate, record."""
     tensors = _convert_args(prim, args)
     nodes = [t._node for t in tensors]
@@ -1124,7 +1172,7 @@ def apply(prim: ops.Primitive, args, params: dict) -> Tensor:
     return out
 
 
-def planned(prim: ops.Primitive, params: dict, tensors: list, out: Tensor):
+def planned(prim: Primitive, params: dict, tensors: list, out: Tensor):
     """``(plan, node)`` with which :func:`apply` made ``out`` from ``tensors`` (a recorded
     application: ``params`` as recorded), for :func:`reapply`; None when the plan found
     now would not make that node (nothing to apply again: a folded constant).
@@ -1148,7 +1196,7 @@ def planned(prim: ops.Primitive, params: dict, tensors: list, out: Tensor):
     return (plan, node) if node is out._node else None
 
 
-def reapply(prim: ops.Primitive, plan: _Plan, node: N.Node, tensors: list) -> Tensor:
+def reapply(prim: Primitive, plan: _Plan, node: N.Node, tensors: list) -> Tensor:
     """The result tensor of an application planned as ``plan`` with result ``node`` (by
     :func:`apply`, or found again by :func:`planned`), evaluated for ``tensors`` when they
     all have values: what :func:`apply` gives, without converting, planning or recording."""

@@ -14,13 +14,13 @@ import threading
 import numpy as np
 
 from symtape.core import node as N
-from symtape import ops
 from symtape.base import recording
 from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
 from symtape.core.apply import (
     CSEForm, Tensor, _clean_name, _frozen, _read, _readonly, _value_of, assigned, atom_constant,
-    clock, constant, convert_to_tensor, exact_constant, is_tensor, view,
+    clock, constant, convert_to_tensor, exact_constant, is_tensor, table_op, view,
 )
+from symtape.core.primitive import Primitive
 from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
@@ -150,7 +150,7 @@ class Variable(Tensor):
             raise ShapeError(f"Variable.{op}: value of shape {t.shape} does not match the "
                              f"variable's shape {self.shape}")
         if t.dtype != self._dtype:
-            t = ops.cast.bind(t, dtype=self._dtype)
+            t = table_op("cast").bind(t, dtype=self._dtype)
         trace.variables.setdefault(self._id, self)
         trace.assigned[self._id] = (self, t)
         return self
@@ -181,7 +181,7 @@ class Variable(Tensor):
         """Set the value."""
         return self._assign(value, "assign")
 
-    def _update(self, delta, prim: ops.Primitive, op: str) -> Variable:
+    def _update(self, delta, prim: Primitive, op: str) -> Variable:
         if recording.current_trace() is not None:
             return self._assign_traced(prim.bind(_read(self), delta), op)
         if isinstance(delta, Tensor) and delta._value is not None and delta.dtype == self._dtype:
@@ -197,11 +197,11 @@ class Variable(Tensor):
 
     def assign_add(self, delta, use_locking=None, name=None, read_value=True) -> Variable:
         """Add ``delta`` to the value."""
-        return self._update(delta, ops.add, "assign_add")
+        return self._update(delta, table_op("add"), "assign_add")
 
     def assign_sub(self, delta, use_locking=None, name=None, read_value=True) -> Variable:
         """Subtract ``delta`` from the value."""
-        return self._update(delta, ops.subtract, "assign_sub")
+        return self._update(delta, table_op("subtract"), "assign_sub")
 
     def __repr__(self) -> str:
         return (f"<st.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}, "

@@ -52,3 +52,9 @@ from symtape.ops.structural import (
     Cast, GatherFlat, ScatterAdd, Structural, broadcast_to, cast, concat, expand_dims, gather,
     gather_flat, getitem, reshape, reverse, scatter_add, squeeze, stack, tile, transpose,
 )
+
+# The core applies this table's primitives by name; what else its eager path needs it is lent.
+from symtape.core.apply import lend  # noqa: E402
+from symtape.ops.elementwise import recipe_atom  # noqa: E402
+
+lend(elementwise=Elementwise, recipe_atom=recipe_atom)

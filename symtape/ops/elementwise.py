@@ -406,7 +406,7 @@ class Elementwise(Primitive):
     def fusion(self, values, args) -> tuple:
         """``(recipe, values)`` of a result :meth:`makes_select` says is a zero-branched
         select, for later ops to fold into: the recipe rebuilds it on fresh stand-ins (see
-        :func:`_recipe_atom`), the values are its arguments' in order."""
+        :func:`recipe_atom`), the values are its arguments' in order."""
         consts, same = self._specialisation(args)
         keep = self._prototype(consts, same)[1]
         return (self, consts, same, ()), tuple(values[i] for i in keep)
@@ -790,7 +790,7 @@ class _Plain:
         self.regular, self.constant = True, node.constant
 
 
-def _recipe_atom(recipe: tuple) -> tuple:
+def recipe_atom(recipe: tuple) -> tuple:
     """``(atom, stand-ins)`` of a fused chain ``(op, consts, same, children)`` built on fresh
     stand-ins -- the op's own arguments first, then each child's, in order -- so two
     arguments fused from the same op never share one."""
@@ -804,7 +804,7 @@ def _recipe_atom(recipe: tuple) -> tuple:
             parts[i] = G.Leaf.new(f"s{i}")
             stand_ins.append(parts[i])
     for i, child in children:
-        parts[i], inner = _recipe_atom(child)
+        parts[i], inner = recipe_atom(child)
         stand_ins.extend(inner)
     args = [fixed[i] if i in fixed else fixed[same[i]] if same[i] in fixed else parts[same[i]]
             for i in range(len(op.placeholders))]
@@ -813,6 +813,6 @@ def _recipe_atom(recipe: tuple) -> tuple:
 
 @functools.lru_cache(maxsize=256)
 def _recipe_program(recipe: tuple) -> tuple:
-    """A numpy program of a fused chain's arguments (in :func:`_recipe_atom`'s order)."""
-    atom, stand_ins = _recipe_atom(recipe)
+    """A numpy program of a fused chain's arguments (in :func:`recipe_atom`'s order)."""
+    atom, stand_ins = recipe_atom(recipe)
     return E.program([atom], stand_ins, quiet=False), atom

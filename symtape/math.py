@@ -11,7 +11,7 @@ import numpy as np
 
 from symtape import ops
 from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
-from symtape.core.apply import _truediv
+from symtape.core.tensor import _truediv
 from symtape.core.variables import Tensor, constant, convert_to_tensor
 from symtape.core.variables import shape_arg as _shape_arg
 from symtape.base.lazy import LazyModule

@@ -30,7 +30,7 @@ from symtape.core import node as N
 from symtape.codegen import CompiledFunction, TensorSpec, c99, compile_atoms, compile_plan
 from symtape.base.errors import InvalidArgumentError, LoweringError, ShapeError, UnboundLeafError
 from symtape.derivatives.tape import GradientTape, UnconnectedGradients, symmetric
-from symtape.core.apply import adopt, constant
+from symtape.core.tensor import adopt, constant
 from symtape.ops.random import Draw
 from symtape.core.variables import Tensor, symbol
 from symtape.base.lazy import LazyModule

@@ -1,9 +1,10 @@
-"""Leaves: variables, symbols and promoted constants, over the tensors of the binder.
+"""Leaves: variables, symbols and promoted constants, over the tensors of ``tensor.py``.
 
 A :class:`Variable` is a named leaf whose value ``assign*`` change; a :class:`SymbolTensor`
 is a leaf meant for formulas, with an optional bound value. Both hold a leaf node (see
-``nodes.py``) over a value store their atoms read. :class:`Tensor`, constants and the
-application of primitives live in ``core/apply.py`` and are re-exported here.
+``node.py``) over a value store their atoms read. :class:`Tensor` and constants live in
+``tensor.py``, the application of primitives in ``apply.py``; this module re-exports the
+tensor API.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import numpy as np
 from symtape.core import node as N
 from symtape.base import recording
 from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
-from symtape.core.apply import (
-    CSEForm, Tensor, _clean_name, _frozen, _read, _readonly, _value_of, assigned, atom_constant,
-    clock, constant, convert_to_tensor, exact_constant, is_tensor, table_op, view,
+from symtape.core.apply import assigned, clock, exact_constant
+from symtape.core.tensor import (
+    CSEForm, Tensor, _clean_name, _frozen, _read, _readonly, _value_of, atom_constant, constant,
+    convert_to_tensor, is_tensor, table_op, view,
 )
 from symtape.core.primitive import Primitive
 from symtape.base.lazy import LazyModule
@@ -167,7 +169,7 @@ class Variable(Tensor):
 
     def _set(self, value: np.ndarray) -> None:
         """The new value of the leaf (every assignment goes through here: see
-        ``binder.assigned``)."""
+        ``apply.assigned``)."""
         assigned()
         self._store.value = value
 

@@ -23,6 +23,7 @@ from symtape.core.variables import Tensor, convert_to_tensor
 from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
+H = LazyModule("H", globals(), "symtape.element.heads")
 
 __all__ = ["from_sympy"]
 
@@ -32,22 +33,22 @@ def _tensor(x):
 
 
 @functools.cache
-def _heads() -> tuple:
-    """``(unary, relations)``: the SymPy functions and relations symtape computes, each with
-    its ``st`` function."""
-    unary = {
-        sp.exp: M.exp, sp.log: M.log, sp.sin: M.sin, sp.cos: M.cos, sp.tan: M.tan,
-        sp.asin: M.asin, sp.acos: M.acos, sp.atan: M.atan, sp.sinh: M.sinh, sp.cosh: M.cosh,
-        sp.tanh: M.tanh, sp.asinh: M.asinh, sp.acosh: M.acosh, sp.atanh: M.atanh,
-        sp.erf: M.erf, sp.Abs: M.abs, sp.sign: M.sign, sp.floor: M.floor, sp.ceiling: M.ceil,
-        sp.cot: lambda x: 1.0 / M.tan(x), sp.sec: lambda x: 1.0 / M.cos(x),
-        sp.csc: lambda x: 1.0 / M.sin(x),
-    }
-    relations = {
-        sp.StrictLessThan: M.less, sp.LessThan: M.less_equal, sp.StrictGreaterThan: M.greater,
-        sp.GreaterThan: M.greater_equal, sp.Equality: M.equal, sp.Unequality: M.not_equal,
-    }
-    return unary, relations
+def _rewrites() -> dict:
+    """SymPy functions that are no head of symtape's graph, written with st ops."""
+    return {sp.cot: lambda x: 1.0 / M.tan(x), sp.sec: lambda x: 1.0 / M.cos(x),
+            sp.csc: lambda x: 1.0 / M.sin(x)}
+
+
+def _head_function(e):
+    """The st function computing SymPy's ``e`` (its head's record, ``Head.st``), folded over
+    the arguments for heads lowered as folds; None when there is none."""
+    rec = H.record(type(e))
+    if rec is not None and rec.st is not None:
+        fn = getattr(M, rec.st)
+        if rec.lower.startswith("fold:"):
+            return lambda *args: functools.reduce(fn, args)
+        return fn
+    return _rewrites().get(type(e))
 
 
 def from_sympy(expr, symbols: dict) -> Tensor:
@@ -153,22 +154,9 @@ class _Translator:
         if isinstance(e, sp.Piecewise):
             return self.piecewise(list(e.args))
         args = [_tensor(a) for a in args]
-        unary, relations = _heads()
-        if e.func in unary and len(args) == 1:
-            return unary[e.func](args[0])
-        if isinstance(e, sp.atan2):
-            return M.atan2(*args)
-        if isinstance(e, (sp.Max, sp.Min)):
-            pick = M.maximum if isinstance(e, sp.Max) else M.minimum
-            return functools.reduce(pick, args)
-        if type(e) in relations:
-            return relations[type(e)](*args)
-        if isinstance(e, sp.And):
-            return functools.reduce(M.logical_and, args)
-        if isinstance(e, sp.Or):
-            return functools.reduce(M.logical_or, args)
-        if isinstance(e, sp.Not):
-            return M.logical_not(args[0])
+        fn = _head_function(e)
+        if fn is not None:
+            return fn(*args)
         if isinstance(e, sp.Heaviside):
             x = args[0]
             h0 = args[1] if len(args) > 1 else convert_to_tensor(np.float64(0.5))

@@ -23,25 +23,6 @@ __all__ = ["render", "render_many", "name_problem", "check_file_stem"]
 
 _CTYPES = {"float64": ("double", ""), "float32": ("float", "f")}
 
-# Ops that need a helper: the numpy semantics in a few lines of C.
-_HELPERS = """\
-static inline {t} st_sign{m}({t} x) {{ return x > 0 ? 1 : x < 0 ? -1 : x == 0 ? 0 : x; }}
-static inline {t} st_max{m}({t} a, {t} b) {{ return a != a ? a : (a > b ? a : b); }}
-static inline {t} st_min{m}({t} a, {t} b) {{ return a != a ? a : (a < b ? a : b); }}
-static inline {t} st_heaviside{m}({t} x, {t} h0) {{ return x > 0 ? 1 : x < 0 ? 0 : h0; }}
-static inline {t} st_mod{m}({t} a, {t} b)
-{{
-    {t} r = fmod{m}(a, b);
-    if (r != 0) {{
-        if ((b < 0) != (r < 0)) r += b;
-    }} else {{
-        r = copysign{m}(0, b);
-    }}
-    return r;
-}}
-"""
-
-
 # --------------------------------------------------------------------------------------------
 # Names exported C may not use
 # --------------------------------------------------------------------------------------------
@@ -184,9 +165,12 @@ def _literal(value, ctype: str) -> str:
     return f"{text}f" if ctype == "float" else text
 
 
-def _helpers(ctype: str, m: str) -> str:
-    """The helper functions for one float type (their names end in ``m``: ``st_signf``)."""
-    return _HELPERS.format(m=m, t=ctype)
+def _definitions(plans, ctype: str, m: str) -> str:
+    """The C definitions the ops of ``plans`` call (``Op.c_defs``), for one float type (their
+    names end in ``m``: ``st_signf``), each once, in the order of the op table."""
+    used = {ins.op for plan in plans for ins in plan.instrs}
+    return "".join(op.c_defs.format(m=m, t=ctype) for name, op in lower.OPS.items()
+                   if name in used and op.c_defs)
 
 
 def _signature(plan: Plan, name: str, ctype: str, input_names, output_names) -> tuple:
@@ -245,7 +229,7 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tu
     ['void f(int64_t n, const double *restrict x, double *restrict out0);', \
 'void g(int64_t n, const float *restrict x, float *restrict out0);']
     """
-    heads, bodies, types = [], [], []
+    heads, bodies, types = [], [], {}
     guard = _identifier(header, "header").upper()
     for plan, name, dtype, input_names, output_names in kernels:
         ctype, m = _CTYPES[dtype]
@@ -257,12 +241,11 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tu
         _check_names(name, given, guard, what)
         heads += [_describe(plan, name), head + ";"]
         bodies += _body(plan, head, ins, outs, ctype, m)
-        if (ctype, m) not in types:
-            types.append((ctype, m))
+        types.setdefault((ctype, m), []).append(plan)
     h = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", "", *_CPLUSPLUS_OPEN,
          ""] + heads + ["", *_CPLUSPLUS_CLOSE, "", f"#endif /* {guard} */", ""]
     c = [f'#include "{_comment(header)}"', "#include <math.h>", "#include <stdint.h>", ""]
-    c += [_helpers(ctype, m) for ctype, m in types] + bodies
+    c += [_definitions(plans, ctype, m) for (ctype, m), plans in types.items()] + bodies
     return "\n".join(h), "\n".join(c)
 
 
@@ -290,7 +273,7 @@ def render(plan: Plan, name: str, dtype: str = "float64", input_names=None,
         "#include <math.h>",
         "#include <stdint.h>",
         "",
-        _helpers(ctype, m),
+        _definitions([plan], ctype, m),
     ]
     return "\n".join(lines + _body(plan, head, in_names, out_names, ctype, m))
 

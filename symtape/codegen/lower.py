@@ -53,7 +53,9 @@ class Op:
 
     IR lines are formatted with ``{r}`` (result name), ``{0}``, ``{1}``, ... (arguments),
     ``{t}`` (float type), ``{sfx}`` (intrinsic suffix), ``{m}`` (libm suffix) and ``{fm}``
-    (fast-math flags followed by a space, or nothing).
+    (fast-math flags followed by a space, or nothing). ``c_defs``: the C definitions the C
+    expression calls, formatted with ``{t}`` and ``{m}`` (exported C holds those of the ops it
+    uses).
     """
 
     args: str
@@ -72,6 +74,7 @@ class Op:
     # definitions such a form calls, already written for a given number of lanes
     lanes: Op | None = None
     lane_decls: Callable[[int], tuple] | None = None
+    c_defs: str = ""
 
 
 def _arith(instr: str, c: str, fn: Callable) -> Op:
@@ -162,6 +165,20 @@ def _fn(name: str) -> Callable:
     return lambda *args: getattr(F, name)(*args)
 
 
+# np.mod in C: fmod, moved into the sign of the divisor
+_C_MOD = """\
+static inline {t} st_mod{m}({t} a, {t} b)
+{{
+    {t} r = fmod{m}(a, b);
+    if (r != 0) {{
+        if ((b < 0) != (r < 0)) r += b;
+    }} else {{
+        r = copysign{m}(0, b);
+    }}
+    return r;
+}}
+"""
+
 # --------------------------------------------------------------------------------------------
 # The closed target: one stanza per op
 # --------------------------------------------------------------------------------------------
@@ -241,6 +258,8 @@ OPS: dict[str, Op] = {
         ),
         "st_sign{m}({0})",
         _sp("sign"),
+        c_defs="static inline {t} st_sign{m}({t} x) {{ return x > 0 ? 1 : x < 0 ? -1 : "
+               "x == 0 ? 0 : x; }}\n",
     ),
     # np.maximum/np.minimum: nan in either argument gives nan; on a tie, the second argument
     "max": Op(
@@ -254,6 +273,8 @@ OPS: dict[str, Op] = {
         ),
         "st_max{m}({0}, {1})",
         _sp("Max"),
+        c_defs="static inline {t} st_max{m}({t} a, {t} b) {{ return a != a ? a : "
+               "(a > b ? a : b); }}\n",
     ),
     "min": Op(
         "ff",
@@ -266,6 +287,8 @@ OPS: dict[str, Op] = {
         ),
         "st_min{m}({0}, {1})",
         _sp("Min"),
+        c_defs="static inline {t} st_min{m}({t} a, {t} b) {{ return a != a ? a : "
+               "(a < b ? a : b); }}\n",
     ),
     # np.mod: fmod, moved into the sign of the divisor; a zero result takes the divisor's sign
     "mod": Op(
@@ -287,6 +310,7 @@ OPS: dict[str, Op] = {
         "st_mod{m}({0}, {1})",
         _sp("Mod"),
         ("declare {t} @llvm.copysign.{sfx}({t}, {t})",),
+        c_defs=_C_MOD,
     ),
     # Heaviside(x, h0): 1 above zero, 0 below, h0 at zero and for nan
     "heaviside": Op(
@@ -300,6 +324,8 @@ OPS: dict[str, Op] = {
         ),
         "st_heaviside{m}({0}, {1})",
         _sp("Heaviside"),
+        c_defs="static inline {t} st_heaviside{m}({t} x, {t} h0) {{ return x > 0 ? 1 : "
+               "x < 0 ? 0 : h0; }}\n",
     ),
     "select": Op(
         "bff",

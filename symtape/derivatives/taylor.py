@@ -3,7 +3,8 @@
 With ``x(t) = x + t`` (or ``x + t v`` along a direction), every atom ``a`` of the DAG gets
 the coefficients ``a_0 ... a_K`` of its Taylor series in ``t``; the ``K``-th derivative
 along the line is ``K! a_K``. Each SymPy head has a recurrence (Griewank & Walther,
-*Evaluating Derivatives*, ch. 13): sums add coefficients, products are Cauchy products,
+*Evaluating Derivatives*, ch. 13), stated in each head's record (``element/heads.py``) over
+the series arithmetic here (:data:`SERIES`): sums add coefficients, products are Cauchy products,
 ``u**e`` and ``exp``, ``tanh``, ``sin``/``cos``, ... satisfy a first-order ODE in ``t``
 (``y' = g(u, y) u'``) whose coefficients follow in ``O(K^2)`` operations, and functions whose
 derivative is an algebraic function of their argument (``log``, ``atan``, ``erf``, ...)
@@ -24,8 +25,10 @@ import sympy as sp
 
 from symtape.element import added_heads as F
 from symtape.element import graph as G
+from symtape.element import heads as H
 
-__all__ = ["Unsupported", "coefficients", "multi_indices", "interpolation", "partials"]
+__all__ = ["Unsupported", "Series", "SERIES", "coefficients", "multi_indices", "interpolation",
+           "partials"]
 
 ZERO, ONE = G.ZERO, G.ONE
 
@@ -171,53 +174,46 @@ def _atan2(a: list, b: list, value) -> list:
                       for n in range(1, len(a))]
 
 
-# --------------------------------------------------------------------------------------------
-# Rules per head: (definition args' series, the definition) -> series
-# --------------------------------------------------------------------------------------------
+def _constant(value, k: int) -> list:
+    """The series of a value that does not move (``k`` coefficients)."""
+    return [value] + [ZERO] * (k - 1)
 
 
-def _function(head, u: list) -> list:  # noqa: C901 - a table of elementary functions
-    u0 = u[0]
-    value = G.call(head, u0)
-    if head is sp.exp:
-        return _exp(u)
-    if head is F.expm1:
-        return [value] + _exp(u)[1:]
-    if head in (sp.sin, sp.cos):
-        s, c = _sin_cos(u, False)
-        return s if head is sp.sin else c
-    if head in (sp.sinh, sp.cosh):
-        s, c = _sin_cos(u, True)
-        return s if head is sp.sinh else c
-    if head is sp.tanh:
-        return _square_based(u, value, -1)
-    if head is sp.tan:
-        return _square_based(u, value, 1)
-    if head is sp.log:
-        return _by_derivative(u, value, _power(u, sp.Integer(-1)))
-    if head is F.log1p:
-        return _by_derivative(u, value, _power(_shifted(u, ONE), sp.Integer(-1)))
-    if head is sp.atan:
-        return _by_derivative(u, value, _power(_one_minus_square(u, 1), sp.Integer(-1)))
-    if head is sp.atanh:
-        return _by_derivative(u, value, _power(_one_minus_square(u), sp.Integer(-1)))
-    if head is sp.asin:
-        return _by_derivative(u, value, _power(_one_minus_square(u), sp.Rational(-1, 2)))
-    if head is sp.acos:
-        return _by_derivative(u, value, _scaled(sp.Integer(-1), _power(
-            _one_minus_square(u), sp.Rational(-1, 2))))
-    if head is sp.asinh:
-        return _by_derivative(u, value, _power(_one_minus_square(u, 1), sp.Rational(-1, 2)))
-    if head is sp.acosh:
-        return _by_derivative(u, value, _power(_square_minus_one(u), sp.Rational(-1, 2)))
-    if head is sp.erf:
-        gauss = _exp(_scaled(sp.Integer(-1), _product(u, u)))
-        return _by_derivative(u, value, _scaled(2 / sp.sqrt(sp.pi), gauss))
-    if head in (sp.sign, sp.floor, sp.ceiling, F.RoundHalfEven, F.Trunc, sp.Heaviside):
-        return [value] + [ZERO] * (len(u) - 1)
-    if head is F.RoundFloat32:
-        return [value] + list(u[1:])
-    raise Unsupported(f"no Taylor rule for {head.__name__}")
+class Series:
+    """The series arithmetic the Taylor rules of ``element/heads.py`` are written in (a rule
+    is ``rule(SERIES, value, *series)``; series are lists of atoms, numbers are SymPy's)."""
+
+    exp = staticmethod(_exp)
+    sin_cos = staticmethod(_sin_cos)
+    square_based = staticmethod(_square_based)
+    by_derivative = staticmethod(_by_derivative)
+    power = staticmethod(_power)
+    product = staticmethod(_product)
+    scaled = staticmethod(_scaled)
+    shifted = staticmethod(_shifted)
+    one_minus_square = staticmethod(_one_minus_square)
+    square_minus_one = staticmethod(_square_minus_one)
+    atan2 = staticmethod(_atan2)
+    constant = staticmethod(_constant)
+    call = staticmethod(G.call)
+    add = staticmethod(G.add)
+
+    @staticmethod
+    def fixed(u: list, what: str):
+        """The value of a series that must not move (a function's order, say), or raises
+        :class:`Unsupported` naming ``what``."""
+        if any(not _zero(c) for c in u[1:]):
+            raise Unsupported(f"{what} moves: no Taylor rule")
+        return u[0]
+
+
+#: The series arithmetic handed to the heads' Taylor rules.
+SERIES = Series()
+
+
+# --------------------------------------------------------------------------------------------
+# Rules per head: the structural ones here, the rest from the head records
+# --------------------------------------------------------------------------------------------
 
 
 #: Heads whose series would not be what the ops' own derivative rules give at a kink: a
@@ -258,16 +254,15 @@ def _definition(node: G.Node, series: Callable) -> list:  # noqa: C901 - a table
         if G.is_const(exp):
             return _power(series(base), exp)
         raise Unsupported("a power with a variable exponent")
-    if head is sp.atan2:
-        return _atan2(series(d.args[0]), series(d.args[1]), node)
     if head in KINKED:
         raise Unsupported(f"{head.__name__}: a kink, differentiated by the ops' rules")
     if head is sp.Piecewise:
         values = [(series(v), c) for v, c in d.args]
         return [G.piecewise(*[(s[n], c) for s, c in values]) for n in range(len(values[0][0]))]
-    if len(d.args) == 1:
-        return _function(head, series(d.args[0]))
-    raise Unsupported(f"no Taylor rule for {head.__name__} of {len(d.args)} arguments")
+    rec = H.record(head)
+    if rec is None or rec.taylor is None:
+        raise Unsupported(f"no Taylor rule for {head.__name__}")
+    return rec.taylor(SERIES, node, *[series(a) for a in d.args])
 
 
 def is_one(c) -> bool:

@@ -30,6 +30,7 @@ from sympy.core.expr import Expr
 from sympy.core.numbers import Float, Integer, Number, Rational
 from sympy.logic.boolalg import BooleanAtom
 
+from symtape.element.heads import EXACT_FOLD
 from symtape.element.heads import NUMPY as HEADS
 from symtape.element.numeric import ieee_pow
 
@@ -630,11 +631,6 @@ def _numeric_call(func, args):
     return number(out.item() if hasattr(out, "item") else out)
 
 
-_EXACT_FOLD = (sp.exp, sp.log, sp.sin, sp.cos, sp.tan, sp.asin, sp.acos, sp.atan, sp.sinh,
-               sp.cosh, sp.tanh, sp.asinh, sp.acosh, sp.atanh, sp.Abs, sp.sign, sp.floor,
-               sp.ceiling, sp.erf)
-
-
 def call(func, *args, graph: Graph = GRAPH):
     """The atom for ``func(*args)`` (a SymPy function head applied to atoms).
 
@@ -643,7 +639,7 @@ def call(func, *args, graph: Graph = GRAPH):
     -oo``).
     """
     if not any(isinstance(a, _GraphSymbol) for a in args):
-        if func in _EXACT_FOLD and all(_kind(a) != 1 for a in args):
+        if func in EXACT_FOLD and all(_kind(a) != 1 for a in args):
             return _real_or_float(func(*args), lambda: float(const_value(
                 _numeric_call(func, args))))
         return _numeric_call(func, args)

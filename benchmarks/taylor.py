@@ -13,7 +13,7 @@ is one reverse sweep; orders 2 and up are Taylor mode. Targets (k = 10): trace +
 x[-1]**2)`` in n = 2..5 inputs, by interpolating the Taylor series along C(n + k - 1, k)
 directions (Griewank, Utke and Walther) and by k nested batched sweeps: trace + compile
 time, evaluation per point over 2,000 points, and the largest difference of the two
-(relative). ``st.derivative`` picks between them by ``function._mixed_worth``.
+(relative). ``st.derivative`` picks between them by ``transforms._mixed_worth``.
 
     python benchmarks/taylor.py --mixed
 """
@@ -75,12 +75,13 @@ def _once(fn, points) -> float:
 
 
 def mixed() -> None:
-    function = importlib.import_module("symtape.compile.function")
+    function = importlib.import_module("symtape.compile.transforms")
+    placeholders = importlib.import_module("symtape.compile.function").placeholders
     print(f"{'n':>2} {'k':>2} {'dirs':>5} {'interpolated: setup':>20} {'eval':>9} "
           f"{'nested: setup':>14} {'eval':>9} {'rel. diff':>10} picked")
     for n, k in MIXED_CASES:
         spec = [st.TensorSpec((n,))]
-        xs = function._placeholders(g, spec)
+        xs = placeholders(g, spec)
         a = _timed(lambda: function._taylor_derivative(g, xs, 0, k, "st.derivative", {}), n)
         saved = function.MIXED_MIN_ORDER
         function.MIXED_MIN_ORDER = k + 1  # nested sweeps

@@ -20,10 +20,8 @@ from symtape.derivatives.custom import (
     RegisterGradient, custom_gradient, define_function, get_function, register_gradient,
     stop_gradient,
 )
-from symtape.compile.function import (
-    Function, SparseResult, TensorSpec, compile, derivative, export_c, function, grad, hessian,
-    hvp, jacobian,
-)
+from symtape.compile.function import Function, SparseResult, TensorSpec, compile, function
+from symtape.compile.transforms import derivative, export_c, grad, hessian, hvp, jacobian
 from symtape.interop import from_sympy
 from symtape.teaching import TaylorSeries, plot, taylor
 from symtape.math import *  # noqa: F403 - TensorFlow exposes its math names at the top level

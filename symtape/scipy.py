@@ -22,7 +22,8 @@ import numpy as np
 
 from symtape.codegen import TensorSpec
 from symtape.base.errors import InvalidArgumentError
-from symtape.compile.function import _placeholders, _result, _traced, compile, hessian, hvp
+from symtape.compile.function import compile, placeholders, traced_code
+from symtape.compile.transforms import checked_result, hessian, hvp, jacobian
 from symtape.derivatives.tape import GradientTape
 
 __all__ = ["minimize", "solve_ivp_jac", "IVPFunctions", "SPARSE_FROM"]
@@ -57,10 +58,10 @@ def _vector(x0, what: str) -> np.ndarray:
 
 
 def _value_and_grad(f: Callable, n: int, what: str):
-    (x,) = _placeholders(f, [TensorSpec((n,))])
-    with _traced(what), GradientTape() as tape:
+    (x,) = placeholders(f, [TensorSpec((n,))])
+    with traced_code(what), GradientTape() as tape:
         tape.watch(x)
-        y = _result(f(x), what, scalar=True)
+        y = checked_result(f(x), what, scalar=True)
     g = tape.gradient(y, x, unconnected_gradients="zero")
     return compile([y, g], [x], name=f"{getattr(f, '__name__', 'f')}_value_and_grad")
 
@@ -147,7 +148,6 @@ def solve_ivp_jac(f: Callable, y0, sparse: bool | None = None) -> IVPFunctions:
     y = _vector(y0, what)
     n = y.size
     sig = [TensorSpec(()), TensorSpec((n,))]
-    from symtape.compile.function import jacobian
 
     def rhs(t, v):
         out = f(t, v)
@@ -156,8 +156,8 @@ def solve_ivp_jac(f: Callable, y0, sparse: bool | None = None) -> IVPFunctions:
                                        f"elements, got shape {getattr(out, 'shape', None)}")
         return out
 
-    (t_sym, y_sym) = _placeholders(rhs, sig)
-    with _traced(what):
+    (t_sym, y_sym) = placeholders(rhs, sig)
+    with traced_code(what):
         out = rhs(t_sym, y_sym)
     f_c = compile(out, [t_sym, y_sym], name=f"{getattr(f, '__name__', 'f')}_rhs")
     j_sparse = jacobian(rhs, argnums=1, input_signature=sig, sparse=True)

@@ -22,7 +22,8 @@ import numpy as np
 
 from symtape.codegen import compile_atoms
 from symtape.base.errors import InvalidArgumentError, NonDifferentiableError
-from symtape.compile.function import _result, _traced
+from symtape.compile.function import traced_code
+from symtape.compile.transforms import checked_result
 from symtape.core.variables import Tensor, symbol
 from symtape.base.lazy import LazyModule
 
@@ -128,8 +129,8 @@ def _series_atoms(f: Callable, order: int, name: str, what: str) -> tuple:
     if not callable(f):
         raise InvalidArgumentError(f"{what}: f must be a function of one scalar tensor")
     x = symbol(name)
-    with _traced(what):
-        y = _result(f(x), what, True)
+    with traced_code(what):
+        y = checked_result(f(x), what, True)
     if not isinstance(y, Tensor) or y.size != 1:
         raise InvalidArgumentError(f"{what}: f must return a scalar")
     try:

@@ -20,7 +20,7 @@ import sympy as sp
 import symtape as st
 
 X, Y = sp.Symbol("x", real=True), sp.Symbol("y", real=True)
-function_module = importlib.import_module("symtape.compile.function")  # st.function is the decorator
+function_module = importlib.import_module("symtape.compile.transforms")
 
 RTOL = 1e-13
 SELU_A = sp.Float("1.6732632423543772848170429916717", 50)

@@ -19,7 +19,7 @@ from symtape.derivatives import taylor as taylor
 from test_ops import ROWS, _sample
 
 X = sp.Symbol("x", real=True)
-function_module = importlib.import_module("symtape.compile.function")  # st.function is the decorator
+function_module = importlib.import_module("symtape.compile.transforms")
 
 
 def _scalar_unary_rows():

@@ -1,8 +1,10 @@
-"""Where tapes meet native code: ``st.compile``, ``st.function`` and derivative transforms.
+"""Where tapes meet native code: ``st.compile`` and ``st.function``.
 
-A function is traced once for one point (its arguments are symbols of their *core* shapes),
-differentiated on tapes if asked, and its outputs compiled; the compiled callable loops over
-any extra leading (batch) dimensions natively. The batch is never unrolled symbolically.
+A function is traced once for one point (its arguments are symbols of their *core* shapes)
+and its outputs compiled; the compiled callable loops over any extra leading (batch)
+dimensions natively. The batch is never unrolled symbolically. The derivative transforms
+(``st.grad``, ``st.hessian``, ...) trace with this module's helpers
+(:mod:`symtape.compile.transforms`).
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
-import math
 import os
 import threading
 import warnings
@@ -20,26 +21,23 @@ from typing import NamedTuple
 
 import numpy as np
 
-from symtape import ops
 from symtape.compile import batching
 from symtape.base import nest
 from symtape.base import recording
-from symtape.derivatives import sparsity
 from symtape.compile import planner as loopnest
 from symtape.core import node as N
-from symtape.codegen import CompiledFunction, TensorSpec, c99, compile_atoms, compile_plan
+from symtape.codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
 from symtape.base.errors import InvalidArgumentError, LoweringError, ShapeError, UnboundLeafError
-from symtape.derivatives.tape import GradientTape, UnconnectedGradients, symmetric
 from symtape.core.tensor import adopt, constant
 from symtape.ops.random import Draw
 from symtape.core.variables import Tensor, symbol
 from symtape.base.lazy import LazyModule
 
 G = LazyModule("G", globals(), "symtape.element.graph")
-taylor = LazyModule("taylor", globals(), "symtape.derivatives.taylor")
 
-__all__ = ["compile", "function", "Function", "grad", "jacobian", "hessian", "derivative",
-           "TensorSpec", "SparseResult", "SparseFunction", "export_c"]
+__all__ = ["compile", "function", "Function", "TensorSpec", "SparseResult", "SparseFunction",
+           "RetracingWarning", "placeholders", "traced_code", "signature_specs",
+           "common_dtype", "input_atoms", "fn_name", "compile_options"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -47,7 +45,8 @@ __all__ = ["compile", "function", "Function", "grad", "jacobian", "hessian", "de
 # --------------------------------------------------------------------------------------------
 
 
-def _input_atoms(inputs) -> tuple[list, list]:
+def input_atoms(inputs) -> tuple[list, list]:
+    """The leaves (element arrays) and names of compiled functions' inputs, checked."""
     flat = [inputs] if isinstance(inputs, Tensor) else nest.flatten(inputs)
     atoms, names = [], []
     for i, t in enumerate(flat):
@@ -95,7 +94,7 @@ def compile(outputs, inputs, *, dtype: str = "float64", fastmath: bool = False, 
     array([[ 3., 12.],
            [27., 48.]])
     """
-    in_atoms, in_names = _input_atoms(inputs)
+    in_atoms, in_names = input_atoms(inputs)
     opts = dict(dtype=dtype, fastmath=fastmath, threads=threads, name=name)
     flat = _output_tensors(outputs)
     structure, out_names = _output_structure(outputs, flat), [t._name for t in flat]
@@ -272,8 +271,8 @@ def is_zero(atom) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
-def _specs(signature, what: str, unknown: bool = False) -> list[TensorSpec]:
-    """TensorSpecs of a signature; ``unknown`` allows ``TensorSpec(None)`` (any shape)."""
+def signature_specs(signature, what: str, unknown: bool = False) -> list[TensorSpec]:
+    """TensorSpecs of a signature (TensorSpecs or shape tuples); ``unknown`` allows ``TensorSpec(None)`` (any shape)."""
     out = []
     for i, s in enumerate(signature):
         if isinstance(s, TensorSpec):
@@ -299,20 +298,25 @@ def _arg_names(fn: Callable, n: int) -> list[str]:
     return [params[i] if i < len(params) else f"x{i}" for i in range(n)]
 
 
-def _placeholders(fn: Callable, specs: Sequence[TensorSpec]) -> list[Tensor]:
+def placeholders(fn: Callable, specs: Sequence[TensorSpec]) -> list[Tensor]:
+    """Symbols standing for ``fn``'s arguments, of ``specs``' shapes, named after its
+    parameters (or the specs' names), all of the specs' common dtype."""
     names = _arg_names(fn, len(specs))
-    dtype = _common_dtype(specs)
+    dtype = common_dtype(specs)
     return [symbol(spec.name or nm, shape=tuple(spec.shape), dtype=dtype)
             for spec, nm in zip(specs, names)]
 
 
-def _common_dtype(specs) -> str:
+def common_dtype(specs) -> str:
+    """float32 when every spec is float32, else float64."""
     kinds = {np.dtype(s.dtype).name for s in specs}
     return "float32" if kinds == {"float32"} else "float64"
 
 
 @contextlib.contextmanager
-def _traced(what: str):
+def traced_code(what: str):
+    """Runs a user's function on placeholders: its use of an argument's numeric value
+    raises InvalidArgumentError naming ``what`` (not UnboundLeafError)."""
     try:
         yield
     except UnboundLeafError as e:
@@ -322,325 +326,17 @@ def _traced(what: str):
             f"be expressed with tensor ops (st.where for branches) [{e}]") from None
 
 
-def _fn_name(fn) -> str:
+def fn_name(fn) -> str:
+    """``fn``'s name as a compiled function's name takes it (``<lambda>``: ``lambda``)."""
     return getattr(fn, "__name__", "fn").replace("<", "").replace(">", "") or "fn"
 
 
-# --------------------------------------------------------------------------------------------
-# Derivative transforms
-# --------------------------------------------------------------------------------------------
-
-
-def _argnums(argnums, n: int) -> tuple[tuple, bool]:
-    single = isinstance(argnums, (int, np.integer))
-    nums = (int(argnums),) if single else tuple(int(a) for a in argnums)
-    for a in nums:
-        if not -n <= a < n:
-            raise InvalidArgumentError(f"argnums {a} out of range for a function of {n} "
-                                       "arguments")
-    return tuple(a % n for a in nums), single
-
-
-def _result(y, what: str, scalar: bool = False) -> Tensor:
-    """``y``, checked to be what a derivative transform differentiates: one tensor (a
-    scalar for gradients and Hessians)."""
-    if not isinstance(y, Tensor):
-        raise InvalidArgumentError(f"{what}: the function must return one tensor, got "
-                                   f"{type(y).__name__}")
-    if scalar and y.size != 1:
-        raise ShapeError(f"{what}: the function must return a scalar, got shape {y.shape} "
-                         "(use st.jacobian for vector-valued functions)")
-    return y
-
-
-def _derivatives(fn, xs, nums, single, order: int, scalar_only: bool, what: str):
-    """Trace ``fn(*xs)`` and take ``order`` nested Jacobians with respect to ``xs[nums]``."""
-    wrt = [xs[i] for i in nums]
-    tapes = [GradientTape(persistent=True) for _ in range(order)]
-    with contextlib.ExitStack() as stack, _traced(what):
-        for t in tapes:
-            stack.enter_context(t)
-        y = _result(fn(*xs), what, scalar_only)
-        ds = [y]
-        for k in reversed(range(order)):
-            nxt = []
-            for d in ds:
-                for w in wrt:
-                    nxt.append(tapes[k].jacobian(d, w, unconnected_gradients="zero"))
-            ds = nxt
-    if order == 2 and scalar_only:  # a Hessian's diagonal blocks are symmetric
-        ds = [symmetric(d) if i // len(wrt) == i % len(wrt) else d for i, d in enumerate(ds)]
-    if single and order == 1:
-        return ds[0]
-    if order == 1:
-        return tuple(ds)
-    return ds[0] if single or order == 0 else tuple(ds)
-
-
-def _order(order) -> int:
-    """A derivative order: a non-negative int (0 is the function itself)."""
-    if isinstance(order, (bool, np.bool_)) or not isinstance(order, (int, np.integer)):
-        raise TypeError(f"st.derivative: order must be an int, got {order!r} of type "
-                        f"{type(order).__name__}")
-    if order < 0:
-        raise ValueError(f"st.derivative: order must be >= 0, got {order}")
-    return int(order)
-
-
-class Transform:
-    """A derivative transform traced on first call for each new core-shape signature (when
-    no ``input_signature`` was given); then a :class:`CompiledFunction` runs."""
-
-    def __init__(self, tracer: Callable[[list], CompiledFunction], what: str) -> None:
-        self._tracer = tracer
-        self._what = what
-        self._compiled: dict[tuple, CompiledFunction] = {}
-        self._last: CompiledFunction | None = None
-
-    def __call__(self, *args, out=None):
-        key = []
-        for a in args:  # floats and float64 arrays go straight to a compiled function
-            t = type(a)
-            if t is float or t is np.float64:
-                key.append(())
-            elif t is np.ndarray and a.dtype == np.float64:
-                key.append(a.shape)
-            else:
-                break
-        else:
-            compiled = self._compiled.get(tuple(key))
-            if compiled is not None:
-                self._last = compiled
-                return compiled(*args, out=out)
-        arrays = [np.asarray(a.numpy() if isinstance(a, Tensor) else a, dtype=np.float64)
-                  for a in args]
-        key = tuple(a.shape for a in arrays)
-        compiled = self._compiled.get(key)
-        if compiled is None:
-            compiled = self._compiled[key] = self._tracer([TensorSpec(k) for k in key])
-        self._last = compiled
-        return compiled(*arrays, out=out)
-
-    def get_concrete_function(self, *signature) -> CompiledFunction:
-        """The compiled function for core shapes ``signature``."""
-        specs = _specs(signature, self._what)
-        key = tuple(tuple(s.shape) for s in specs)
-        if key not in self._compiled:
-            self._compiled[key] = self._tracer(specs)
-        return self._compiled[key]
-
-    def __getattr__(self, name):
-        last = self.__dict__.get("_last")
-        if last is None:
-            raise AttributeError(f"{self._what} has not been traced yet: call it once or give "
-                                 f"input_signature to read .{name}")
-        return getattr(last, name)
-
-
-def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dict):
-    """The Jacobian of ``fn`` (or the Hessian of a scalar ``fn``) with respect to
-    ``xs[num]``, compiled as its structurally non-zero elements: the pattern read off the
-    DAG, its rows coloured, one batched sweep with a seed per colour (:mod:`.sparsity`)."""
-    w = xs[num]
-    outer, inner = GradientTape(persistent=True), GradientTape(persistent=True)
-    with _traced(what), outer:
-        with inner:
-            y = _result(fn(*xs), what, hessian)
-        target = inner.gradient(y, w, unconnected_gradients="zero") if hessian else y
-    tape = outer if hessian else inner
-    rows = sparsity.dependency_rows(target._node, w._node)
-    colour = sparsity.colour_rows(rows, w.size)
-    # element (i, j) is entry j of colour i's product (or, of a star-coloured Hessian,
-    # perhaps entry i of colour j's); taken in that order (colour by colour), they are a
-    # few runs of the products
-    positions = sparsity.positions(rows, colour, w.size)
-    if hessian and len(colour):
-        star = sparsity.star_colour(rows, w.size)
-        mirrored = sparsity.positions(rows, star, w.size, symmetric=True) \
-            if star.max() < colour.max() else None
-        if mirrored is not None:
-            colour, positions = star, mirrored
-    n = int(colour.max()) + 1 if len(colour) else 0
-    seeds = np.zeros((n, target.size), dtype=np.int64)
-    seeds[colour, np.arange(target.size)] = 1
-    with _traced(what):
-        (compressed,) = tape._stacked_cotangents(
-            target, [w], seeds.reshape((n,) + tuple(target.shape)),
-            UnconnectedGradients.ZERO, one_hot=False)
-    counts = np.array([len(r) for r in rows], dtype=np.int64)
-    row_of = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
-    cols = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
-    order = np.argsort(positions, kind="stable")
-    row_of, cols, positions = row_of[order], cols[order], positions[order]
-    indices = np.concatenate([np.stack(np.unravel_index(row_of, target.shape), axis=-1),
-                              np.stack(np.unravel_index(cols, w.shape), axis=-1)], axis=1) \
-        if len(cols) else np.zeros((0, target.ndim + w.ndim), dtype=np.int64)
-    values = ops.gather_flat.bind(compressed, idx=positions)
-    compiled = compile(values, xs, **kw)
-    shape = tuple(target.shape) + tuple(w.shape)
-    return SparseFunction(compiled, [(indices.reshape(len(cols), len(shape)), shape)], 0,
-                          [target.ndim])
-
-
-#: ``st.derivative`` of a scalar argument takes Taylor mode from this order on.
-TAYLOR_MIN_ORDER = 2
-#: ... and of a vector argument from this order on, interpolating its mixed partials from
-#: the series along ``C(n + order - 1, order)`` directions, at most MIXED_DIRECTIONS at
-#: order 4 and MIXED_MAX_DIRECTIONS above (``python benchmarks/taylor.py --mixed``: at order
-#: 4 of 2-4 inputs as fast to set up as nested sweeps and up to 2.3x faster to run, of 5-6
-#: slower to set up; from order 5, 20-80x faster to set up; at order 2-3 nested sweeps are
-#: as fast or faster).
-MIXED_MIN_ORDER = 4
-MIXED_DIRECTIONS = 60
-MIXED_MAX_DIRECTIONS = 330
-
-
-def _mixed_worth(n: int, order: int) -> bool:
-    """Whether the partials of ``order`` in ``n`` inputs take Taylor interpolation."""
-    directions = math.comb(n + order - 1, order)
-    return order >= MIXED_MIN_ORDER and directions <= (
-        MIXED_DIRECTIONS if order == MIXED_MIN_ORDER else MIXED_MAX_DIRECTIONS)
-
-
-def _taylor_derivative(fn, xs: list, num: int, order: int, what: str, kw: dict):
-    """``d^order f / dx^order`` of argument ``x = xs[num]`` by Taylor mode on the element
-    view (:mod:`.taylor`): of a scalar ``x``, ``order!`` times the last Taylor coefficient
-    of each output element along ``x + t``; of a vector, every mixed partial interpolated
-    from the series along ``C(n + order - 1, order)`` directions (:func:`taylor.partials`),
-    spread over the symmetric derivative tensor. None when some head has no Taylor rule or
-    a user's derivative rule is in the way (nested sweeps then)."""
-    with _traced(what):
-        y = _result(fn(*xs), what)
-    x = xs[num]
-    out = _taylor_atoms(y, [x._atoms.flat[0]], [G.ONE], order) if x.size == 1 else \
-        _mixed_atoms(y, x, order)
-    if out is None:
-        return None
-    in_atoms, in_names = _input_atoms(xs)
-    shape = tuple(y.shape) + tuple(x.shape) * order
-    return compile_atoms([out.reshape(shape)], in_atoms, input_names=in_names,
-                         output_names=[y._name], structure=0, **kw)
-
-
-def _mixed_atoms(y: Tensor, x: Tensor, order: int):
-    """The partials of ``order`` of each element of ``y`` in the elements of ``x``, shape
-    ``(y.size,) + (x.size,) * order``, or None when Taylor mode does not apply."""
-    try:
-        indices, parts = taylor.partials(list(y._atoms.flat), list(x._atoms.flat), order)
-    except taylor.Unsupported:
-        return None
-    where = {i: k for k, i in enumerate(indices)}
-    n = x.size
-    out = np.empty((y.size,) + (n,) * order, dtype=object)
-    for idx in np.ndindex(*(n,) * order):
-        k = where[tuple(np.bincount(np.array(idx, dtype=np.int64), minlength=n).tolist())]
-        for e in range(y.size):
-            out[(e,) + idx] = parts[e][k]
-    return out
-
-
-def _taylor_atoms(y: Tensor, leaves: list, tangents: list, order: int):
-    """``order!`` times the last Taylor coefficient of each element of ``y`` along
-    ``leaves + t * tangents`` (flat), or None when Taylor mode does not apply."""
-    try:
-        coefs = taylor.coefficients(list(y._atoms.flat), leaves, tangents, order)
-    except taylor.Unsupported:
-        return None
-    scale = G.number(math.factorial(order))
-    out = np.empty(len(coefs), dtype=object)
-    for i, c in enumerate(coefs):
-        out[i] = G.monomial(scale, [(c[-1], G.ONE)])
-    return out
-
-
-def _with_vector(fn, specs: list, argnums, what: str, usage: str) -> tuple:
-    """Placeholders of a transform called as ``(*args, v)``: ``(xs, num, v)``, ``v`` shaped
-    like argument ``num`` (``usage`` says what to pass when ``v`` is missing)."""
-    if len(specs) < 2:
-        raise InvalidArgumentError(f"{what}: {usage}")
-    (num,), _ = _argnums(argnums, len(specs) - 1)
-    xs = _placeholders(fn, specs[:-1])
-    x = xs[num]
-    if tuple(specs[-1].shape) != tuple(x.shape):
-        raise ShapeError(f"{what}: v has shape {tuple(specs[-1].shape)}, argument "
-                         f"{num} has shape {tuple(x.shape)}")
-    return xs, num, symbol(specs[-1].name or "v", shape=tuple(x.shape), dtype=x.dtype)
-
-
-def export_c(functions: dict, path) -> tuple:
-    """Writes compiled functions as one C program: ``path`` with ``.h`` (their
-    declarations) and ``.c`` (their definitions and the helpers they share, needing only
-    ``<math.h>`` and ``<stdint.h>``); ``functions`` maps each C name to a compiled function
-    (``st.compile``, a transform with ``input_signature``, a sparse one's values, an
-    ``st.function`` traced once). Returns the two paths. Each function has the layout of
-    :meth:`CompiledFunction.c_source`'s: ``void name(int64_t n, const double *x, ...,
-    double *out...)``. A C name that would not compile -- a C or C++ keyword (``int``,
-    ``restrict``, ``class``), a reserved identifier (``_X``, ``__x``), a name of ``<math.h>``
-    or ``<stdint.h>`` (``sin``, ``NAN``, ``int64_t``) or of the generated code (``n``, ``j``,
-    ``v0``, ``st_*``), for a function or an argument -- and a file name other than ASCII
-    letters, digits, ``_``, ``.`` and ``-`` raise ``InvalidArgumentError`` naming it.
-
-    >>> import symtape as st, tempfile, pathlib
-    >>> f = st.grad(lambda x: st.reduce_sum(x ** 3), input_signature=[st.TensorSpec((2,))])
-    >>> h = st.hessian(lambda x: st.reduce_sum(x ** 3), input_signature=[st.TensorSpec((2,))])
-    >>> header, source = st.export_c({"g": f, "H": h}, pathlib.Path(tempfile.mkdtemp()) / "cube")
-    >>> [line for line in header.read_text().splitlines() if line.startswith("void")]
-    ['void g(int64_t n, const double *restrict x, double *restrict out0);', \
-'void H(int64_t n, const double *restrict x, double *restrict out0);']
-    """
-    import pathlib
-
-    if not isinstance(functions, dict) or not functions:
-        raise InvalidArgumentError("st.export_c: functions must be a non-empty dict of C "
-                                   "name -> compiled function")
-    base = pathlib.Path(path)
-    if base.suffix in (".c", ".h"):
-        base = base.with_suffix("")
-    c99.check_file_stem(base.name, "st.export_c")
-    kernels = []
-    for key, fn in functions.items():  # (a dict's keys: no name twice)
-        problem = c99.name_problem(key)
-        if problem:
-            raise InvalidArgumentError(f"st.export_c: the C function name {key!r} {problem}; "
-                                       "choose another name")
-        kernels.append(_exportable(fn, key).c_kernel("st.export_c", name=key))
-    # (base "lib.v2" writes lib.v2.h and lib.v2.c: only a .c or .h suffix is replaced)
-    header, source = base.with_name(f"{base.name}.h"), base.with_name(f"{base.name}.c")
-    h_text, c_text = c99.render_many(kernels, header.name, "st.export_c")
-    header.write_text(h_text)
-    source.write_text(c_text)
-    return header, source
-
-
-def _exportable(fn, key: str) -> CompiledFunction:
-    """The compiled function behind ``fn`` (for :func:`export_c`)."""
-    if isinstance(fn, SparseFunction):
-        fn = fn.compiled
-    if isinstance(fn, Transform):
-        if len(fn._compiled) != 1:
-            raise InvalidArgumentError(
-                f"st.export_c: {key}: a transform without input_signature has "
-                f"{len(fn._compiled)} compiled shapes; give input_signature (or call it once)")
-        (fn,) = fn._compiled.values()
-    if isinstance(fn, Function):
-        if fn._poly or len(fn._traces) != 1:
-            raise InvalidArgumentError(
-                f"st.export_c: {key}: an st.function is exported from one trace; pass "
-                "f.get_concrete_function(*shapes)")
-        (traced,) = fn._traces.values()
-        fn = traced.compiled
-    if not isinstance(fn, CompiledFunction):
-        raise InvalidArgumentError(f"st.export_c: {key} is a {type(fn).__name__}, not a "
-                                   "compiled function")
-    return fn
-
-
-def _options(fastmath: bool, threads, name, what: str) -> dict:
-    """A transform's compile options; ``name``: the compiled function's name (its C
+def compile_options(fastmath: bool, threads, name, what: str) -> dict:
+    """A transform's or ``st.function``'s compile options; ``name``: the compiled function's name (its C
     function's in ``c_source``/:func:`export_c`; default: the function's name and the
     transform's, ``f_jacobian``).
 
-    >>> _options(False, None, "dfdx", "st.jacobian")["name"]
+    >>> compile_options(False, None, "dfdx", "st.jacobian")["name"]
     'dfdx'
     """
     opts = dict(fastmath=fastmath, threads=threads)
@@ -650,195 +346,6 @@ def _options(fastmath: bool, threads, name, what: str) -> dict:
                                        f"{name!r}")
         opts["name"] = name
     return opts
-
-
-def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
-               sparse: bool = False):
-    if not callable(fn):
-        raise InvalidArgumentError(f"{what}: the first argument must be a function")
-
-    def tracer(specs: list[TensorSpec]) -> CompiledFunction:
-        nums, single = _argnums(argnums, len(specs))
-        xs = _placeholders(fn, specs)
-        kw = {"dtype": _common_dtype(specs), "name": f"{_fn_name(fn)}_{what.split('.')[-1]}",
-              **opts}
-        if sparse:
-            if not single:
-                raise InvalidArgumentError(f"{what}: sparse=True takes one argnums (an int)")
-            return _sparse_derivative(fn, xs, nums[0], order == 2, what, kw)
-        n = xs[nums[0]].size
-        if what == "st.derivative" and single and order >= TAYLOR_MIN_ORDER and (
-                n == 1 or _mixed_worth(n, order)):
-            compiled = _taylor_derivative(fn, xs, nums[0], order, what, kw)
-            if compiled is not None:
-                return compiled
-        out = _derivatives(fn, xs, nums, single, order, scalar_only, what)
-        return compile(out, xs, **kw)
-
-    if input_signature is not None:
-        return tracer(_specs(input_signature, what))
-    return Transform(tracer, what)
-
-
-def grad(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-         threads: int | None = None, name: str | None = None):
-    """The compiled gradient of a scalar function with respect to argument(s) ``argnums``.
-
-    >>> import symtape as st
-    >>> def rosen(x):
-    ...     return st.reduce_sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
-    >>> g = st.grad(rosen, input_signature=[st.TensorSpec((3,))])
-    >>> g(np.array([[0.5, 1.0, 1.5], [1.0, 1.0, 2.0]]))
-    array([[-151.,  -50.,  100.],
-           [   0., -400.,  200.]])
-    """
-    return _transform(f, argnums, input_signature, 1, True, "st.grad",
-                      _options(fastmath, threads, name, "st.grad"))
-
-
-def jacobian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-             threads: int | None = None, sparse: bool = False, name: str | None = None):
-    """The compiled Jacobian ``dy/dx`` (shape ``y.shape + x.shape``); ``sparse=True``
-    returns :class:`SparseResult` s of its structurally non-zero elements, computed with one
-    sweep per colour of a colouring of its rows (see :mod:`symtape.derivatives.sparsity`).
-
-    >>> import symtape as st
-    >>> J = st.jacobian(lambda x: st.stack([x[0] * x[1], st.sin(x[0])]),
-    ...                 input_signature=[st.TensorSpec((2,))])
-    >>> J(np.array([0.0, 2.0]))
-    array([[2., 0.],
-           [1., 0.]])
-    """
-    return _transform(f, argnums, input_signature, 1, False, "st.jacobian",
-                      _options(fastmath, threads, name, "st.jacobian"), sparse)
-
-
-def hessian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-            threads: int | None = None, sparse: bool = False, name: str | None = None):
-    """The compiled Hessian of a scalar function (shape ``x.shape * 2``): the Jacobian of
-    its gradient, all Hessian-vector products with unit vectors in one batched sweep.
-    ``sparse=True`` returns :class:`SparseResult` s of its structurally non-zero elements,
-    one sweep per colour (a tridiagonal Hessian takes 3).
-
-    >>> import symtape as st
-    >>> H = st.hessian(lambda x: x[0] ** 2 * x[1], input_signature=[st.TensorSpec((2,))])
-    >>> H(np.array([1.0, 3.0]))
-    array([[6., 2.],
-           [2., 0.]])
-    >>> def rosen(x):
-    ...     return st.reduce_sum(100 * (x[1:] - x[:-1] ** 2) ** 2 + (1 - x[:-1]) ** 2)
-    >>> Hs = st.hessian(rosen, sparse=True, input_signature=[st.TensorSpec((5,))])
-    >>> r = Hs(np.ones(5))
-    >>> len(r.values), r.to_dense()[1, :3]
-    (13, array([-400., 1002., -400.]))
-    """
-    return _transform(f, argnums, input_signature, 2, True, "st.hessian",
-                      _options(fastmath, threads, name, "st.hessian"), sparse)
-
-
-def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool = False,
-        threads: int | None = None, name: str | None = None):
-    """The compiled Hessian-vector product ``H(x) v`` of a scalar function, called as
-    ``hvp(*args, v)`` with ``v`` shaped like argument ``argnums``: the gradient of
-    ``<grad f(x), v>`` (reverse over reverse; a few times the cost of ``f``, whatever the
-    size of ``x``). ``st.hessian`` is all the products with unit vectors in one batched sweep.
-
-    >>> import symtape as st
-    >>> hv = st.hvp(lambda x: x[0] ** 2 * x[1],
-    ...             input_signature=[st.TensorSpec((2,)), st.TensorSpec((2,))])
-    >>> hv(np.array([1.0, 3.0]), np.array([1.0, 0.0]))  # the first column: (2 x1, 2 x0)
-    array([6., 2.])
-    >>> hv.formula()
-    array([2*v_0*x_1 + 2*v_1*x_0, 2*v_0*x_0], dtype=object)
-    """
-    what = "st.hvp"
-    opts = _options(fastmath, threads, name, what)
-    if not callable(f):
-        raise InvalidArgumentError(f"{what}: the first argument must be a function")
-    if isinstance(argnums, (bool, np.bool_)) or not isinstance(argnums, (int, np.integer)):
-        raise InvalidArgumentError(f"{what}: argnums must be one int (the argument the "
-                                   f"vector multiplies), got {argnums!r}")
-
-    def tracer(specs: list[TensorSpec]) -> CompiledFunction:
-        xs, num, v = _with_vector(f, specs, argnums, what,
-                                  "call it with the function's arguments and the vector v")
-        outer, inner = GradientTape(), GradientTape()
-        with _traced(what), outer, inner:
-            y = _result(f(*xs), what, scalar=True)
-            g = inner.gradient(y, xs[num], unconnected_gradients="zero")
-            product = ops.reduce_sum.bind(g * v)
-        out = outer.gradient(product, xs[num], unconnected_gradients="zero")
-        kw = {"dtype": _common_dtype(specs), "name": f"{_fn_name(f)}_hvp", **opts}
-        return compile(out, [*xs, v], **kw)
-
-    if input_signature is not None:
-        return tracer(_specs(input_signature, what))
-    return Transform(tracer, what)
-
-
-def derivative(f: Callable, order: int = 1, argnums=0, *, input_signature=None,
-               fastmath: bool = False, threads: int | None = None, direction: bool = False,
-               name: str | None = None):
-    """The compiled ``order``-th derivative tensor of ``f`` (shape ``y.shape + x.shape *
-    order``); for scalar ``x`` and ``y``, ``d^n f / dx^n``. A scalar argument from order 2
-    takes Taylor mode (:mod:`symtape.derivatives.taylor`): the 10th derivative is a DAG of a few hundred
-    nodes. ``direction=True``: the directional derivative ``d^n/dt^n f(x + t v)`` at
-    ``t = 0`` (shape ``y.shape``), called as ``f(*args, v)``.
-
-    >>> import symtape as st
-    >>> d3 = st.derivative(lambda x: x ** 5, order=3, input_signature=[st.TensorSpec(())])
-    >>> d3(np.array([1.0, 2.0]))
-    array([ 60., 240.])
-    >>> d3.formula()
-    60*x**2
-    >>> dv = st.derivative(lambda x: x[0] ** 2 * x[1], order=3, direction=True,
-    ...                    input_signature=[st.TensorSpec((2,)), st.TensorSpec((2,))])
-    >>> float(dv(np.array([1.0, 2.0]), np.array([1.0, 1.0])))  # d^3/dt^3 (1+t)^2 (2+t)
-    6.0
-    """
-    order = _order(order)
-    opts = _options(fastmath, threads, name, "st.derivative")
-    if direction:
-        return _directional(f, argnums, input_signature, order, opts)
-    return _transform(f, argnums, input_signature, order, False, "st.derivative", opts)
-
-
-def _directional(fn, argnums, input_signature, order: int, opts: dict):
-    """``d^order/dt^order fn(x + t v)`` at 0 (``x`` argument ``argnums``, ``v`` the last
-    argument): Taylor mode on the element view; else ``order`` batched sweeps, each a
-    Jacobian contracted with ``v``."""
-    what = "st.derivative"
-    if not callable(fn):
-        raise InvalidArgumentError(f"{what}: the first argument must be a function")
-
-    def tracer(specs: list[TensorSpec]) -> CompiledFunction:
-        xs, num, v = _with_vector(fn, specs, argnums, what, "direction=True takes the "
-                                  "function's arguments and the direction v")
-        x = xs[num]
-        kw = {"dtype": _common_dtype(specs), "name": f"{_fn_name(fn)}_directional", **opts}
-        with _traced(what):
-            y = _result(fn(*xs), what)
-        out = _taylor_atoms(y, list(x._atoms.flat), list(v._atoms.flat), order) \
-            if order else None
-        if out is not None or not order:
-            in_atoms, in_names = _input_atoms([*xs, v])
-            out = y._atoms if out is None else out.reshape(y.shape)
-            return compile_atoms([out], in_atoms, input_names=in_names,
-                                 output_names=[y._name], structure=0, **kw)
-        tapes = [GradientTape(persistent=True) for _ in range(order)]
-        axes = tuple(range(y.ndim, y.ndim + x.ndim))
-        with _traced(what), contextlib.ExitStack() as stack:
-            for t in tapes:
-                stack.enter_context(t)
-            d = fn(*xs)  # traced again, on the tapes
-            for k in reversed(range(order)):  # each sweep is recorded by the tapes outside
-                jac = tapes[k].jacobian(d, x, unconnected_gradients="zero")
-                d = ops.reduce_sum.bind(jac * v, axis=axes) if axes else jac * v
-        return compile(d, [*xs, v], **kw)
-
-    if input_signature is not None:
-        return tracer(_specs(input_signature, what))
-    return Transform(tracer, what)
 
 
 # --------------------------------------------------------------------------------------------
@@ -897,7 +404,7 @@ class Function:
     def __init__(self, fn: Callable, input_signature=None, dtype: str | None = None,
                  fastmath: bool = False, threads: int | None = None) -> None:
         self.python_function = fn
-        self.input_signature = None if input_signature is None else _specs(
+        self.input_signature = None if input_signature is None else signature_specs(
             input_signature, "st.function", unknown=True)
         self._opts = dict(fastmath=fastmath, threads=threads)
         self._dtype = dtype
@@ -912,7 +419,7 @@ class Function:
         # run in parallel (the native code releases the GIL). _tracing: one trace at a time.
         self._assigning = threading.Lock()
         self._tracing = threading.RLock()
-        self.__name__ = _fn_name(fn)
+        self.__name__ = fn_name(fn)
         self.__doc__ = fn.__doc__
 
     def __get__(self, obj, objtype=None):
@@ -927,6 +434,14 @@ class Function:
             self._bound[obj] = bound
         return bound
 
+    def single_trace(self) -> CompiledFunction | None:
+        """The compiled function of this function's one trace; None with no trace, with
+        several, or with one trace split over a None batch (passes, not one function)."""
+        if self._poly or len(self._traces) != 1:
+            return None
+        (traced,) = self._traces.values()
+        return traced.compiled
+
     @property
     def traced_signatures(self) -> list[tuple]:
         """The core shapes of the tensor arguments of each trace so far (``None`` for a
@@ -939,11 +454,11 @@ class Function:
         """Traces the function on placeholders of ``specs`` (and the Python values
         ``python``: ``(position, value)`` among the arguments): ``(placeholders, results
         (flat), assignments [(variable, tensor)], variables read, result structure)``."""
-        xs = _placeholders(self.python_function, specs)
+        xs = placeholders(self.python_function, specs)
         args = list(xs)
         for at, value in python:
             args.insert(at, value)
-        with recording.tracing() as trace, _traced("st.function"):
+        with recording.tracing() as trace, traced_code("st.function"):
             result = self.python_function(*args)
         flat = [] if result is None else nest.flatten(result)
         for i, r in enumerate(flat):
@@ -974,7 +489,7 @@ class Function:
         inputs = xs + read
         compiled = _compile_tensors(outputs, inputs, dict(
             input_names=[t._name for t in inputs], structure=tuple(range(len(outputs))),
-            dtype=self._dtype or _common_dtype(specs), name=self.__name__, **self._opts))
+            dtype=self._dtype or common_dtype(specs), name=self.__name__, **self._opts))
         return _Traced(compiled, read, [v for v, _ in assigned], structure, len(flat))
 
     def _polymorphic(self) -> _SplitTraced | None:
@@ -999,7 +514,7 @@ class Function:
             traces = [self._record(at(b)) for b in batching.SIZES]
             drawn = any(isinstance(v, Draw) for t in traces for v in t[3])
             parts = None if drawn else batching.split(  # (draws: traced per size)
-                traces, flags, self._dtype or _common_dtype(sig))
+                traces, flags, self._dtype or common_dtype(sig))
             return self._split_compiled(parts, traces[1]) if parts else False
         except Exception:  # noqa: BLE001 - a size-specific failure: traced per size
             return False
@@ -1010,7 +525,7 @@ class Function:
         totals compiles as any function of one point over chunks of points (its element
         view when small)."""
         _, flat, assigned, read, structure = large
-        dtype = self._dtype or _common_dtype(self.input_signature)
+        dtype = self._dtype or common_dtype(self.input_signature)
         steps = []
         for k, prog in enumerate(parts.passes + ([parts.post] if parts.post else [])):
             what = f"_pass{k + 1}" if k < len(parts.passes) else "_post"
@@ -1104,7 +619,7 @@ class Function:
 
     def get_concrete_function(self, *args) -> CompiledFunction:
         """The compiled function for these arguments (or shapes/TensorSpecs)."""
-        specs = _specs([getattr(a, "shape", a) if not isinstance(a, TensorSpec) else a
+        specs = signature_specs([getattr(a, "shape", a) if not isinstance(a, TensorSpec) else a
                         for a in args], "st.function")
         key = tuple(tuple(s.shape) for s in specs)
         with self._tracing:
@@ -1311,7 +826,7 @@ def function(fn: Callable | None = None, *, input_signature=None, dtype: str | N
     (2.5, 1.5)
     """
     if name is not None:
-        _options(fastmath, threads, name, "st.function")  # (checks it)
+        compile_options(fastmath, threads, name, "st.function")  # (checks it)
 
     def make(f):
         out = Function(f, input_signature, dtype, fastmath, threads)

@@ -8,7 +8,7 @@ ops through the op table, so results are tensors with formulas, recorded on tape
 other.
 
 The file ``saved_model.symtape`` is data only: strict JSON behind a checksummed header, with
-expressions, parameters and arrays in the encodings of :mod:`symtape.io.dataio`. Loading runs
+expressions, parameters and arrays in the encodings of :mod:`symtape.io`. Loading runs
 nothing from it: ops are looked up by name in the op table, expressions are rebuilt from a
 whitelist of SymPy heads, and every reference, count and kind is checked first; a malformed
 file raises :class:`~symtape.base.errors.SerializationError` saying what is wrong.
@@ -33,11 +33,11 @@ from symtape.base.errors import (
     InvalidArgumentError, NonDifferentiableError, SerializationError, SymtapeError,
 )
 from symtape.compile.function import Function, TensorSpec
+from symtape.io import documents, expressions, files, strict_json, values
 from symtape.core.variables import Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol
 from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-dataio = LazyModule("dataio", globals(), "symtape.io.dataio")
 F = LazyModule("F", globals(), "symtape.element.added_heads")
 G = LazyModule("G", globals(), "symtape.element.graph")
 
@@ -106,11 +106,11 @@ class _Capture:
             spec = _rule_record(prim, entry, self.variables, self.keep_rules)
         elif ops.OPS.get(prim.name) is prim:
             spec = {"kind": "op", "name": prim.name,
-                    "params": _encode(dataio.encode_value, dict(entry.params), prim.name)}
+                    "params": _encode(values.encode_value, dict(entry.params), prim.name)}
         elif isinstance(prim, ops.Elementwise):
             spec = {"kind": "template", "name": prim.name,
-                    "template": _encode(dataio.encode_expr, prim.template, prim.name),
-                    "placeholders": [_encode(dataio.encode_expr, p, prim.name)
+                    "template": _encode(expressions.encode_expr, prim.template, prim.name),
+                    "placeholders": [_encode(expressions.encode_expr, p, prim.name)
                                      for p in prim.placeholders]}
         else:
             raise SerializationError(f"cannot save op {prim!r}")
@@ -123,7 +123,7 @@ class _Capture:
         structure = nest.pack_sequence_as(outputs, refs) if nest.is_nested(outputs) else \
             refs[0] if refs else None
         return {"inputs": self.inputs, "constants": self.constants, "variables": self.var_refs,
-                "ops": self.ops, "outputs": dataio.encode_value(structure),
+                "ops": self.ops, "outputs": values.encode_value(structure),
                 "n_inputs": len(self.inputs)}
 
 
@@ -140,17 +140,17 @@ def _as_tensor(t) -> Tensor:
 
 def _constant_record(ref: int, t: Tensor) -> dict:
     atoms = t._atoms
-    if t.dtype.name not in dataio.DTYPES:
+    if t.dtype.name not in values.DTYPES:
         raise SerializationError(f"st.saved_model.save: a constant has dtype {t.dtype.name}; "
-                                 f"saved tensors are one of {', '.join(dataio.DTYPES)}")
+                                 f"saved tensors are one of {', '.join(values.DTYPES)}")
     head = {"ref": ref, "shape": list(t.shape), "dtype": t.dtype.name}
     if all(G.is_const(a) for a in atoms.flat):
-        return {**head, "exprs": [_encode(dataio.encode_expr, a, "constant")
+        return {**head, "exprs": [_encode(expressions.encode_expr, a, "constant")
                                   for a in atoms.flat]}
     if t._value is None:
         raise SerializationError("the function reads a symbolic tensor created outside it "
                                  "(a closure over a traced value); pass it as an argument")
-    return {**head, "value": dataio.encode_array(np.array(t._value))}
+    return {**head, "value": values.encode_array(np.array(t._value))}
 
 
 def _capture(fn: Callable, inputs: list[Tensor], variables: dict, keep_rules: bool,
@@ -298,14 +298,14 @@ def save(obj, export_dir, signatures=None, options: SaveOptions | None = None) -
                       for v in variables.values()],
         "callable": "__call__" in saved,
     }
-    blob = dataio.dump_document(doc, _MAGIC, _FORMAT)
+    blob = documents.dump_document(doc, _MAGIC, _FORMAT)
     os.makedirs(export_dir, exist_ok=True)
     atomic_write(Path(export_dir) / _FILE, blob)
 
 
 def _variable_value(v: Variable) -> dict:
     try:
-        return dataio.encode_array(np.array(v._value))
+        return values.encode_array(np.array(v._value))
     except SerializationError as exc:
         raise SerializationError(f"st.saved_model.save: variable {v._name!r}: {exc}") from None
 
@@ -349,14 +349,14 @@ class _Checker:
     def program(self, node, where: str, depth: int = 0) -> _Program:
         if depth > _MAX_NESTING:
             self.fail(where, f"rule programs nested deeper than {_MAX_NESTING}")
-        d = dataio.record(node, f"{self.path}: {where}", (
+        d = strict_json.record(node, f"{self.path}: {where}", (
             "n_inputs", "inputs", "constants", "variables", "ops", "outputs", "updates"),
             ("shapes",))
         prog = _Program()
         defined: set[int] = set()
         prog.inputs = [self.new_ref(r, defined, f"{where}: inputs")
                        for r in self.items(d["inputs"], f"{where}: inputs")]
-        prog.n_inputs = dataio.expect_int(d["n_inputs"], f"{self.path}: {where}: n_inputs")
+        prog.n_inputs = strict_json.expect_int(d["n_inputs"], f"{self.path}: {where}: n_inputs")
         if prog.n_inputs != len(prog.inputs):
             self.fail(where, f"n_inputs is {prog.n_inputs} for {len(prog.inputs)} inputs")
         prog.constants = [self.constant(c, defined, f"{where}: constant {k}")
@@ -375,39 +375,39 @@ class _Checker:
         return prog
 
     def items(self, node, where: str) -> list:
-        return dataio.expect_list(node, f"{self.path}: {where}")
+        return strict_json.expect_list(node, f"{self.path}: {where}")
 
     def ref(self, r, defined: set, where: str) -> int:
-        r = dataio.expect_int(r, f"{self.path}: {where}: reference")
+        r = strict_json.expect_int(r, f"{self.path}: {where}: reference")
         if r not in defined:
             self.fail(where, f"reference {r} is read before it is defined")
         return r
 
     def new_ref(self, r, defined: set, where: str) -> int:
-        r = dataio.expect_int(r, f"{self.path}: {where}: reference", 0)
+        r = strict_json.expect_int(r, f"{self.path}: {where}: reference", 0)
         if r in defined:
             self.fail(where, f"reference {r} is defined twice")
         defined.add(r)
         return r
 
     def shape(self, node, where: str) -> tuple:
-        return dataio.expect_shape(node, f"{self.path}: {where}")
+        return values.expect_shape(node, f"{self.path}: {where}")
 
     def constant(self, node, defined: set, where: str) -> _Constant:
-        d = dataio.record(node, f"{self.path}: {where}", ("ref", "shape", "dtype"),
+        d = strict_json.record(node, f"{self.path}: {where}", ("ref", "shape", "dtype"),
                           ("exprs", "value"))
         c = _Constant()
         c.ref = self.new_ref(d["ref"], defined, where)
         c.shape = self.shape(d["shape"], f"{where}: shape")
         c.dtype = d["dtype"]
-        if c.dtype not in dataio.DTYPES:
+        if c.dtype not in values.DTYPES:
             self.fail(where, f"dtype {str(c.dtype)[:20]!r} is not one of "
-                             f"{', '.join(dataio.DTYPES)}")
+                             f"{', '.join(values.DTYPES)}")
         c.atoms = c.value = None
         if (d["exprs"] is None) == (d["value"] is None):
             self.fail(where, "a constant has either 'exprs' or 'value'")
         if d["value"] is not None:
-            c.value = dataio.decode_array(d["value"], f"{self.path}: {where}: value")
+            c.value = values.decode_array(d["value"], f"{self.path}: {where}: value")
             if c.value.shape != c.shape or c.value.dtype.name != c.dtype:
                 self.fail(where, f"value of shape {c.value.shape} and dtype "
                                  f"{c.value.dtype} for shape {c.shape} and dtype {c.dtype}")
@@ -422,7 +422,7 @@ class _Checker:
         return c
 
     def constant_atom(self, node, where: str):
-        atom = dataio.decode_expr(node, f"{self.path}: {where}")
+        atom = expressions.decode_expr(node, f"{self.path}: {where}")
         boolean = isinstance(atom, sp.logic.boolalg.BooleanAtom)
         if not (boolean or atom.is_number) or atom.free_symbols:
             self.fail(where, f"{str(atom)[:40]} is not a constant")
@@ -432,7 +432,7 @@ class _Checker:
         pair = self.items(node, where)
         if len(pair) != 2:
             self.fail(where, "expected [reference, variable index]")
-        order = dataio.expect_int(pair[1], f"{self.path}: {where}: variable index", 0,
+        order = strict_json.expect_int(pair[1], f"{self.path}: {where}: variable index", 0,
                                   self.n_variables)
         return self.new_ref(pair[0], defined, where), order
 
@@ -440,24 +440,25 @@ class _Checker:
         pair = self.items(node, where)
         if len(pair) != 2:
             self.fail(where, "expected [variable index, reference]")
-        order = dataio.expect_int(pair[0], f"{self.path}: {where}: variable index", 0,
+        order = strict_json.expect_int(pair[0], f"{self.path}: {where}: variable index", 0,
                                   self.n_variables)
         return order, self.ref(pair[1], defined, where)
 
     def outputs(self, node, defined: set, where: str):
-        structure = dataio.decode_value(node, f"{self.path}: {where}")
+        structure = values.decode_value(node, f"{self.path}: {where}")
         if structure is None:
             return None
         for leaf in nest.flatten(structure):
-            if dataio.expect_int(leaf, f"{self.path}: {where}") != -1:
+            if strict_json.expect_int(leaf, f"{self.path}: {where}") != -1:
                 self.ref(leaf, defined, where)
         return structure
 
     def op(self, node, defined: set, where: str, depth: int) -> _Op:
-        d = dataio.record(node, f"{self.path}: {where}", ("kind", "name", "in", "out"), (
+        d = strict_json.record(node, f"{self.path}: {where}", ("kind", "name", "in", "out"), (
             "params", "template", "placeholders", "forward", "gradient", "n_vars"))
         o = _Op()
-        o.kind, o.name = d["kind"], dataio.expect(d["name"], str, f"{self.path}: {where}: name")
+        o.kind = d["kind"]
+        o.name = strict_json.expect(d["name"], str, f"{self.path}: {where}: name")
         o.ins = [self.ref(r, defined, where) for r in self.items(d["in"], f"{where}: in")]
         o.prim = o.params = o.forward = o.gradient = o.n_vars = None
         fields = {"op": ("params",), "template": ("template", "placeholders"),
@@ -482,13 +483,13 @@ class _Checker:
         o.prim = ops.OPS.get(o.name)
         if o.prim is None:
             self.fail(where, f"unknown op {o.name[:40]!r} (not in the op table)")
-        o.params = dataio.decode_value(d["params"], f"{self.path}: {where}: params")
+        o.params = values.decode_value(d["params"], f"{self.path}: {where}: params")
         if not isinstance(o.params, dict) or not all(isinstance(k, str) for k in o.params):
             self.fail(where, "params are a dict with str keys")
 
     def _template(self, o: _Op, d: dict, where: str, depth: int) -> None:
-        template = dataio.decode_expr(d["template"], f"{self.path}: {where}: template")
-        holders = tuple(dataio.decode_expr(p, f"{self.path}: {where}: placeholder")
+        template = expressions.decode_expr(d["template"], f"{self.path}: {where}: template")
+        holders = tuple(expressions.decode_expr(p, f"{self.path}: {where}: placeholder")
                         for p in self.items(d["placeholders"], f"{where}: placeholders"))
         if not all(type(p) is sp.Symbol for p in holders) or len(set(holders)) != len(holders):
             self.fail(where, "placeholders are distinct symbols")
@@ -505,7 +506,7 @@ class _Checker:
             self.fail(where, f"template {str(template)[:60]} cannot be built: {exc}")
 
     def _rule(self, o: _Op, d: dict, where: str, depth: int) -> None:
-        o.n_vars = dataio.expect_int(d["n_vars"], f"{self.path}: {where}: n_vars", 0,
+        o.n_vars = strict_json.expect_int(d["n_vars"], f"{self.path}: {where}: n_vars", 0,
                                      len(o.ins) + 1)
         n = len(o.ins) - o.n_vars
         o.forward = self.program(d["forward"], f"{where}: forward", depth + 1)
@@ -606,9 +607,9 @@ def _constant(c: _Constant) -> Tensor:
     dtype = np.dtype(c.dtype)
     if c.atoms is None:
         return constant(c.value.copy())
-    values = np.array([G.const_value(a) for a in c.atoms.flat],
-                      dtype=np.float64).reshape(c.shape)
-    return atom_constant(c.atoms, values.astype(dtype), dtype)
+    doubles = np.array([G.const_value(a) for a in c.atoms.flat],
+                       dtype=np.float64).reshape(c.shape)
+    return atom_constant(c.atoms, doubles.astype(dtype), dtype)
 
 
 class _LoadedFunction:
@@ -636,24 +637,24 @@ def _read(export_dir) -> tuple[dict, str]:
     path = Path(export_dir) / _FILE
     what = str(path)
     try:
-        blob = dataio.read_file(path)
+        blob = files.read_file(path)
     except OSError as e:
         raise SerializationError(f"st.saved_model.load: cannot read {path}: {e}") from None
     if blob[:8] == _MAGIC and blob[8:10] == (1).to_bytes(2, "little"):
         raise SerializationError(
             f"{what} is a symtape saved model of format 1, a pickle, which is not loaded "
             "because it could run code: save the model again with this symtape")
-    return dataio.load_document(blob, _MAGIC, _FORMAT, what, _KIND), what
+    return documents.load_document(blob, _MAGIC, _FORMAT, what, _KIND), what
 
 
 def _variables(nodes: list, what: str) -> list:
     out = []
     for k, node in enumerate(nodes):
         where = f"{what}: variable {k}"
-        d = dataio.record(node, where, ("name", "value", "trainable"))
-        name = dataio.expect(d["name"], str, f"{where}: name")
-        value = dataio.decode_array(d["value"], f"{where}: value")
-        trainable = dataio.expect(d["trainable"], bool, f"{where}: trainable")
+        d = strict_json.record(node, where, ("name", "value", "trainable"))
+        name = strict_json.expect(d["name"], str, f"{where}: name")
+        value = values.decode_array(d["value"], f"{where}: value")
+        trainable = strict_json.expect(d["trainable"], bool, f"{where}: trainable")
         out.append((name, value, trainable))
     return out
 
@@ -674,17 +675,17 @@ def load(export_dir):
     array([1., 9.])
     """
     doc, what = _read(export_dir)
-    d = dataio.record(doc, what, ("type", "functions", "variables", "callable"))
+    d = strict_json.record(doc, what, ("type", "functions", "variables", "callable"))
     if d["type"] != _KIND:
         raise SerializationError(f"{what}: type {str(d['type'])[:40]!r} is not {_KIND!r}")
-    saved_vars = _variables(dataio.expect_list(d["variables"], f"{what}: variables"), what)
-    functions = dataio.expect(d["functions"], dict, f"{what}: functions")
-    callable_ = dataio.expect(d["callable"], bool, f"{what}: callable")
+    saved_vars = _variables(strict_json.expect_list(d["variables"], f"{what}: variables"), what)
+    functions = strict_json.expect(d["functions"], dict, f"{what}: functions")
+    callable_ = strict_json.expect(d["callable"], bool, f"{what}: callable")
     checker = _Checker(what, len(saved_vars))
     programs = {}
     for name, progs in functions.items():
         programs[name] = [checker.program(p, f"function {name[:40]!r}, signature {k}")
-                          for k, p in enumerate(dataio.expect_list(
+                          for k, p in enumerate(strict_json.expect_list(
                               progs, f"{what}: function {name[:40]!r}"))]
     variables = [Variable(value, name=name, trainable=trainable)
                  for name, value, trainable in saved_vars]

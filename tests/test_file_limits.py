@@ -26,7 +26,8 @@ import pytest
 import sympy as sp
 
 import symtape as st
-from symtape.io import dataio
+from symtape import io as dataio
+from symtape.io import constant_bounds
 from symtape.base import errors
 from symtape.element import graph
 from symtape.codegen import c99, cache, compile_atoms, jit
@@ -471,7 +472,7 @@ def test_exact_constants_within_the_bounds_load_with_their_values(tmp_path):
 
 
 def test_every_head_has_a_bound_or_is_refused_on_constants():
-    covered = set(dataio._RULES) | dataio._DECIDED
+    covered = set(constant_bounds.ENCLOSURE_RULES) | constant_bounds.DECIDED_HEADS
     assert set(dataio.HEADS) <= covered, set(dataio.HEADS) - covered
 
 

@@ -8,7 +8,7 @@ import pytest
 import sympy as sp
 
 from symtape import ops
-from symtape.io import dataio
+from symtape import io as dataio
 from symtape.element import heads
 from symtape.element import graph as G
 from symtape.codegen import lower

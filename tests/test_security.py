@@ -26,7 +26,7 @@ import sympy as sp
 
 import symtape as st
 from symtape import ops
-from symtape.io import dataio
+from symtape import io as dataio
 from symtape.base import errors
 from symtape.element import graph
 from symtape.element import heads

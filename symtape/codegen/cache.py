@@ -35,7 +35,7 @@ import threading
 import warnings
 from pathlib import Path
 
-from symtape.io.dataio import file_kind, read_at_most
+from symtape.io.files import file_kind, read_at_most
 from symtape.base.errors import CacheWarning
 
 __all__ = ["cache_dir", "key", "frame", "unframe", "read", "write", "atomic_write", "sign",

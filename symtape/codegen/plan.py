@@ -2,7 +2,7 @@
 
 A :class:`Plan` is what every backend reads: the LLVM kernel, the C99 source and the rebuilt
 SymPy formulas. It holds no graph objects (heads by op name, constants as their double and the
-exact expression in the data-only JSON of :mod:`symtape.io.dataio`), so it pickles and saves, and a
+exact expression in the data-only JSON of :mod:`symtape.io`), so it pickles and saves, and a
 compiled function outlives the graph that made it.
 
 Building one is a single pass over the reachable definitions in topological order (linear in
@@ -25,7 +25,7 @@ from symtape.base.errors import InvalidArgumentError, SerializationError, Unboun
 from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
-dataio = LazyModule("dataio", globals(), "symtape.io.dataio")
+dataio = LazyModule("dataio", globals(), "symtape.io")
 G = LazyModule("G", globals(), "symtape.element.graph")
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
@@ -34,7 +34,7 @@ __all__ = ["Instr", "ArgLayout", "OutLayout", "Plan", "build_plan", "formulas"]
 
 class Instr(NamedTuple):
     """One SSA value: ``op`` is an :data:`~symtape.codegen.lower.OPS` name, ``'const'``
-    (``attr = (value, json_text)``, the exact constant as :func:`symtape.io.dataio.expr_text`)
+    (``attr = (value, json_text)``, the exact constant as :func:`symtape.io.expr_text`)
     or ``'input'`` (``attr = (argument, flat_index)``); ``args`` are indices of earlier
     values."""
 

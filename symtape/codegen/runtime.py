@@ -39,7 +39,7 @@ from symtape.codegen.loops import LoopPlan
 from symtape.codegen.plan import ArgLayout, Instr, OutLayout, Plan, build_plan, formulas
 from symtape.base.lazy import LazyModule
 
-dataio = LazyModule("dataio", globals(), "symtape.io.dataio")
+dataio = LazyModule("dataio", globals(), "symtape.io")
 sp = LazyModule("sp", globals(), "sympy")
 G = LazyModule("G", globals(), "symtape.element.graph")
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")

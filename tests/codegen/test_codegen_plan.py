@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from symtape.io import dataio
+from symtape import io as dataio
 from symtape.element import evaluate
 from symtape.element import graph
 from symtape.element import added_heads as F

@@ -11,7 +11,7 @@ import numpy as np
 
 from symtape import ops
 from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
-from symtape.core.tensor import _truediv
+from symtape.core.tensor import true_divide
 from symtape.core.variables import Tensor, constant, convert_to_tensor
 from symtape.core.variables import shape_arg as _shape_arg
 from symtape.base.lazy import LazyModule
@@ -97,7 +97,7 @@ def _divide_no_nan(x, y):
     zero = ops.equal.bind(y, constant(np.zeros((), dtype=y.dtype)))
     safe = ops.where.bind(zero, constant(np.ones((), dtype=y.dtype)), y)
     return ops.where.bind(zero, constant(np.zeros((), dtype=y.dtype)),
-                          _truediv(x, safe))
+                          true_divide(x, safe))
 
 
 @_composite("tensordot")
@@ -388,7 +388,7 @@ def divide(x, y, name=None):
     >>> st.divide(st.symbol("x"), 4).formula()
     x/4
     """
-    return _truediv(x, y)
+    return true_divide(x, y)
 
 
 truediv = divide

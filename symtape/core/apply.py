@@ -20,7 +20,7 @@ from symtape.base import recording
 from symtape.base.errors import DTypeError, InvalidArgumentError, SymtapeError
 from symtape.core.primitive import Aval, Primitive, Zero, const_atom
 from symtape.core.tensor import (
-    Tensor, _const_node, _frozen, _read, _readonly, constant, table_op,
+    Tensor, const_node, constant, read_only, read_only_copy, read_operand, table_op,
 )
 from symtape.base.lazy import LazyModule
 
@@ -141,7 +141,7 @@ def _convert_args(prim: Primitive, args) -> list[Tensor]:
         if type(a) is Tensor:
             out.append(a)
         elif isinstance(a, Tensor):
-            out.append(_read(a))
+            out.append(read_operand(a))
         else:
             return _convert_rest(prim, args, out)
     return out
@@ -161,7 +161,7 @@ def _convert_rest(prim: Primitive, args, out: list) -> list[Tensor]:
             out.append(_scalar(a, tdtype))
             continue
         if isinstance(a, Tensor):
-            out.append(_read(a))
+            out.append(read_operand(a))
             continue
         role = prim.role(i)
         if type(a) is np.ndarray and role == "T" and floating and \
@@ -213,7 +213,7 @@ def exact_constant(a, dtype, cache: bool = False) -> Tensor:
 
     def make() -> Tensor:
         exact = arr.astype(np.int64) if arr.dtype.kind == "b" else arr  # ints stay exact
-        return Tensor(_const_node(exact, dtype), _frozen(arr.astype(dtype)), dtype)
+        return Tensor(const_node(exact, dtype), read_only(arr.astype(dtype)), dtype)
 
     return _array_constant(arr, np.dtype(dtype), make, exact=True) if cache else make()
 
@@ -225,7 +225,7 @@ def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
     dtype = np.dtype(dtype) if dtype is not None else np.dtype(np.float64)
     exact = np.empty((), dtype=object)
     exact[()] = a
-    return Tensor(_const_node(exact, dtype), _readonly(np.asarray(G.const_value(a),
+    return Tensor(const_node(exact, dtype), read_only_copy(np.asarray(G.const_value(a),
                                                                   dtype=dtype)), dtype)
 
 
@@ -366,7 +366,7 @@ def _eager(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
         t = tensors[plan.alias]
         return t._value, t._fusion
     if plan.uniform is not None and plan.floating and not stale:
-        return _frozen(np.full(plan.shape, G.const_value(plan.uniform), dtype=plan.dtype)), None
+        return read_only(np.full(plan.shape, G.const_value(plan.uniform), dtype=plan.dtype)), None
     if ERRSTATE is None:
         with quiet():  # IEEE results (inf, nan) are values, not errors
             return _evaluate(prim, plan, tensors, node, values, stale)
@@ -388,7 +388,7 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
         if settled is not None:
             value, folds, regular, fid = settled
             node.settle(regular, None, folds, fid)
-            return _frozen(np.asarray(value, dtype=dtype)), None
+            return read_only(np.asarray(value, dtype=dtype)), None
     fusion = value = None
     fused = False
     if plan.fuses:
@@ -414,7 +414,7 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
     if floating and not settles and not plan.fuses:
         fusion = _moved_fusion(prim, plan, tensors, value)
     if not floating or plan.regular:
-        return _frozen(value), fusion
+        return read_only(value), fusion
     if plan.constant:
         value = value + 0.0  # constants have no -0: -0 + 0 is +0 (the dtype stays)
     elif settles:
@@ -424,12 +424,12 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
         if settled is not None:
             value, folds, regular, fid = settled
             node.settle(regular, None, folds, fid)
-            return _frozen(value), fusion
+            return read_only(value), fusion
         atoms = [t._atoms for t in tensors]
         unsettled = prim.unsettled(atoms, plan.params, plan.shape, args)
         value = _settle(value, node.atoms(), tensors, unsettled,
                         getattr(prim, "exact_elsewhere", False))
-    return _frozen(value), fusion
+    return read_only(value), fusion
 
 
 def _moved(v: np.ndarray, where: np.ndarray, shape: tuple) -> np.ndarray:

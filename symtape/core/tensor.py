@@ -52,18 +52,30 @@ def table_op(name: str) -> Primitive:
 DISPLAY_LIMIT = 120
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
+def read_only_copy(a: np.ndarray) -> np.ndarray:
+    """A read-only copy of ``a`` (its owner may still write ``a``).
+
+    >>> a = np.zeros(2)
+    >>> b = read_only_copy(a)
+    >>> b is a, b.flags.writeable
+    (False, False)
+    """
     a = np.array(a, copy=True)
     a.flags.writeable = False
     return a
 
 
-def _frozen(a: np.ndarray) -> np.ndarray:
-    """``a`` read-only: a fresh result is frozen in place, anything else copied."""
+def read_only(a: np.ndarray) -> np.ndarray:
+    """``a`` read-only: a fresh result is frozen in place, anything else copied.
+
+    >>> a = np.zeros(2)
+    >>> read_only(a) is a, a.flags.writeable, read_only(a[:1]) is a[:1]
+    (True, False, False)
+    """
     if a.base is None:  # owns its data
         a.setflags(write=False)
         return a
-    return a if not a.flags.writeable else _readonly(a)
+    return a if not a.flags.writeable else read_only_copy(a)
 
 
 _number = np.frompyfunc(lambda v: v if isinstance(v, sp.Basic) else G.number(v), 1, 1)
@@ -355,10 +367,10 @@ class Tensor:
         return table_op("multiply").bind(o, self)
 
     def __truediv__(self, o):
-        return _truediv(self, o)
+        return true_divide(self, o)
 
     def __rtruediv__(self, o):
-        return _truediv(o, self)
+        return true_divide(o, self)
 
     def __floordiv__(self, o):
         return table_op("floordiv").bind(self, o)
@@ -447,8 +459,12 @@ class _Ref:
         return isinstance(other, _Ref) and other.tensor._id == self.tensor._id
 
 
-def _truediv(a, b):
-    # TF: true division of integers gives float64
+def true_divide(a, b) -> Tensor:
+    """``a / b`` as TensorFlow divides: integers (and bools) give float64.
+
+    >>> true_divide(constant(3), 2).numpy()
+    np.float64(1.5)
+    """
     a, b = (convert_to_tensor(v) if isinstance(v, Tensor) else v for v in (a, b))
     kinds = [(v.dtype if isinstance(v, Tensor) else np.asarray(v).dtype).kind for v in (a, b)]
     if all(k in "iub" for k in kinds):
@@ -470,7 +486,9 @@ def _normalize_key(key):
     return key
 
 
-def _const_node(exact: np.ndarray, dtype) -> N.Node:
+def const_node(exact: np.ndarray, dtype) -> N.Node:
+    """The node of a constant whose exact elements are the numbers ``exact`` (its values in
+    ``dtype`` are the tensor's)."""
     return N.const(exact, dtype, lambda: _number_atoms(exact))
 
 
@@ -479,7 +497,13 @@ def _const_node(exact: np.ndarray, dtype) -> N.Node:
 # --------------------------------------------------------------------------------------------
 
 
-def _clean_name(name: str) -> str:
+def clean_name(name: str) -> str:
+    """A tensor's name as its leaves and nodes are labelled: without TensorFlow's output
+    index, ``'v'`` when empty.
+
+    >>> clean_name("w:0"), clean_name("")
+    ('w', 'v')
+    """
     name = name.split(":")[0]
     return name or "v"
 
@@ -501,8 +525,16 @@ def _infer_dtype(value) -> np.dtype:
     return arr.dtype
 
 
-def _value_of(value, dtype, what: str) -> np.ndarray:
-    """A numpy array of ``value`` in ``dtype`` (inferred when None), checked."""
+def checked_array(value, dtype, what: str) -> np.ndarray:
+    """A numpy array of ``value`` in ``dtype`` (inferred when None: Python ints are int32,
+    floats float64), checked; errors name ``what``.
+
+    >>> checked_array([1, 2], None, "st.constant").dtype
+    dtype('int32')
+    >>> checked_array([1.5], "int32", "st.constant")
+    Traceback (most recent call last):
+    symtape.base.errors.DTypeError: st.constant: cannot convert non-integer values to int32
+    """
     if isinstance(value, Tensor):
         value = value.numpy()
     if isinstance(value, sp.Basic):
@@ -536,7 +568,7 @@ def constant(value, dtype=None, shape=None, name: str | None = None) -> Tensor:
     """
     if isinstance(value, Tensor) and dtype is None and shape is None:
         value = value.numpy()
-    arr = _value_of(value, dtype, "st.constant")
+    arr = checked_array(value, dtype, "st.constant")
     if shape is not None:
         shape = tuple(int(n) for n in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
         try:
@@ -548,9 +580,9 @@ def constant(value, dtype=None, shape=None, name: str | None = None) -> Tensor:
     src = np.asarray(value) if not isinstance(value, Tensor) and shape is None else arr
     exact = src if (src.dtype.kind in "iub" and arr.dtype.kind == "f" and src.shape ==
                     arr.shape) else arr
-    node = _const_node(exact, arr.dtype)
-    node.label = _clean_name(name) if name else None
-    return Tensor(node, _frozen(arr), arr.dtype, name=name)
+    node = const_node(exact, arr.dtype)
+    node.label = clean_name(name) if name else None
+    return Tensor(node, read_only(arr), arr.dtype, name=name)
 
 
 def adopt(value) -> Tensor:
@@ -567,8 +599,8 @@ def adopt(value) -> Tensor:
     """
     if type(value) is np.ndarray and value.dtype.kind in "fb" and (
             value.flags.owndata or not value.flags.writeable):
-        node = _const_node(value, value.dtype)
-        return Tensor(node, _frozen(value), value.dtype)
+        node = const_node(value, value.dtype)
+        return Tensor(node, read_only(value), value.dtype)
     return constant(value)
 
 
@@ -580,7 +612,7 @@ def convert_to_tensor(value, dtype=None, name=None) -> Tensor:
     dtype('int32')
     """
     if isinstance(value, Tensor):
-        t = _read(value)
+        t = read_operand(value)
         if dtype is not None and t.dtype != np.dtype(dtype):
             raise DTypeError(f"convert_to_tensor: tensor has dtype {t.dtype.name}, requested "
                              f"{np.dtype(dtype).name}")
@@ -600,7 +632,15 @@ def is_tensor(x) -> bool:
     return isinstance(x, Tensor)
 
 
-def _read(t: Tensor) -> Tensor:
+def read_operand(t: Tensor) -> Tensor:
+    """The tensor an op reads for ``t``: a variable's snapshot of its current value, anything
+    else itself; reading a variable or a symbol is recorded on the active tapes.
+
+    >>> import symtape as st
+    >>> v = st.Variable(1.0)
+    >>> type(read_operand(v)).__name__, float(read_operand(v))
+    ('Tensor', 1.0)
+    """
     if t._is_variable:
         recording.accessed(t)
         return t.read()
@@ -611,7 +651,7 @@ def _read(t: Tensor) -> Tensor:
 
 def atom_constant(atoms: np.ndarray, value: np.ndarray, dtype) -> Tensor:
     """A constant whose exact elements are the SymPy numbers ``atoms`` (saved models)."""
-    return Tensor(N.const(atoms, dtype, lambda: atoms), _readonly(value), dtype)
+    return Tensor(N.const(atoms, dtype, lambda: atoms), read_only_copy(value), dtype)
 
 
 def view(make, shape: tuple, value, dtype, inputs: tuple = ()) -> Tensor:

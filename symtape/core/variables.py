@@ -19,8 +19,8 @@ from symtape.base import recording
 from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
 from symtape.core.apply import assigned, clock, exact_constant
 from symtape.core.tensor import (
-    CSEForm, Tensor, _clean_name, _frozen, _read, _readonly, _value_of, atom_constant, constant,
-    convert_to_tensor, is_tensor, table_op, view,
+    CSEForm, Tensor, atom_constant, checked_array, clean_name, constant, convert_to_tensor,
+    is_tensor, read_only, read_only_copy, read_operand, table_op, view,
 )
 from symtape.core.primitive import Primitive
 from symtape.base.lazy import LazyModule
@@ -106,12 +106,12 @@ class Variable(Tensor):
         if callable(initial_value) and not isinstance(initial_value, Tensor):
             with recording.init_scope():  # (inside st.function: drawn once, as eagerly)
                 initial_value = initial_value()
-        value = _value_of(initial_value, dtype, "st.Variable initial_value")
-        self._store = _Store(_frozen(value))
+        value = checked_array(initial_value, dtype, "st.Variable initial_value")
+        self._store = _Store(read_only(value))
         self._trainable = bool(trainable)
         self._order = next(_variable_ids)
         label = name if name else f"v{self._order}"
-        node = _leaf_node(_clean_name(label), value.shape, value.dtype, self._store)
+        node = _leaf_node(clean_name(label), value.shape, value.dtype, self._store)
         super().__init__(node, None, value.dtype, name=_SCOPES.prefix() + (name or "Variable"))
         self._snapshot = None
 
@@ -147,7 +147,7 @@ class Variable(Tensor):
     def _assign_traced(self, value, op: str) -> Variable:
         """Inside a traced function an assignment is an output, written back after each call."""
         trace = recording.current_trace()
-        t = _read(value) if isinstance(value, Tensor) else constant(value, dtype=self._dtype)
+        t = read_operand(value) if isinstance(value, Tensor) else constant(value, dtype=self._dtype)
         if t.shape != self.shape:
             raise ShapeError(f"Variable.{op}: value of shape {t.shape} does not match the "
                              f"variable's shape {self.shape}")
@@ -160,11 +160,11 @@ class Variable(Tensor):
     def _assign(self, value, op: str) -> Variable:
         if recording.current_trace() is not None:
             return self._assign_traced(value, op)
-        new = _value_of(value, self._dtype, f"Variable.{op}")
+        new = checked_array(value, self._dtype, f"Variable.{op}")
         if new.shape != self.shape:
             raise ShapeError(f"Variable.{op}: value of shape {new.shape} does not match the "
                              f"variable's shape {self.shape}")
-        self._set(_frozen(new.astype(self._dtype, copy=False)))
+        self._set(read_only(new.astype(self._dtype, copy=False)))
         return self
 
     def _set(self, value: np.ndarray) -> None:
@@ -185,16 +185,16 @@ class Variable(Tensor):
 
     def _update(self, delta, prim: Primitive, op: str) -> Variable:
         if recording.current_trace() is not None:
-            return self._assign_traced(prim.bind(_read(self), delta), op)
+            return self._assign_traced(prim.bind(read_operand(self), delta), op)
         if isinstance(delta, Tensor) and delta._value is not None and delta.dtype == self._dtype:
             step = delta._value  # read-only already: no copy
         else:
-            step = _value_of(delta, self._dtype, f"Variable.{op}")
+            step = checked_array(delta, self._dtype, f"Variable.{op}")
         new = np.asarray(prim.numeric([self._store.value, step], {}))
         if new.shape != self.shape:
             raise ShapeError(f"Variable.{op}: value of shape {new.shape} does not match the "
                              f"variable's shape {self.shape}")
-        self._set(_frozen(new.astype(self._dtype, copy=False)))
+        self._set(read_only(new.astype(self._dtype, copy=False)))
         return self
 
     def assign_add(self, delta, use_locking=None, name=None, read_value=True) -> Variable:
@@ -320,14 +320,14 @@ def symbol(name: str, value=None, shape=None, dtype="float64", **assumptions
     shape = tuple(int(n) for n in np.atleast_1d(shape)) if np.ndim(shape) else \
         ((int(shape),) if not isinstance(shape, tuple) else shape)
     if value is not None:
-        v = _value_of(value, dtype, "st.symbol value")
+        v = checked_array(value, dtype, "st.symbol value")
         if v.shape != shape:
             try:
                 v = np.broadcast_to(v, shape)
             except ValueError:
                 raise ShapeError(f"st.symbol: value of shape {v.shape} does not fit shape "
                                  f"{shape}") from None
-        value = _readonly(v)
+        value = read_only_copy(v)
         for k, want in assumptions.items():
             with np.errstate(invalid="ignore"):
                 holds = ASSUMPTIONS[k](v)
@@ -350,4 +350,4 @@ def promote(t: Tensor) -> None:
         return
     name = t._name or f"c{next(_leaf_names)}"
     store = _Store(t._value)
-    t._node = _leaf_node(_clean_name(name), t.shape, t._dtype, store)
+    t._node = _leaf_node(clean_name(name), t.shape, t._dtype, store)

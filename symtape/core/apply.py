@@ -11,6 +11,7 @@ path needs from it the table lends when it is imported (:func:`lend`).
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -40,7 +41,7 @@ G = LazyModule("G", globals(), "symtape.element.graph")
 _LENT: dict = {}
 
 
-def lend(elementwise: type, recipe_atom) -> None:
+def lend(elementwise: type, recipe_atom: Callable[[tuple], tuple]) -> None:
     """Take from the op table what the eager path needs beyond its primitives (``symtape.ops``
     calls this when it is imported): ``elementwise``, the class of template ops, whose
     results fuse into zero-branched selects (``fuse``, ``fusion``, ``makes_select``), and
@@ -48,7 +49,7 @@ def lend(elementwise: type, recipe_atom) -> None:
     _LENT.update(elementwise=elementwise, recipe_atom=recipe_atom)
 
 
-def lent(name: str):
+def lent(name: str) -> type | Callable:
     """What the op table lent the core as ``name`` (see :func:`lend`).
 
     >>> lent("elementwise").__name__

@@ -34,11 +34,10 @@ import numpy as np
 
 from symtape.core import node as N
 from symtape import ops
-from symtape.compile import planner as loopnest
 from symtape.base import recording
 from symtape.derivatives import sparsity
 from symtape.core.apply import exact_constant
-from symtape.ops.linalg import MatMul
+from symtape.ops.contraction import MatMul
 from symtape.ops.reductions import Reduction
 from symtape.core.variables import Tensor, symbol
 
@@ -201,9 +200,8 @@ class _Match:
         prim = c.prim
         if c.dtype.kind != "f":
             raise _Refused
-        if isinstance(prim, Reduction) and prim.name in loopnest.TOTAL_OF and \
-                0 in c.params["axis"]:
-            return loopnest.TOTAL_OF[prim.name], prim.name == "reduce_mean"
+        if isinstance(prim, Reduction) and prim.total is not None and 0 in c.params["axis"]:
+            return prim.total, prim.averages
         if isinstance(prim, MatMul) and c.params["transpose_a"] and \
                 not c.params["transpose_b"] and len(c.shape) == 2 and \
                 all(self.lead[id(i)] for i in c.inputs):

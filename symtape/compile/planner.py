@@ -4,22 +4,18 @@ A traced function whose element view would be large (a neural network's weights,
 is compiled node by node: each node gets a *location* -- a buffer and the offset of each of
 its elements in it -- and, unless it is a view of another node's location, a loop block:
 
-- an elementwise op is one loop over its shape whose body is its template, built by the
-  graph's own builders on stand-in leaves (the template level, as eager values of large
-  tensors are computed: ``Elementwise._prototype``), arguments read with broadcast strides;
-- reshape, transpose, slicing, broadcasting and the other structural ops are views: their
-  index maps applied to the argument's offsets (no copy);
-- sums, means, products and extrema accumulate over the reduced axes in order, and matrix
-  products accumulate ``out += a * b`` over ``(i, k, j)`` with ``j`` innermost; an einsum
-  is one loop nest over its output's labels then the summed ones (``out += a * b * ...``;
-  an outer product ``out = a * b``), and a scatter adding several elements into one place
-  (the transpose of a broadcast) one accumulating loop over its argument;
-  convolutions and their transposes are matrix products whose rows, columns and summed
-  index run over several strided dimensions each (:meth:`_Planner.conv`); a pooling and
-  its derivative's maps are one loop over the windows each (:meth:`_Planner.pool`);
-- softmax and the ops along one axis run their one-slice element view for every slice;
-- elementwise ops with boolean arguments (``where``'s condition) are loops like the others;
-- any other op, when small, runs its element view unrolled (its arguments as stand-ins).
+- each op's loop rule (``Primitive.loop``, in its family module under ``symtape/ops/``)
+  places it, written against this planner's generic machinery (buffers, accesses, fills,
+  accumulations, elementwise bodies, views, unrolled element views): an elementwise op is
+  one loop over its shape whose body is its template (:meth:`_Planner.elementwise`),
+  structural ops are views (:meth:`_Planner.structural`), reductions, products, einsums,
+  convolutions and poolings accumulate in loop nests, the ops along one axis run their
+  one-slice element view per slice, and an op with no loop form runs its element view
+  unrolled when small (:meth:`_Planner.unrolled`) or raises :class:`Unplannable`;
+- the planner itself chooses, from what ops say of themselves (``pointwise``, ``places``,
+  ``total_from_args``, ...), which elementwise nodes fuse into their readers, which
+  zero-padded moves are read in place, which outputs are written straight from their
+  arguments and which totals over points accumulate from arguments.
 
 Values are those of eager evaluation of large tensors (the template level): a node's
 elements do not fold against its neighbours' as the element DAG's do (``x * 0`` is computed,
@@ -29,6 +25,7 @@ doubles, as straight-line kernels hold them (exact up to 2**53).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections.abc import Sequence
@@ -39,20 +36,17 @@ from symtape.core import node as N
 from symtape.codegen.loops import POINT_ALIGN, Access, Block, Buffer, LoopPlan, layouts
 from symtape.codegen.plan import Instr, OutLayout, Plan, build_plan
 from symtape.base.errors import UnboundLeafError
-from symtape.ops.axis import AxisOp, StopGradient
-from symtape.ops.conv import Conv, reached
-from symtape.ops.pool import Pooling, chain, pick_atom, spread_atoms, sum_atoms
-from symtape.ops.elementwise import Elementwise
-from symtape.ops.linalg import Einsum, MatMul
-from symtape.ops.reductions import Reduction
-from symtape.ops.structural import GatherFlat, ScatterAdd, Structural
+from symtape.compile.offsets import (
+    affine, box_of, cuts_along, finer_affine, finer_pair, flat_places, runs_of,
+)
+from symtape.core.primitive import Unplannable, distinct_places, inverse_places
 from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
 G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["LOOP_MIN_ATOMS", "UNROLL_LIMIT", "FOLD_PROBE_ATOMS", "worth_looping",
-           "plan_loops", "element_estimate", "TOTAL_OF"]
+           "plan_loops", "element_estimate", "Unplannable"]
 
 #: Functions whose element view would have more atoms than this are planned as loop nests.
 LOOP_MIN_ATOMS = 20_000
@@ -79,35 +73,6 @@ RUN_LENGTH = 16
 #: zero-padded scatter: zeros, then the source; a gather writing it straight into an output)
 #: runs as one loop per box where all of them are affine, up to this many boxes.
 MAX_REGIONS = 16
-#: Matrix products update tiles of this many rows and columns per step of their inner loop;
-#: columns ``None``: as many as keep the tile in vector registers on this CPU (32 with
-#: AVX-512's 32 registers of 8 doubles, else 8: 4 rows of 32 spill AVX2's 16 registers and
-#: run 1.4x slower, ``benchmarks/mlp_grad.py``).
-MATMUL_ROWS = 4
-MATMUL_COLS = None
-#: ... and their inner dimension in panels of this length (a panel of a 128-row matrix is
-#: 256 KiB, of an 8-column strip 16 KiB: they stay in cache while the other is swept).
-MATMUL_K = 256
-#: Products of at least this many rows whose ``b`` has this many elements read ``b`` from a
-#: packed copy (:meth:`_Planner.packed`).
-MATMUL_PACK_ROWS = 16
-MATMUL_PACK = 4096
-
-
-def _matmul_cols() -> int:
-    if MATMUL_COLS is not None:
-        return MATMUL_COLS
-    from symtape.codegen import jit
-
-    return 32 if "+avx512f" in jit.host().features.split(",") else 8
-#: Ops along one axis unroll one slice per loop iteration, up to this long.
-SLICE_LIMIT = 1024
-
-
-class Unplannable(Exception):
-    """A node with no loop form (the function then compiles its element view)."""
-
-
 def worth_looping(outputs: Sequence[N.Node], limit: int | None = None,
                   points: bool = False) -> bool:
     """Whether the element view under ``outputs`` would exceed ``limit`` atoms (default
@@ -152,16 +117,17 @@ def _estimate(outputs: Sequence[N.Node]) -> tuple:
         node = stack.pop()
         if id(node) in seen:
             continue
-        scatters = scatters or isinstance(node.prim, ScatterAdd)
+        op = node.prim if node.kind == "op" else None
+        scatters = scatters or (op is not None and op.scatters)
         if node.built:
             continue
         seen.add(id(node))
         cost = _atoms_cost(node)
         total += cost
         seeded = seeded or node.seeds > 1
-        if node.kind == "op" and not isinstance(node.prim, (Structural, StopGradient)):
+        if op is not None and not op.loop_view:
             blocks += 1
-            terms += cost if isinstance(node.prim, MatMul) else 0
+            terms += cost if op.product_terms else 0
         stack.extend(node.inputs)
     return total, blocks, terms, seeded, scatters
 
@@ -218,46 +184,24 @@ def point_chunk(outputs: Sequence[N.Node], most: int, totals: Sequence[str] = ()
 
 
 def _atoms_cost(node: N.Node) -> int:
-    if isinstance(node.prim, MatMul):
-        a = node.inputs[0]
-        k = a.shape[-2] if node.params["transpose_a"] else a.shape[-1]
-        return node.size * max(k, 1)
-    if isinstance(node.prim, Einsum):  # the element view holds every term
-        spec_in, out = node.params["spec"].split("->")
-        sizes = {c: n for lab, a in zip(spec_in.split(","), node.inputs)
-                 for c, n in zip(lab, a.shape)}
-        return node.size * max(math.prod(n for c, n in sizes.items() if c not in out), 1)
-    if isinstance(node.prim, Conv):
-        return max(node.size, node.prim.terms(node.prim.dims([a.shape for a in node.inputs],
-                                                              node.params)))
-    return node.size
+    """The atoms of ``node``'s element view (a contraction counts its terms)."""
+    return node.prim.element_cost(node) if node.kind == "op" else node.size
 
 
-def _outer_total(node: N.Node) -> bool:
-    """Whether a total over points of ``node`` may be summed as one product over the points:
-    ``a^T b`` of two row vectors ``a`` and ``b`` of each point (the gradient of a weight
-    matrix summed over examples)."""
-    if not (node.kind == "op" and isinstance(node.prim, MatMul) and node.dtype.kind == "f"):
-        return False
-    a, b = node.inputs
-    return (node.params["transpose_a"] and not node.params["transpose_b"] and
-            len(a.shape) == 2 and len(b.shape) == 2 and a.shape[0] == 1 and b.shape[0] == 1)
-
-
-def _reduced_total(node: N.Node, kind: str) -> bool:
-    """Whether a total of ``kind`` over points of ``node`` may accumulate the terms of
-    ``node`` directly (a sum of sums, a maximum of maxima)."""
-    return (node.kind == "op" and isinstance(node.prim, Reduction) and node.dtype.kind == "f"
-            and TOTAL_OF.get(node.prim.name) == kind)
+def _from_args(node: N.Node, kind: str) -> bool:
+    """Whether a total of ``kind`` over points of ``node`` is accumulated straight from its
+    arguments (a sum of sums, a maximum of maxima, an outer product's sum over points:
+    ``Primitive.total_from_args``)."""
+    return bool(kind) and node.kind == "op" and node.prim.total_from_args(node, kind)
 
 
 def _roots(outputs: Sequence[N.Node], totals: Sequence[str]) -> list:
     """The nodes a plan places: the outputs, but the arguments of a total computed from them
-    directly (:func:`_outer_total`, :func:`_reduced_total`)."""
+    directly (:func:`_from_args`)."""
     out = []
     for o, node in enumerate(outputs):
         kind = totals[o] if o < len(totals) else ""
-        if kind == "sum" and _outer_total(node) or kind and _reduced_total(node, kind):
+        if _from_args(node, kind):
             out.extend(node.inputs)
         else:
             out.append(node)
@@ -331,7 +275,7 @@ def _pointwise(node: N.Node) -> bool:
     """A float elementwise op of float arguments and conditions (a select fused into its
     users keeps its structural zeros: ``where(c, g, 0) * x`` is 0 where ``c`` is false,
     also at ``x = nan``)."""
-    return (node.kind == "op" and isinstance(node.prim, Elementwise) and node.dtype.kind == "f"
+    return (node.kind == "op" and node.prim.pointwise and node.dtype.kind == "f"
             and all(a.dtype.kind in "fb" for a in node.inputs))
 
 
@@ -349,7 +293,7 @@ def _users(order: list, outputs: Sequence[N.Node]) -> dict:
 def _looped_elementwise(node: N.Node | None) -> bool:
     """Whether ``node`` is planned by :meth:`_Planner.elementwise` (or fused into a node
     that is)."""
-    return (node is not None and node.kind == "op" and isinstance(node.prim, Elementwise)
+    return (node is not None and node.kind == "op" and node.prim.pointwise
             and all(_numeric(a) for a in node.inputs))
 
 
@@ -380,11 +324,7 @@ def _paddings(order: list, holey: set, outs: set) -> set:
         if id(node) not in holey or id(node) in outs or node.kind != "op" or \
                 len(node.inputs) != 1:
             continue
-        prim = node.prim
-        if isinstance(prim, ScatterAdd):
-            if _distinct(node.params["idx"]):
-                out.add(id(node))
-        elif isinstance(prim, (Structural, GatherFlat)) and node.dtype.kind == "f":
+        if node.prim.places(node) is not None:  # (holey nodes are floats)
             out.add(id(node))
     return out
 
@@ -425,10 +365,12 @@ def _through(order: list, users: dict, holey: set, fused: set, roots: Sequence[N
 
 def _destinations(outputs: Sequence[N.Node], totals: Sequence[str], users: dict,
                   fused: set) -> dict:
-    """``id(node) -> (output, gather node, places)``: elementwise float nodes read only by a
-    gather (or another structural op) that is output ``output`` and takes each of the
-    node's elements at most once (at ``places``, -1: not taken). They write straight into
-    the output (destination passing), instead of into a temporary the output copies."""
+    """``id(node) -> (output, move node, places)``: elementwise float nodes read only by a
+    move (a gather, another structural op, a scatter to distinct places:
+    ``Primitive.places``) that is output ``output`` and fills each of its places with one
+    of the node's elements (element ``k`` at ``places[k]``, -1: not taken). They write
+    straight into the output (destination passing), instead of into a temporary the
+    output copies."""
     dest: dict = {}
     for o, node in enumerate(outputs):
         if totals[o] or node.kind != "op" or len(node.inputs) != 1:
@@ -439,15 +381,10 @@ def _destinations(outputs: Sequence[N.Node], totals: Sequence[str], users: dict,
                 or id(arg) in fused or len(use) != 1 or use[0] is not node
                 or sum(out is node for out in outputs) != 1):
             continue
-        if isinstance(node.prim, GatherFlat):
-            m = node.params["idx"]
-        elif isinstance(node.prim, Structural):
-            (m,) = node.prim.index_maps([arg.shape], node.params)
-        else:
+        m = node.prim.places(node)
+        if m is None or (m < 0).any() or not distinct_places(m):
             continue
-        if (m < 0).any() or not _distinct(m):
-            continue
-        dest[id(arg)] = (o, node, _inverse(m, arg.shape))
+        dest[id(arg)] = (o, node, inverse_places(m, arg.shape))
     return dest
 
 
@@ -464,112 +401,9 @@ def _fused(order: list, users: dict, placed: dict) -> set:
     return out
 
 
-def _cuts(places: np.ndarray, d: int) -> set | None:
-    """Where along axis ``d`` the pieces of ``places`` start: runs of holes (-1), and runs
-    over which the places step evenly; None when there are too many to loop over.
-
-    >>> _cuts(np.array([[-1, 0, 1, 2], [-1, 4, 5, 6]]), 1)
-    {1}
-    >>> sorted(_cuts(np.array([0, 1, 2, 10, 20, 21, 22]), 0))
-    [3, 5]
-    """
-    n = places.shape[d]
-    if n < 2:
-        return set()
-    lines = np.moveaxis(places, d, 0).reshape(n, -1)
-    hole = lines < 0
-    lines = np.where(hole, 0, lines)
-    starts = set((np.flatnonzero((hole[1:] != hole[:-1]).any(axis=1)) + 1).tolist())
-    steps = lines[1:] - lines[:-1]  # steps[p - 1]: the step into p
-    uneven = np.flatnonzero((steps[1:] != steps[:-1]).any(axis=1)) + 2
-    if len(starts) + len(uneven) > 4 * MAX_REGIONS:
-        return None
-    out, last = set(), 0
-    for p in sorted(starts | set(uneven.tolist())):
-        if p in starts or p > last + 1:  # (the step into a piece's second place is its own)
-            out.add(p)
-            last = p
-    return out
-
-
 def _used(atom) -> set:
     """The stand-in leaves a built template reads."""
     return set(G.leaves([atom])) if G.is_symbolic(atom) else set()
-
-
-def _flat(shape: tuple) -> np.ndarray:
-    return np.arange(math.prod(shape), dtype=np.int64).reshape(shape)
-
-
-def _affine(offsets: np.ndarray) -> tuple | None:
-    """``(offset, strides)`` when ``offsets[idx] == offset + sum(idx * strides)``."""
-    shape = offsets.shape
-    if offsets.size == 0:
-        return 0, (0,) * len(shape)
-    first = int(offsets.flat[0])
-    strides = []
-    expected = np.full((1,) * len(shape), first, dtype=np.int64)
-    for d, n in enumerate(shape):
-        step = 0
-        if n > 1:
-            at = [0] * len(shape)
-            at[d] = 1
-            step = int(offsets[tuple(at)]) - first
-        strides.append(step)
-        line = (np.arange(n, dtype=np.int64) * step).reshape(
-            tuple(n if e == d else 1 for e in range(len(shape))))
-        expected = expected + line
-    return (first, tuple(strides)) if np.array_equal(np.broadcast_to(expected, shape),
-                                                     offsets) else None
-
-
-def _finer_affine(offsets: np.ndarray):
-    """``(shape, (offset, strides))`` when ``offsets`` is affine once some axes are split
-    where their step changes: the windows of an image side by side, ``((n, i, j), (p, q,
-    c))`` flattened to two axes, are affine over ``(n, i, j, p, (q, c))``; None otherwise.
-
-    >>> x = np.arange(25).reshape(5, 5)
-    >>> cols = np.stack([x[i:i + 3, j:j + 3].reshape(-1) for i in range(3) for j in range(3)])
-    >>> _finer_affine(cols)
-    ((3, 3, 3, 3), (0, (5, 1, 5, 1)))
-    """
-    shape = tuple(offsets.shape)
-    for _ in range(2 * len(shape) + 4):
-        aff = _affine(offsets.reshape(shape))
-        if aff is not None:
-            return shape, aff
-        arr = offsets.reshape(shape)
-        for d, n in enumerate(shape):
-            if n < 3:
-                continue
-            line = arr[tuple(slice(None) if e == d else 0 for e in range(len(shape)))]
-            steps = np.diff(line)
-            run = int(np.argmax(steps != steps[0])) + 1 if (steps != steps[0]).any() else n
-            if run < n and n % run == 0:
-                shape = shape[:d] + (n // run, run) + shape[d + 1:]
-                break
-        else:
-            return None
-    return None
-
-
-def _finer_pair(src: np.ndarray, dst: np.ndarray):
-    """``(shape, src affine, dst affine)`` when both 1-D arrays of places are affine over
-    one finer shape (found from either of them); None otherwise.
-
-    >>> dst = np.array([0, 2, 8, 10, 16, 18])  # every other place of a 3x8 grid
-    >>> _finer_pair(np.arange(6), dst)
-    ((3, 2), (0, (2, 1)), (0, (8, 2)))
-    """
-    for a, b in ((dst, src), (src, dst)):
-        found = _finer_affine(a)
-        if found is None:
-            continue
-        shape, aff_a = found
-        aff_b = _affine(b.reshape(shape))
-        if aff_b is not None:
-            return (shape, aff_b, aff_a) if a is dst else (shape, aff_a, aff_b)
-    return None
 
 
 def _copy_body(n: int, boolean: bool) -> Plan:
@@ -585,45 +419,6 @@ def _zero_body(n: int, boolean: bool) -> Plan:
     """The plan writing ``n`` zeros."""
     zero = sp.false if boolean else G.ZERO
     return build_plan([np.full(n, zero, dtype=object)], [])
-
-
-def _runs(flat: np.ndarray) -> list[int]:
-    """Where the runs of consecutive values of ``flat`` start.
-
-    >>> _runs(np.array([4, 5, 6, 9, 10, 2]))
-    [0, 3, 5]
-    """
-    if flat.size == 0:
-        return []
-    return [0] + (np.flatnonzero(np.diff(flat) != 1) + 1).tolist()
-
-
-def _box(mask: np.ndarray) -> tuple | None:
-    """The slices of the box ``mask`` is true on, when it is exactly a box."""
-    if mask.ndim == 0:
-        return None
-    box = []
-    for d in range(mask.ndim):
-        hit = np.flatnonzero(mask.any(axis=tuple(e for e in range(mask.ndim) if e != d)))
-        box.append(slice(int(hit[0]), int(hit[-1]) + 1))
-    box = tuple(box)
-    return box if mask[box].all() and mask.sum() == mask[box].size else None
-
-
-def _distinct(idx: np.ndarray) -> bool:
-    """Whether the places ``idx`` (-1: none) are all different (a scatter that adds
-    nothing up)."""
-    kept = idx[idx >= 0]
-    return kept.size == 0 or int(np.bincount(kept.ravel()).max()) <= 1  # (O(n): no sort)
-
-
-def _inverse(idx: np.ndarray, shape: tuple) -> np.ndarray:
-    """For each place of a tensor of ``shape``, the element of ``idx`` scattered there."""
-    inv = np.full(math.prod(shape), -1, dtype=np.int64)
-    flat = idx.reshape(-1)
-    keep = flat >= 0
-    inv[flat[keep]] = np.flatnonzero(keep)
-    return inv.reshape(shape)
 
 
 def _stand_ins(shape: tuple, name: str) -> np.ndarray:
@@ -654,6 +449,32 @@ class _Planner:
         self.zero: int | None = None  # a constant buffer of one zero (the zeros of holes)
         self.per_point: set = set()  # buffers holding a slice per point of the chunk
 
+    # -- what loop rules share (``Primitive.loop``'s protocol) ------------------------------
+    affine = staticmethod(affine)
+    flat = staticmethod(flat_places)
+    stand_ins = staticmethod(_stand_ins)
+    copy_body = staticmethod(_copy_body)
+    numeric = staticmethod(_numeric)
+    build_plan = staticmethod(build_plan)
+    at = staticmethod(Access)  # (buffer, offset, strides, core offsets) read in a block
+    align = POINT_ALIGN  # the points a block over points may take a step
+
+    def temp(self, size: int, batched: bool = False, boolean: bool = False) -> int:
+        """A fresh temporary buffer of ``size`` elements (per point when ``batched``)."""
+        return self.add_buffer(Buffer("temp", -1, size, boolean), batched)
+
+    def constant_buffer(self, values: Sequence, boolean: bool = False) -> int:
+        """A fresh constant buffer holding ``values``."""
+        return self.add_buffer(Buffer("const", -1, len(values), boolean, tuple(values)))
+
+    @functools.cached_property
+    def wide_vectors(self) -> bool:
+        """Whether this CPU has AVX-512's 32 vector registers of 8 doubles (register tiles
+        of products may be 32 columns wide)."""
+        from symtape.codegen import jit
+
+        return "+avx512f" in jit.host().features.split(",")
+
     # -- buffers and accesses --------------------------------------------------------------
     def buffer(self, kind: str, index: int, node: N.Node, values=(), batched: bool = False
                ) -> int:
@@ -673,7 +494,7 @@ class _Planner:
     def fresh(self, node: N.Node, batched: bool = False, kind: str = "temp",
               index: int = -1) -> tuple:
         return (self.buffer(kind, index, node, batched=batched),
-                _flat(self.shape(node.shape, batched)))
+                flat_places(self.shape(node.shape, batched)))
 
     def shape(self, shape: tuple, batched: bool) -> tuple:
         """``shape`` with the chunk's points in front when ``batched``."""
@@ -705,10 +526,10 @@ class _Planner:
         """``loc`` read over a node of ``shape`` (broadcast, right-aligned; over the points
         too when ``batched``); copied to a contiguous temporary first when its offsets are
         not affine."""
-        aff = _affine(self.spread(loc, shape, batched))
+        aff = affine(self.spread(loc, shape, batched))
         if aff is None:
             loc = self.materialise(loc)
-            aff = _affine(self.spread(loc, shape, batched))
+            aff = affine(self.spread(loc, shape, batched))
         return Access(loc[0], aff[0], aff[1], core)
 
     def block(self, space: tuple, body: Plan, ins, outs, accumulate: bool = False,
@@ -729,9 +550,9 @@ class _Planner:
         batched = self.batched(loc)
         per = offsets[0] if batched else offsets
         n = per.size
-        starts = _runs(per.reshape(-1))
+        starts = runs_of(per.reshape(-1))
         by_runs = len(starts) <= MAX_RUNS and n >= RUN_LENGTH * len(starts)
-        finer = None if by_runs or n <= UNROLL_LIMIT else _finer_affine(per)
+        finer = None if by_runs or n <= UNROLL_LIMIT else finer_affine(per)
         if n > UNROLL_LIMIT and not by_runs and finer is None:
             raise Unplannable(f"a gather of {n} elements in {len(starts)} pieces")
         boolean = self.buffers[buf].boolean
@@ -743,10 +564,10 @@ class _Planner:
             shape, (start, strides) = finer
             step = (self.point_stride(offsets),) if batched else ()
             out_step = (n,) if batched else ()
-            dst = _affine(_flat(shape))
+            dst = affine(flat_places(shape))
             self.block(shape, _copy_body(1, boolean), (Access(buf, start, step + strides),),
                        (Access(new, dst[0], out_step + dst[1]),), batched=batched)
-            return new, _flat(offsets.shape)
+            return new, flat_places(offsets.shape)
         if by_runs:
             step = (self.point_stride(offsets),) if batched else ()
             out_step = (n,) if batched else ()
@@ -755,7 +576,7 @@ class _Planner:
                 dst = Access(new, lo, out_step + (1,))
                 self.block((hi - lo,), _copy_body(1, boolean), (src,), (dst,),
                            batched=batched)
-            return new, _flat(offsets.shape)
+            return new, flat_places(offsets.shape)
         core = tuple(int(k) for k in per.flat)
         if batched:
             src = Access(buf, 0, (self.point_stride(offsets),), core)
@@ -763,7 +584,7 @@ class _Planner:
         else:
             src, dst = Access(buf, 0, (), core), Access(new, 0, (), tuple(range(n)))
         self.block((), _copy_body(n, boolean), (src,), (dst,), batched=batched)
-        return new, _flat(offsets.shape)
+        return new, flat_places(offsets.shape)
 
     def check(self, node: N.Node) -> None:
         if node.dtype.kind not in "fbiu":
@@ -782,40 +603,12 @@ class _Planner:
             return self.constant(node, np.asarray(value))
         if node.kind == "const":
             return self.constant(node, np.asarray(node._exact))
-        prim = node.prim
-        if isinstance(prim, StopGradient):
-            return self.loc[id(node.inputs[0])]
-        if isinstance(prim, Structural):
-            return self.structural(node)
-        if isinstance(prim, GatherFlat) and node.dtype.kind != "b":
-            return self.structural(node, [node.params["idx"]])
-        if isinstance(prim, ScatterAdd) and _distinct(node.params["idx"]):
-            return self.structural(node, [_inverse(node.params["idx"], node.shape)])
-        if isinstance(prim, ScatterAdd) and _numeric(node):
-            loc = self.summed_scatter(node)
-            if loc is not None:
-                return loc
-        if isinstance(prim, Elementwise) and all(_numeric(a) or a.dtype.kind == "b"
-                                                 for a in node.inputs):
-            return self.elementwise(node)
-        if isinstance(prim, Reduction) and prim.name in _REDUCE and _numeric(node):
-            return self.reduction(node)
-        if isinstance(prim, MatMul) and _numeric(node):
-            return self.matmul(node)
-        if isinstance(prim, Einsum) and _numeric(node):
-            return self.einsum(node)
-        if isinstance(prim, Conv):
-            return self.conv(node)
-        if isinstance(prim, Pooling):
-            return self.pool(node)
-        if isinstance(prim, AxisOp):
-            return self.along_axis(node)
-        return self.unrolled(node)
+        return node.prim.loop(self, node)
 
     def constant(self, node: N.Node, values: np.ndarray) -> tuple:
         dtype = bool if node.dtype.kind == "b" else float
         flat = np.asarray(values, dtype=dtype).reshape(-1)
-        return self.buffer("const", -1, node, flat.tolist()), _flat(node.shape)
+        return self.buffer("const", -1, node, flat.tolist()), flat_places(node.shape)
 
     def structural(self, node: N.Node, maps: list | None = None) -> tuple:
         """A node whose element ``j`` is element ``maps[a][j]`` of argument ``a`` (or zero
@@ -867,19 +660,19 @@ class _Planner:
                 continue
             here = self.batched((buf, offs))
             per = (offs[0] if here else offs).reshape(-1)
-            box = _box(inside)  # a part that is a box of the node: its places in its shape
+            box = box_of(inside)  # a part that is a box of the node: its places in its shape
             where = box if box is not None else inside
             src, dst = per[m[where]], out_flat[where]
             step = (self.point_stride(offs) if here else 0,) if batched else ()
             out_step = (node.size,) if batched else ()
-            a_src, a_dst = _affine(src), _affine(dst)
+            a_src, a_dst = affine(src), affine(dst)
             if a_src is not None and a_dst is not None:
                 ins = (Access(buf, a_src[0], step + a_src[1]),)
                 outs = (Access(loc[0], a_dst[0], out_step + a_dst[1]),)
                 self.block(src.shape, _copy_body(1, boolean), ins, outs, batched=batched)
                 continue
             src, dst = src.reshape(-1), dst.reshape(-1)
-            finer = _finer_pair(src, dst) if src.size > UNROLL_LIMIT else None
+            finer = finer_pair(src, dst) if src.size > UNROLL_LIMIT else None
             if finer is not None:  # affine over a finer index space (a strided scatter)
                 shape, (s0, ss), (d0, ds) = finer
                 self.block(shape, _copy_body(1, boolean), (Access(buf, s0, step + ss),),
@@ -896,7 +689,7 @@ class _Planner:
                boolean: bool) -> None:
         """Zeros written at the flat ``places`` of ``loc``'s buffer (of ``size`` per point)."""
         out_step = (size,) if batched else ()
-        aff = _affine(places)
+        aff = affine(places)
         if aff is not None:
             outs = (Access(loc[0], aff[0], out_step + aff[1]),)
             self.block((places.size,), _zero_body(1, boolean), (), outs, batched=batched)
@@ -1019,7 +812,7 @@ class _Planner:
         cuts = [set() for _ in shape]
         for piece in pieces:
             for d in range(len(shape)):
-                found = _cuts(piece, d)
+                found = cuts_along(piece, d, 4 * MAX_REGIONS)
                 if found is None:
                     return None
                 cuts[d] |= found
@@ -1038,14 +831,14 @@ class _Planner:
                 if k < len(sources) and sources[k][2] is None:
                     accs.append(())  # a scatter computed here: its argument's template
                     continue
-                aff = None if hole.any() else _affine(f[lead + box])
+                aff = None if hole.any() else affine(f[lead + box])
                 if aff is None:
                     return None
                 accs.append(aff)
             boxes.append((box, accs))
         if gather is not None:
             out_buf = self.buffer("output", o, gather, batched=batched)
-            self.loc[id(gather)] = (out_buf, _flat(self.shape(gather.shape, batched)))
+            self.loc[id(gather)] = (out_buf, flat_places(self.shape(gather.shape, batched)))
             loc = (out_buf, full[-1])
         else:
             loc = self.fresh(node, batched)
@@ -1057,7 +850,7 @@ class _Planner:
                     continue  # elements the output does not take
                 out = Access(out_buf, *accs.pop())
             else:
-                out = Access(loc[0], *_affine(self.spread(loc, shape, batched)[lead + box]))
+                out = Access(loc[0], *affine(self.spread(loc, shape, batched)[lead + box]))
             key = tuple(accs[k] is None for k, _ in switches)  # which are holes here
             if key not in bodies:
                 here = atom
@@ -1106,115 +899,7 @@ class _Planner:
                 atoms.append(self.fused_atom(a, stand, swap))
             else:
                 atoms.append(stand.setdefault(id(a), (G.Leaf.new(f"p{len(stand)}"), a))[0])
-        return node.prim._build_one(*atoms)
-
-    def reduction(self, node: N.Node) -> tuple:
-        (x,) = node.inputs
-        xloc = self.loc[id(x)]
-        batched = self.batched(xloc)
-        axes, name = node.params["axis"], node.prim.name
-        n = math.prod(x.shape[i] for i in axes)
-        init = _REDUCE[name][0] if n else (np.nan if name == "reduce_mean" else
-                                           _REDUCE[name][2])
-        loc = self.fresh(node, batched)
-        self.fill(loc, node.shape, init, batched)
-        if n == 0 or x.size == 0:
-            return loc
-        kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
-        out_offsets = np.broadcast_to(loc[1].reshape(self.shape(kept, batched)),
-                                      self.shape(x.shape, batched))
-        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
-        value = _REDUCE[name][1](acc, term, n)
-        out = Access(loc[0], 0, _affine(out_offsets)[1])
-        self.accumulate(x.shape, value, [acc, term], [out, self.access(xloc, x.shape, batched)],
-                        out, batched)
-        return loc
-
-    def einsum(self, node: N.Node) -> tuple:
-        """One loop nest over the labels' index space, the output's labels then the summed
-        ones: ``out += a * b * ...`` (or, with nothing summed, ``out = a * b * ...``: an
-        outer product), each operand read at the strides of its labels (a repeated label,
-        a diagonal, at the sum of its strides), so every element adds its terms in the
-        order the element view's sums and eager values add them."""
-        spec_in, out = node.params["spec"].split("->")
-        labels = spec_in.split(",")
-        sizes: dict = {}
-        for lab, a in zip(labels, node.inputs):
-            sizes.update(zip(lab, a.shape))
-        summed = "".join(c for c in dict.fromkeys("".join(labels)) if c not in out)
-        full = out + summed
-        space = tuple(sizes[c] for c in full)
-        batched = any(self.batched(self.loc[id(a)]) for a in node.inputs)
-        terms = math.prod(sizes[c] for c in summed)
-        loc = self.fresh(node, batched)
-        if summed:
-            self.fill(loc, node.shape, -0.0 if terms else 0.0, batched)
-        if node.size == 0 or terms == 0:
-            return loc
-        stand = [G.Leaf.new(f"a{i}") for i in range(len(labels))]
-        reads = [self.labelled(self.loc[id(a)], lab, full, space, batched)
-                 for lab, a in zip(labels, node.inputs)]
-        product = G.mul(*stand) if len(stand) > 1 else stand[0]
-        out_offsets = loc[1].reshape(loc[1].shape + (1,) * len(summed))
-        o = _affine(np.broadcast_to(out_offsets, self.shape(space, batched)))
-        dst = Access(loc[0], o[0], o[1])
-        if not summed:
-            self.block(space, self.body(node, product, stand), reads, (dst,), batched=batched)
-            return loc
-        acc = G.Leaf.new("acc")
-        self.accumulate(space, G.add(acc, product), [acc, *stand], [dst, *reads], dst,
-                        batched)
-        return loc
-
-    def labelled(self, loc: tuple, labels: str, full: str, space: tuple, batched: bool
-                 ) -> Access:
-        """``loc`` (an operand of an einsum with ``labels``) read over the index space of
-        the labels ``full`` (extents ``space``; the chunk's points in front when
-        ``batched``); copied to a contiguous temporary first when that is not affine."""
-        def offsets(loc):
-            here = self.batched(loc)
-            grid = [np.arange(n, dtype=np.int64).reshape(
-                tuple(n if e == d else 1 for e in range(len(space))))
-                for d, n in enumerate(space)]
-            idx = tuple(grid[full.index(c)] for c in labels)
-            taken = loc[1][(slice(None),) + idx] if here else loc[1][idx]
-            if here and not idx:  # a scalar per point
-                taken = taken.reshape((self.P,) + (1,) * len(space))
-            return np.broadcast_to(taken, self.shape(space, batched))
-
-        aff = _affine(offsets(loc))
-        if aff is None:
-            loc = self.materialise(loc)
-            aff = _affine(offsets(loc))
-        return Access(loc[0], aff[0], aff[1])
-
-    def summed_scatter(self, node: N.Node) -> tuple | None:
-        """A scatter that adds several elements into one place (the transpose of a
-        broadcast: a sum over the broadcast axes) as one accumulating loop over its
-        argument's shape, when its places are affine in that shape: zeros (eager values'
-        start), then ``out[idx[j]] += x[j]`` in order; None otherwise."""
-        (x,) = node.inputs
-        idx = node.params["idx"]
-        if (idx < 0).any():
-            return None
-        xloc = self.loc[id(x)]
-        batched = self.batched(xloc)
-        places = idx.reshape(x.shape)  # in a fresh buffer, element j is at place j
-        if batched:
-            step = np.arange(self.P, dtype=np.int64).reshape((-1,) + (1,) * len(x.shape))
-            places = places[None] + step * node.size
-        aff = _affine(places)
-        if aff is None:
-            return None
-        loc = self.fresh(node, batched)
-        self.fill(loc, node.shape, 0.0, batched)
-        if x.size == 0:
-            return loc
-        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
-        out = Access(loc[0], aff[0], aff[1])
-        self.accumulate(x.shape, G.add(acc, term), [acc, term],
-                        [out, self.access(xloc, x.shape, batched)], out, batched)
-        return loc
+        return node.prim.build_atom(*atoms)
 
     def fill(self, loc: tuple, shape: tuple, value: float, batched: bool = False) -> None:
         body = build_plan([np.asarray(G.number(value), dtype=object)], [])
@@ -1225,371 +910,6 @@ class _Planner:
         body = build_plan([np.asarray(value, dtype=object)],
                           [np.asarray(s, dtype=object) for s in stand_ins])
         self.block(space, body, ins, (out,), accumulate=True, batched=batched, count=count)
-
-    def matmul(self, node: N.Node) -> tuple:
-        """``out += a * b`` over ``(i, k, j)`` in register tiles: each iteration of the
-        ``k`` loop updates ``MATMUL_ROWS`` rows of ``MATMUL_COLS`` columns, held in registers
-        across it (each load of ``b`` serves every row); edges take narrower tiles. Every
-        element still adds its terms in ``k`` order, as the element DAG's sums do. A row
-        vector of each point times a shared matrix is one product whose rows are the
-        chunk's points."""
-        a, b = node.inputs
-        la, lb = self.loc[id(a)], self.loc[id(b)]
-        ba, bb = self.batched(la), self.batched(lb)
-        batched = ba or bb
-        oa = np.swapaxes(la[1], -1, -2) if node.params["transpose_a"] else la[1]
-        ob = np.swapaxes(lb[1], -1, -2) if node.params["transpose_b"] else lb[1]
-        batch, (m, n) = node.shape[:-2], node.shape[-2:]
-        k = oa.shape[-1]
-        lb = self.contiguous_constant((lb[0], ob))
-        ob = lb[1]
-        loc = self.fresh(node, batched)
-        self.fill(loc, node.shape, -0.0 if k else 0.0, batched)
-        if k == 0 or node.size == 0:
-            return loc
-        if ba and not bb and m == 1 and not batch:  # rows of the chunk's points
-            ra = self.access((la[0], oa), (1, k), True)
-            ro = self.access(loc, (1, n), True)
-            accs = (Access(ra.buffer, ra.offset, (ra.strides[0], ra.strides[2])),
-                    self.access((lb[0], ob), (k, n)),
-                    Access(ro.buffer, ro.offset, (ro.strides[0], ro.strides[2])))
-            cols = min(_matmul_cols(), n)
-            nn = n - n % cols
-            for j0, j1, c in ((0, nn, cols), (nn, n, n - nn)):
-                if j1 > j0:
-                    self.matmul_tile(accs, (), k, (0, self.P, POINT_ALIGN), (j0, j1, c),
-                                     POINT_ALIGN)
-            return loc
-        accs = (self.access((la[0], oa), batch + (m, k), batched),
-                self.access((lb[0], ob), batch + (k, n), batched),
-                self.access(loc, node.shape, batched))
-        rows = MATMUL_ROWS if m >= MATMUL_ROWS else 1
-        cols = min(_matmul_cols(), n)
-        mm, nn = m - m % rows, n - n % cols
-        packed = self.packed(accs[1], k, n, cols) if (
-            not batch and not batched and m >= MATMUL_PACK_ROWS and k * n >= MATMUL_PACK) \
-            else {}
-        for i0, i1, r, j0, j1, c in ((0, mm, rows, 0, nn, cols), (0, mm, rows, nn, n, n - nn),
-                                     (mm, m, 1, 0, n, n)):
-            if i1 > i0 and j1 > j0:
-                self.matmul_tile(accs, self.shape(batch, batched), k, (i0, i1, r),
-                                 (j0, j1, c), int(batched),
-                                 packed.get(j0) if r == rows and i0 == 0 else None)
-        return loc
-
-    def packed(self, rb: Access, k: int, n: int, c: int) -> dict:
-        """``b`` copied into column strips of ``c`` (each strip's ``k`` rows contiguous,
-        then the last, narrower strip), as BLAS packs it: a strip's rows sit in consecutive
-        cache lines however long ``b``'s own rows are (rows 1 KiB apart all fall in a few
-        cache sets). Returns ``{first column of a region: (offset, strip stride, row
-        stride)}`` for :meth:`matmul_tile`."""
-        bk, bn = rb.strides
-        nn = n - n % c
-        buf = self.add_buffer(Buffer("temp", -1, k * n, self.buffers[rb.buffer].boolean))
-        out = {}
-        if nn:
-            self.block((nn // c, k, c), _copy_body(1, False),
-                       (Access(rb.buffer, rb.offset, (c * bn, bk, bn)),),
-                       (Access(buf, 0, (k * c, c, 1)),))
-            out[0] = (buf, 0, k * c, c)
-        if n > nn:
-            self.block((k, n - nn), _copy_body(1, False),
-                       (Access(rb.buffer, rb.offset + nn * bn, (bk, bn)),),
-                       (Access(buf, nn * k, (n - nn, 1)),))
-            out[nn] = (buf, nn * k, 0, n - nn)
-        return out
-
-    def contiguous_constant(self, loc: tuple) -> tuple:
-        """A constant read in another order (a transposed weight matrix) as a constant of
-        its own in that order, so that rows are read contiguously; other locations as
-        they are."""
-        buf, offsets = loc
-        b = self.buffers[buf]
-        if b.kind != "const" or offsets.ndim < 2 or offsets.shape[-1] < 2:
-            return loc
-        aff = _affine(offsets)
-        if aff is None or aff[1][-1] == 1:
-            return loc
-        values = np.asarray(b.values, dtype=object)[offsets.reshape(-1)]
-        return (self.add_buffer(Buffer("const", -1, offsets.size, b.boolean, tuple(values))),
-                _flat(offsets.shape))
-
-    def matmul_tile(self, accs: tuple, batch: tuple, k: int, rows: tuple, cols: tuple,
-                    points: int = 0, packed: tuple | None = None) -> None:
-        """The block of rows ``i0 <= i < i1`` (``r`` a tile) and columns ``j0 <= j < j1``
-        (``c`` a tile); its space is ``batch + (row tiles, column tiles, k, c)``;
-        ``points``: its first dimension runs over the chunk's points, that many a step;
-        ``packed``: ``b``'s columns read from a packed copy (:meth:`packed`)."""
-        (ra, rb, ro), (i0, i1, r), (j0, j1, c) = accs, rows, cols
-        nb = len(batch)
-        am, ak = ra.strides[nb:]
-        bk, bn = rb.strides[nb:]
-        om, on = ro.strides[nb:]
-        acc, x, y = _stand_ins((r,), "acc"), _stand_ins((r,), "a"), G.Leaf.new("b")
-        value = np.array([G.add(acc[t], G.mul(x[t], y)) for t in range(r)], dtype=object)
-        body = build_plan([value], [acc, x, np.asarray(y, dtype=object)])
-        a0, b0 = ra.offset + i0 * am, rb.offset + j0 * bn
-        o0 = ro.offset + i0 * om + j0 * on
-        core_a, core_o = tuple(t * am for t in range(r)), tuple(t * om for t in range(r))
-        tiles = ((i1 - i0) // r, (j1 - j0) // c)
-        if points:  # the first dimension is the chunk's points, in rows
-            space = batch + (tiles[0], tiles[1], k, c)
-            sa = Access(ra.buffer, a0, ra.strides[:nb] + (r * am, 0, ak, 0), core_a)
-            sb = Access(rb.buffer, b0, rb.strides[:nb] + (0, c * bn, bk, bn))
-            so = Access(ro.buffer, o0, ro.strides[:nb] + (r * om, c * on, 0, on), core_o)
-            self.block(space, body, (so, sa, sb), (so,), accumulate=True, batched=True,
-                       points=points, contract=True)
-            return
-        # column tiles (threads split them), then k in panels of MATMUL_K, then row tiles:
-        # a column strip of b's panel stays in cache across the row tiles
-        kc = min(k, MATMUL_K)
-        b_buf, strip = rb.buffer, c * bn
-        if packed is not None:
-            b_buf, b0, strip, bk = packed
-            bn = 1
-        for k0, n_panels, depth in ((0, k // kc, kc), (k - k % kc, 1, k % kc)):
-            if n_panels == 0 or depth == 0:
-                continue
-            space = batch + (tiles[1], n_panels, tiles[0], depth, c)
-            sa = Access(ra.buffer, a0 + k0 * ak,
-                        ra.strides[:nb] + (0, kc * ak, r * am, ak, 0), core_a)
-            sb = Access(b_buf, b0 + k0 * bk,
-                        rb.strides[:nb] + (strip, kc * bk, 0, bk, bn))
-            so = Access(ro.buffer, o0, ro.strides[:nb] + (c * on, 0, r * om, 0, on), core_o)
-            self.block(space, body, (so, sa, sb), (so,), accumulate=True, contract=True)
-
-    def conv(self, node: N.Node) -> tuple:
-        """A convolution or one of its transposes (``ops/conv.py``) as register-tiled
-        products (:meth:`tiled`): ``conv2d`` takes rows ``(n, i, j)``, columns ``o`` and sums
-        over ``(p, q, c)``; ``conv2d_backprop_filter`` rows ``(p, q, c)``, columns ``o``,
-        sums over ``(n, i, j)``; ``conv2d_backprop_input`` is one product per filter tap
-        ``(p, q)``, each adding ``y[n, i, j, :] k[p, q]^T`` into the places that tap read,
-        taps in order. Each element adds its terms in its definition's order. Over chunks
-        of points, the points are one more batch dimension (first)."""
-        a, b = node.inputs
-        la, lb = self.loc[id(a)], self.loc[id(b)]
-        pts = self.batched(la) or self.batched(lb)
-        d = node.prim.dims([a.shape, b.shape], node.params)
-        loc = self.fresh(node, pts)
-        self.fill(loc, node.shape, -0.0, pts)
-        ra, rb, ro = (self.access(la, a.shape, pts), self.access(lb, b.shape, pts),
-                      self.access(loc, node.shape, pts))
-        if node.prim.name == "conv2d_backprop_input":  # a: y, b: k, out: x
-            self.backprop_input(d, ra, rb, ro, loc, pts, self.batched(lb))
-            return loc
-        lead = ((self.P, ra.strides[0], rb.strides[0], ro.strides[0]),) if pts else ()
-        (an, ah, aw, ac), (bn, bh, bw, bc), (on, oh, ow, oc) = \
-            ra.strides[pts:], rb.strides[pts:], ro.strides[pts:]
-        sh, sw = d.sh, d.sw
-        if node.prim.name == "conv2d":  # a: x, b: k, out: y
-            self.tiled(lead + ((d.n, an, 0, on), (d.oh, sh * ah, 0, oh)), (d.ow, sw * aw, ow),
-                       (d.o, bc, oc),
-                       ((d.kh, d.dh * ah, bn), (d.kw, d.dw * aw, bh), (d.c, ac, bw)),
-                       (ra, rb, ro), points=pts)
-        else:  # conv2d_backprop_filter; a: x, b: y, out: k
-            # each image's y is read for every (q, c) of a filter row while in cache
-            self.tiled(lead + ((d.kh, d.dh * ah, 0, on), (d.kw, d.dw * aw, 0, oh)),
-                       (d.c, ac, ow),
-                       (d.o, bc, oc),
-                       ((d.n, an, bn), (d.oh, sh * ah, bh), (d.ow, sw * aw, bw)),
-                       (ra, rb, ro), hoist=1, points=pts)
-        return loc
-
-    def backprop_input(self, d, ra: Access, rb: Access, ro: Access, loc: tuple, pts: bool,
-                       k_pts: bool) -> None:
-        """``x``-shaped ``conv2d_backprop_input(y, k)`` (see :meth:`conv`); the filters are
-        first copied with ``c`` innermost (the columns of its products); ``pts``: over
-        chunks of points (``k_pts``: the filters too)."""
-        (an, ah, aw, ac), (on, oh, ow, oc) = ra.strides[pts:], ro.strides[pts:]
-        sh, sw = d.sh, d.sw
-        kshape = (d.kh, d.kw, d.o, d.c)
-        kt = (self.add_buffer(Buffer("temp", -1, math.prod(kshape)), k_pts),
-              _flat(self.shape(kshape, k_pts)))
-        kacc = self.access(kt, kshape, pts)
-        src = rb.strides[:k_pts] + tuple(rb.strides[pts:][i] for i in (0, 1, 3, 2))
-        self.block(kshape, _copy_body(1, False), (Access(rb.buffer, rb.offset, src),),
-                   (self.access(kt, kshape, k_pts),), batched=k_pts)
-        bn, bh, bc, bw = kacc.strides[pts:]
-        lead = ((self.P, ra.strides[0], kacc.strides[0], ro.strides[0]),) if pts else ()
-        if (sh, sw) == (1, 1):
-            # x[n, h, w, c] = sum over (p, q, o) of y'[n, h + eh-1 - p*dh, w + ew-1 - q*dw, o]
-            # k[p, q, c, o], y' being y with eh-1 and ew-1 zero rows and columns around it
-            # (eh, ew: the span of a window)
-            eh, ew = d.span()
-            padded = (d.n, d.oh + 2 * (eh - 1), d.ow + 2 * (ew - 1), d.o)
-            ploc = (self.add_buffer(Buffer("temp", -1, math.prod(padded)), pts),
-                    _flat(self.shape(padded, pts)))
-            self.fill(ploc, padded, 0.0, pts)
-            pacc = self.access(ploc, padded, pts)
-            pn, ph, pw, po = pacc.strides[pts:]
-            at = (slice(None),) * (1 + pts)
-            inner = ploc[1][at + (slice(eh - 1, eh - 1 + d.oh), slice(ew - 1, ew - 1 + d.ow))]
-            self.block(d.shape("y"), _copy_body(1, False), (ra,),
-                       (self.access((ploc[0], inner), d.shape("y"), pts),), batched=pts)
-            start = Access(ploc[0], (eh - 1) * ph + (ew - 1) * pw, ())
-            if pts:
-                lead = ((self.P, pacc.strides[0], kacc.strides[0], ro.strides[0]),)
-            self.tiled(lead + ((d.n, pn, 0, on), (d.h, ph, 0, oh)), (d.w, pw, ow),
-                       (d.c, bw, oc),
-                       ((d.kh, -d.dh * ph, bn), (d.kw, -d.dw * pw, bh), (d.o, po, bc)),
-                       (start, kacc, ro), points=pts)
-            return
-        for p, q in itertools.product(range(d.kh), range(d.kw)):
-            tap_b = kacc._replace(offset=kacc.offset + p * bn + q * bh)
-            tap_o = ro._replace(offset=ro.offset + p * d.dh * oh + q * d.dw * ow)
-            self.tiled(lead + ((d.n, an, 0, on), (d.oh, ah, 0, sh * oh)),
-                       (d.ow, aw, sw * ow), (d.c, bw, oc), ((d.o, ac, bc),),
-                       (ra, tap_b, tap_o), points=pts)
-        self.unreached(loc, d)
-
-    def unreached(self, loc: tuple, d) -> None:
-        """Zeros into the rows and columns of an input-shaped ``loc`` that no window of
-        ``d`` covers (filled with -0.0 before its sums)."""
-        pts = self.batched(loc)
-        at = (slice(None),) * (1 + pts)
-        inside = reached(d)
-        for y in np.flatnonzero(~inside.any(axis=1)):
-            self.fill((loc[0], loc[1][at + (slice(y, y + 1),)]), (d.n, 1, d.w, d.c), 0.0,
-                      pts)
-        for x in np.flatnonzero(~inside.any(axis=0)):
-            self.fill((loc[0], loc[1][at + (slice(None), slice(x, x + 1))]),
-                      (d.n, d.h, 1, d.c), 0.0, pts)
-
-    def pool(self, node: N.Node) -> tuple:
-        """Pooling (``ops/pool.py``) as one loop over the windows ``(n, i, j, c)``, the body
-        reading every tap (the core offsets of the accesses): the running maximum, or sum;
-        the pick of the second argument; or, for the gradients, the window's cotangent added
-        at its taps (an accumulation, windows in order, over an output of -0.0)."""
-        x = node.inputs[0]
-        pts = any(self.batched(self.loc[id(a)]) for a in node.inputs)
-        d = node.prim.dims(x.shape, node.params)
-        taps = [(p, q) for p in range(d.kh) for q in range(d.kw)]
-        space = (d.n, d.oh, d.ow, d.c)
-        loc = self.fresh(node, pts)
-
-        def windows_of(loc):  # an input-shaped location read window by window
-            acc = self.access(loc, d.shape("x"), pts)
-            sn, sh_, sw_, sc = acc.strides[pts:]
-            return Access(acc.buffer, acc.offset,
-                          acc.strides[:pts] + (sn, d.sh * sh_, d.sw * sw_, sc),
-                          tuple(p * sh_ + q * sw_ for p, q in taps))
-
-        t = _stand_ins((len(taps),), "t")
-        if node.prim.name == "sum_pool2d_grad":  # each window's g added at its taps
-            self.fill(loc, node.shape, -0.0, pts)
-            acc, g = _stand_ins((len(taps),), "acc"), G.Leaf.new("g")
-            value = np.array([G.add(a, g) for a in acc], dtype=object)
-            body = build_plan([value], [acc, np.asarray(g, dtype=object)])
-            out = windows_of(loc)
-            self.block(space, body, (out, self.access(self.loc[id(x)], space, pts)), (out,),
-                       accumulate=True, batched=pts)
-            self.unreached(loc, d)
-            return loc
-        rx = windows_of(self.loc[id(x)])
-        if node.prim.name in ("max_pool2d", "sum_pool2d"):
-            value = chain(list(t))[-1] if node.prim.name == "max_pool2d" else \
-                sum_atoms(list(t))
-            body = build_plan([np.asarray(value, dtype=object)], [t])
-            self.block(space, body, (rx,), (self.access(loc, space, pts),), batched=pts)
-            return loc
-        other = self.loc[id(node.inputs[1])]
-        if node.prim.name == "max_pool2d_pick":
-            h = _stand_ins((len(taps),), "h")
-            body = build_plan([np.asarray(pick_atom(list(t), list(h)), dtype=object)], [t, h])
-            self.block(space, body, (rx, windows_of(other)), (self.access(loc, space, pts),),
-                       batched=pts)
-            return loc
-        self.fill(loc, node.shape, -0.0, pts)
-        acc, g = _stand_ins((len(taps),), "acc"), G.Leaf.new("g")
-        value = np.array([G.add(a, s) for a, s in zip(acc, spread_atoms(list(t), g))],
-                         dtype=object)
-        body = build_plan([value], [acc, t, np.asarray(g, dtype=object)])
-        out = windows_of(loc)
-        self.block(space, body, (out, rx, self.access(other, space, pts)), (out,),
-                   accumulate=True, batched=pts)
-        self.unreached(loc, d)
-        return loc
-
-    def tiled(self, batch: tuple, rows: tuple, cols: tuple, depth: tuple, accs: tuple,
-              hoist: int = 0, points: bool = False) -> None:
-        """``out[B, i, j] += sum over K of a[B, i, K] b[B, K, j]`` in register tiles, as
-        :meth:`matmul_tile`, over index spaces given by strides: ``batch``: ``(extent,
-        a stride, b stride, out stride)`` per batch dimension; ``rows``: ``(m, a stride,
-        out stride)``; ``cols``: ``(n, b stride, out stride)``; ``depth``: ``(extent,
-        a stride, b stride)`` per summed dimension, the first outermost; ``accs``: the
-        accesses of ``a``, ``b`` and ``out`` (their offsets are used). The loops run over
-        the first batch dimension (threads split it), column tiles, the first ``hoist``
-        summed dimensions (``b``'s panel for them is then read by every row tile while in
-        cache), the other batch dimensions, row tiles, the other summed dimensions and the
-        columns of a tile. ``points``: the first batch dimension is the chunk's points
-        (its extent is the run-time count, :meth:`block`'s ``batched``)."""
-        ra, rb, ro = accs
-        (m, am, om), (n, bn, on) = rows, cols
-        r = MATMUL_ROWS if m >= MATMUL_ROWS else 1
-        c = min(_matmul_cols(), n)
-        mm, nn = m - m % r, n - n % c
-        ext = tuple(e for e, *_ in batch) + tuple(e for e, *_ in depth)
-        if 0 in ext or m == 0 or n == 0:
-            return
-        sb_a, sb_b, sb_o = (tuple(t[k] for t in batch) for k in (1, 2, 3))
-        k_ext = tuple(e for e, _, _ in depth)
-        k_a, k_b = tuple(t[1] for t in depth), tuple(t[2] for t in depth)
-        for i0, i1, rt, j0, j1, ct in ((0, mm, r, 0, nn, c), (0, mm, r, nn, n, n - nn),
-                                       (mm, m, 1, 0, n, n)):
-            if i1 <= i0 or j1 <= j0:
-                continue
-            acc, x, y = _stand_ins((rt,), "acc"), _stand_ins((rt,), "a"), G.Leaf.new("b")
-            value = np.array([G.add(acc[t], G.mul(x[t], y)) for t in range(rt)], dtype=object)
-            body = build_plan([value], [acc, x, np.asarray(y, dtype=object)])
-            def order(b_, tile_j, k_, tile_i, last):  # strides (or extents) in loop order
-                return (b_[:1] + (tile_j,) + k_[:hoist] + b_[1:] + (tile_i,) + k_[hoist:]
-                        + (last,))
-
-            space = order(tuple(e for e, *_ in batch), (j1 - j0) // ct, k_ext,
-                          (i1 - i0) // rt, ct)
-            sa = Access(ra.buffer, ra.offset + i0 * am, order(sb_a, 0, k_a, rt * am, 0),
-                        tuple(t * am for t in range(rt)))
-            sb = Access(rb.buffer, rb.offset + j0 * bn, order(sb_b, ct * bn, k_b, 0, bn))
-            so = Access(ro.buffer, ro.offset + i0 * om + j0 * on,
-                        order(sb_o, ct * on, (0,) * len(depth), rt * om, on),
-                        tuple(t * om for t in range(rt)))
-            self.block(space[1:] if points else space, body, (so, sa, sb), (so,),
-                       accumulate=True, contract=True, batched=points)
-
-    def along_axis(self, node: N.Node) -> tuple:
-        args, axis = node.inputs, node.params["axis"]
-        length = args[-1].shape[axis]
-        if length > SLICE_LIMIT:
-            raise Unplannable(f"{node.prim.name} over slices of {length}")
-        lead = tuple(s for i, s in enumerate(args[-1].shape) if i != axis)
-        stand_ins = [_stand_ins((length,), f"s{i}") for i in range(len(args))]
-        atoms = node.prim.slice_build(*[list(s) for s in stand_ins])
-        locs = [self.loc[id(a)] for a in args]
-        batched = any(self.batched(loc) for loc in locs)
-        ins = [self.slice_access(loc, axis, lead, batched) for loc in locs]
-        loc = self.fresh(node, batched)
-        if node.prim.reduces:
-            out = self.access(loc, lead, batched)
-        else:
-            out = self.slice_access(loc, axis, lead, batched)
-        return self.body_block(node, lead, atoms, stand_ins, ins, out, loc, batched)
-
-    def slice_access(self, loc: tuple, axis: int, lead: tuple, batched: bool = False
-                     ) -> Access:
-        def moved(loc):
-            shift = 1 if self.batched(loc) and axis >= 0 else 0
-            offs = np.moveaxis(loc[1], axis + shift, -1)
-            return np.broadcast_to(offs, self.shape(lead, batched) + offs.shape[-1:])
-
-        offsets = moved(loc)
-        aff = _affine(offsets)
-        if aff is None:
-            loc = self.materialise(loc)
-            offsets = moved(loc)
-            aff = _affine(offsets)
-        step = aff[1][-1]
-        return Access(loc[0], aff[0], aff[1][:-1],
-                      tuple(step * t for t in range(offsets.shape[-1])))
 
     def unrolled(self, node: N.Node) -> tuple:
         args = node.inputs
@@ -1628,60 +948,16 @@ class _Planner:
             raise Unplannable(f"a {kind} over points of a {node.dtype.name} tensor")
         buf = self.add_buffer(Buffer("output", o, node.size))
         here = self.loc.get(id(node))
-        if here is None and kind == "sum" and _outer_total(node) and all(
+        if here is None and _from_args(node, kind) and all(
                 self.batched(self.loc[id(a)]) for a in node.inputs):
-            return self.outer_total(node, buf)
-        if here is None and _reduced_total(node, kind) and self.batched(
-                self.loc[id(node.inputs[0])]):
-            return self.reduced_total(node, buf)
+            return node.prim.loop_total(self, node, buf)
         if here is None:
             here = self.loc[id(node)] = self.place(node)
-        out = self.access((buf, _flat(node.shape)), node.shape)
+        out = self.access((buf, flat_places(node.shape)), node.shape)
         out = Access(buf, out.offset, (0,) + out.strides)
         acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
         self.accumulate((self.P,) + node.shape, _COMBINE[kind](acc, term), [acc, term],
                         [out, self.access(here, node.shape, True)], out, count=0)
-
-    def reduced_total(self, node: N.Node, buf: int) -> None:
-        """A reduction's total over points, accumulated from its argument's elements."""
-        (x,) = node.inputs
-        axes, name = node.params["axis"], node.prim.name
-        n = math.prod(x.shape[i] for i in axes)
-        kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
-        offsets = np.broadcast_to(_flat(node.shape).reshape(kept), x.shape)
-        aff = _affine(offsets)
-        out = Access(buf, aff[0], (0,) + aff[1])
-        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
-        if x.size:
-            self.accumulate((self.P,) + x.shape, _REDUCE[name][1](acc, term, n), [acc, term],
-                            [out, self.access(self.loc[id(x)], x.shape, True)], out, count=0)
-
-    def outer_total(self, node: N.Node, buf: int) -> None:
-        """``out += a_p^T b_p`` over the chunk's points ``p`` (``a_p``, ``b_p`` rows of each
-        point), in register tiles as :meth:`matmul_tile`: the points are the inner
-        dimension of one product."""
-        a, b = node.inputs
-        m, n = node.shape
-        ra = self.access(self.loc[id(a)], (1, m), True)
-        rb = self.access(self.loc[id(b)], (1, n), True)
-        (pa, _, ai), (pb, _, bj) = ra.strides, rb.strides
-        rows = MATMUL_ROWS if m >= MATMUL_ROWS else 1
-        cols = min(_matmul_cols(), n)
-        mm, nn = m - m % rows, n - n % cols
-        for i0, i1, r, j0, j1, c in ((0, mm, rows, 0, nn, cols), (0, mm, rows, nn, n, n - nn),
-                                     (mm, m, 1, 0, n, n)):
-            if not (i1 > i0 and j1 > j0):
-                continue
-            acc, x, y = _stand_ins((r,), "acc"), _stand_ins((r,), "a"), G.Leaf.new("b")
-            value = np.array([G.add(acc[t], G.mul(x[t], y)) for t in range(r)], dtype=object)
-            body = build_plan([value], [acc, x, np.asarray(y, dtype=object)])
-            space = ((i1 - i0) // r, (j1 - j0) // c, self.P, c)
-            so = Access(buf, i0 * n + j0, (r * n, c, 0, 1), tuple(t * n for t in range(r)))
-            sa = Access(ra.buffer, ra.offset + i0 * ai, (r * ai, 0, pa, 0),
-                        tuple(t * ai for t in range(r)))
-            sb = Access(rb.buffer, rb.offset + j0 * bj, (0, c * bj, pb, bj))
-            self.blocks.append(Block(space, body, (so, sa, sb), (so,), accumulate=True,
-                                     contract=True, count=2))
 
     def output(self, o: int, node: N.Node) -> None:
         """Output ``o``: the node's buffer when it is a fresh one, else a copy (over the
@@ -1698,37 +974,18 @@ class _Planner:
             return
         new = self.buffer("output", o, node, batched=batched)
         if self.batched((buf, offsets)) == batched and \
-                _affine(self.spread((buf, offsets), node.shape, batched)) is None:
+                affine(self.spread((buf, offsets), node.shape, batched)) is None:
             self.materialise((buf, offsets), into=new)  # a gather: copied in place
             return
         self.block(node.shape, _copy_body(1, node.dtype.kind == "b"),
                    (self.access((buf, offsets), node.shape, batched),),
-                   (self.access((new, _flat(want)), node.shape, batched),), batched=batched)
+                   (self.access((new, flat_places(want)), node.shape, batched),), batched=batched)
 
 
-def _sum(acc, x, n):
-    return G.add(acc, x)
 
-
-def _mean(acc, x, n):
-    return G.add(acc, G.mul(x, G.number(1.0 / n)))
-
-
-#: The total over points each reduction's terms add to (a mean's: its sum, scaled after),
-#: and how a total combines terms.
-TOTAL_OF = {"reduce_sum": "sum", "reduce_mean": "sum", "reduce_max": "max",
-            "reduce_min": "min"}
+#: How a total over points combines terms.
 _COMBINE = {
     "sum": lambda acc, x: G.add(acc, x),
     "max": lambda acc, x: G.call(sp.Max, acc, x),
     "min": lambda acc, x: G.call(sp.Min, acc, x),
-}
-
-# name -> (initial value, accumulation, value of an empty reduction)
-_REDUCE = {
-    "reduce_sum": (-0.0, _sum, 0.0),
-    "reduce_mean": (-0.0, _mean, np.nan),
-    "reduce_prod": (1.0, lambda acc, x, n: G.mul(acc, x), 1.0),
-    "reduce_max": (-np.inf, lambda acc, x, n: _COMBINE["max"](acc, x), -np.inf),
-    "reduce_min": (np.inf, lambda acc, x, n: _COMBINE["min"](acc, x), np.inf),
 }

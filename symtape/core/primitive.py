@@ -76,6 +76,10 @@ def fmt(shape) -> str:
     return str(tuple(shape))
 
 
+class Unplannable(Exception):
+    """A node with no loop form (the function then compiles its element view)."""
+
+
 # --------------------------------------------------------------------------------------------
 # Primitive
 # --------------------------------------------------------------------------------------------
@@ -257,6 +261,64 @@ class Primitive:
                           **params) for i in range(n)]
         return stack.bind(*rows, axis=0)
 
+    # -- loop nests --------------------------------------------------------------------------
+    # A loop rule is written against the planner of ``symtape.compile.planner``, which passes
+    # itself in (it sits above the op table and is never imported here). What a rule uses:
+    #   P                       the points of a chunk each block runs over (0: one point)
+    #   loc[id(node)]           an argument's location ``(buffer, offsets)``
+    #   buffers, fresh(node, batched), temp(size, batched, boolean),
+    #   constant_buffer(values, boolean)   buffers of the plan
+    #   shape(shape, batched), batched(loc), spread(loc, shape, batched), point_stride(offsets)
+    #   access(loc, shape, batched), materialise(loc)   reading a location in a loop
+    #   block(space, body, ins, outs, ...), fill(loc, shape, value, batched),
+    #   accumulate(space, value, stand_ins, ins, out, batched, count)   emitting loops
+    #   body(node, atoms, stand_ins), body_block(node, space, atoms, stand_ins, ins, ...)
+    #   elementwise(node), structural(node, maps), unrolled(node)   generic placements
+    #   at(buffer, offset, strides, core) an access, build_plan(outputs, inputs) a body,
+    #   align, wide_vectors (what the CPU holds)   codegen's objects (ops never import it)
+    #   affine(offsets) -> (offset, strides) | None, flat(shape), stand_ins(shape, name),
+    #   copy_body(n, boolean), numeric(node)   shared helpers
+    # A location is ``(buffer, offsets)``: the offset of each of the node's elements (with the
+    # chunk's points in front when the buffer holds a slice per point).
+
+    #: Whether the loop rule places the node as a view of its arguments (no block of its own).
+    loop_view = False
+    #: Whether the node adds several argument elements into one place by index (a scatter).
+    scatters = False
+    #: Whether the element view's terms count as matrix-product terms (points planned in
+    #: chunks pay from fewer of them).
+    product_terms = False
+    #: Whether each element is one template of the arguments' elements at its place (the
+    #: op's ``build_atom(*atoms)``), so that the planner may build it into a reader's loop.
+    pointwise = False
+
+    def loop(self, planner, node) -> tuple:
+        """The loop rule: ``node``'s location, after emitting on ``planner`` the blocks that
+        compute it from its arguments' locations; raises :class:`Unplannable` at once when
+        the op has no loop form (the function then compiles its element view)."""
+        raise Unplannable(f"{self.name} has no loop rule")
+
+    def element_cost(self, node) -> int:
+        """The atoms of ``node``'s element view (a contraction counts its terms)."""
+        return node.size
+
+    def places(self, node):
+        """For an op that only moves the elements of its one argument to distinct places (a
+        gather, a reshape, a scatter to distinct places): for each element of ``node``, the
+        flat place in the argument it is (-1: a zero); None for other ops."""
+        return None
+
+    def total_from_args(self, node, kind: str) -> bool:
+        """Whether a total of ``kind`` (``'sum'``, ``'max'``, ``'min'``) over points of
+        ``node`` may be accumulated straight from its arguments' values per point
+        (:meth:`loop_total`), without ``node``'s values per point."""
+        return False
+
+    def loop_total(self, planner, node, buf: int) -> None:
+        """Emits the blocks adding the total over the chunk's points of ``node`` into the
+        output buffer ``buf`` from its arguments (see :meth:`total_from_args`)."""
+        raise Unplannable(f"{self.name} has no total over points from its arguments")
+
     # -- sparsity --------------------------------------------------------------------------
     def dependencies(self, deps: Sequence[np.ndarray], params: dict, shape: tuple) -> np.ndarray:
         """Which source elements each output element may depend on, from the arguments'
@@ -375,6 +437,31 @@ def irregular_anywhere(self, atoms, params, shape, args=()):
     if irregular_rows(flat.reshape(1, -1)).any():
         return np.ones(shape, dtype=bool)
     return None
+
+
+def distinct_places(idx: np.ndarray) -> bool:
+    """Whether the places ``idx`` (-1: none) are all different (a scatter that adds
+    nothing up).
+
+    >>> distinct_places(np.array([2, -1, 0, -1])), distinct_places(np.array([1, 1]))
+    (True, False)
+    """
+    kept = idx[idx >= 0]
+    return kept.size == 0 or int(np.bincount(kept.ravel()).max()) <= 1  # (O(n): no sort)
+
+
+def inverse_places(idx: np.ndarray, shape: tuple) -> np.ndarray:
+    """For each place of a tensor of ``shape``, the element of ``idx`` scattered there (-1:
+    none).
+
+    >>> inverse_places(np.array([2, -1, 0]), (4,))
+    array([ 2, -1,  0, -1])
+    """
+    inv = np.full(int(np.prod(shape, dtype=np.int64)), -1, dtype=np.int64)
+    flat = idx.reshape(-1)
+    keep = flat >= 0
+    inv[flat[keep]] = np.flatnonzero(keep)
+    return inv.reshape(shape)
 
 
 def register_primitive(prim: Primitive) -> Primitive:

@@ -40,10 +40,10 @@ from symtape.ops.pool import (
     MaxPool, Pooling, SumPool, max_pool2d, max_pool2d_grad, max_pool2d_pick, sum_pool2d,
     sum_pool2d_grad,
 )
-from symtape.ops.linalg import (
-    Det, Einsum, Inv, MatMul, Solve, swap_last, cofactors, det, dot_atoms, einsum, in_order_sum,
-    inv, matmul, parse_einsum, solve,
+from symtape.ops.contraction import (
+    Einsum, MatMul, dot_atoms, einsum, in_order_sum, matmul, parse_einsum,
 )
+from symtape.ops.linalg import Det, Inv, Solve, swap_last, cofactors, det, inv, solve
 from symtape.ops.reductions import (
     ORDERED_TERMS, Reduction, normalize_axes, reduce_euclidean_norm, reduce_logsumexp, reduce_max,
     reduce_mean, reduce_min, reduce_prod, reduce_sum,

@@ -9,11 +9,11 @@ import numpy as np
 
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.core.primitive import (
-    Aval, Primitive, as_obj, fmt, lanes, obj, register_primitive, batch_size, irregular_rows, spread,
-    union,
+    Aval, Primitive, Unplannable, as_obj, fmt, lanes, obj, register_primitive, batch_size,
+    irregular_rows, spread, union,
 )
 from symtape.ops.elementwise import exp, expm1, greater, multiply, negative, subtract, where
-from symtape.ops.linalg import sum_of_products
+from symtape.ops.contraction import sum_of_products
 from symtape.ops.reductions import sequential, reduce_sum
 from symtape.ops.structural import expand_dims
 from symtape.base.lazy import LazyModule
@@ -25,6 +25,11 @@ G = LazyModule("G", globals(), "symtape.element.graph")
 # --------------------------------------------------------------------------------------------
 # Softmax family
 # --------------------------------------------------------------------------------------------
+
+
+#: Loop nests run an op along one axis as its one-slice element view, unrolled, once per
+#: slice, for slices up to this long.
+SLICE_LIMIT = 1024
 
 
 class AxisOp(Primitive):
@@ -91,6 +96,48 @@ class AxisOp(Primitive):
         for d in along:
             out = np.bitwise_or(out, d)
         return out
+
+    def loop(self, planner, node):
+        """One loop over the slices, its body the one-slice element view (each argument's
+        slice read at the core offsets of its access); raises Unplannable for slices longer
+        than :data:`SLICE_LIMIT`."""
+        args, axis = node.inputs, node.params["axis"]
+        length = args[-1].shape[axis]
+        if length > SLICE_LIMIT:
+            raise Unplannable(f"{self.name} over slices of {length}")
+        lead = tuple(s for i, s in enumerate(args[-1].shape) if i != axis)
+        stand_ins = [planner.stand_ins((length,), f"s{i}") for i in range(len(args))]
+        atoms = self.slice_build(*[list(s) for s in stand_ins])
+        locs = [planner.loc[id(a)] for a in args]
+        batched = any(planner.batched(loc) for loc in locs)
+        ins = [_slice_access(planner, loc, axis, lead, batched) for loc in locs]
+        loc = planner.fresh(node, batched)
+        if self.reduces:
+            out = planner.access(loc, lead, batched)
+        else:
+            out = _slice_access(planner, loc, axis, lead, batched)
+        return planner.body_block(node, lead, atoms, stand_ins, ins, out, loc, batched)
+
+
+def _slice_access(planner, loc: tuple, axis: int, lead: tuple, batched: bool = False
+                  ) -> tuple:
+    """``loc`` read slice by slice along ``axis`` over the other axes ``lead``: the slice's
+    elements are the access's core offsets (copied to a contiguous temporary first when
+    not affine)."""
+    def moved(loc):
+        shift = 1 if planner.batched(loc) and axis >= 0 else 0
+        offs = np.moveaxis(loc[1], axis + shift, -1)
+        return np.broadcast_to(offs, planner.shape(lead, batched) + offs.shape[-1:])
+
+    offsets = moved(loc)
+    aff = planner.affine(offsets)
+    if aff is None:
+        loc = planner.materialise(loc)
+        offsets = moved(loc)
+        aff = planner.affine(offsets)
+    step = aff[1][-1]
+    return planner.at(loc[0], aff[0], aff[1][:-1],
+                  tuple(step * t for t in range(offsets.shape[-1])))
 
 
 def _stable_exps(xs):
@@ -223,6 +270,12 @@ class StopGradient(Primitive):
 
     def dependencies(self, deps, params, shape):
         return deps[0]
+
+    loop_view = True
+
+    def loop(self, planner, node):
+        """A view: its argument's location."""
+        return planner.loc[id(node.inputs[0])]
 
 
 stop_gradient = register_primitive(StopGradient())

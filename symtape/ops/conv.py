@@ -13,11 +13,13 @@ two tensors:
 The derivative of each is one of the others, so derivatives of any order stay in the family.
 Each element's definition adds its terms in a fixed order (``conv2d``: ``(p, q, c)``;
 ``backprop_input``: ``(p, q, o)``; ``backprop_filter``: ``(n, i, j)``), which the numeric
-evaluation of small tensors and the loop lowering (``loopnest.py``) follow.
+evaluation of small tensors and the loop rule (:meth:`Conv.loop`) follow.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -26,7 +28,7 @@ from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.core.primitive import (
     Aval, Primitive, fmt, irregular_anywhere, obj, register_primitive, union, zero_factor,
 )
-from symtape.ops.linalg import dot_atoms, in_order_sum
+from symtape.ops.contraction import dot_atoms, in_order_sum, tiled
 from symtape.ops.reductions import ORDERED_TERMS
 from symtape.ops.structural import reshape, transpose
 
@@ -308,8 +310,116 @@ class Conv(Primitive):
                 out[at] = np.bitwise_or(out[at], np.bitwise_or(ys[..., None], ks))
         return out
 
+    # -- loop rule ---------------------------------------------------------------------------
+    def element_cost(self, node):
+        """Its terms (at least one atom an element)."""
+        return max(node.size, self.terms(self.dims([a.shape for a in node.inputs],
+                                                   node.params)))
+
+    def loop(self, planner, node):
+        """Register-tiled products (:func:`~symtape.ops.contraction.tiled`): ``conv2d``
+        takes rows ``(n, i, j)``, columns ``o`` and sums over ``(p, q, c)``;
+        ``conv2d_backprop_filter`` rows ``(p, q, c)``, columns ``o``, sums over ``(n, i,
+        j)``; ``conv2d_backprop_input`` is one product per filter tap ``(p, q)``, each
+        adding ``y[n, i, j, :] k[p, q]^T`` into the places that tap read, taps in order
+        (:func:`_backprop_input`). Each element adds its terms in its definition's order.
+        Over chunks of points, the points are one more batch dimension (first)."""
+        a, b = node.inputs
+        la, lb = planner.loc[id(a)], planner.loc[id(b)]
+        pts = planner.batched(la) or planner.batched(lb)
+        d = self.dims([a.shape, b.shape], node.params)
+        loc = planner.fresh(node, pts)
+        planner.fill(loc, node.shape, -0.0, pts)
+        ra, rb, ro = (planner.access(la, a.shape, pts), planner.access(lb, b.shape, pts),
+                      planner.access(loc, node.shape, pts))
+        if self.roles[2] == "x":  # conv2d_backprop_input; a: y, b: k, out: x
+            _backprop_input(planner, d, ra, rb, ro, loc, pts, planner.batched(lb))
+            return loc
+        lead = ((planner.P, ra.strides[0], rb.strides[0], ro.strides[0]),) if pts else ()
+        (an, ah, aw, ac), (bn, bh, bw, bc), (on, oh, ow, oc) = \
+            ra.strides[pts:], rb.strides[pts:], ro.strides[pts:]
+        sh, sw = d.sh, d.sw
+        if self.roles[2] == "y":  # conv2d; a: x, b: k, out: y
+            tiled(planner, lead + ((d.n, an, 0, on), (d.oh, sh * ah, 0, oh)),
+                  (d.ow, sw * aw, ow), (d.o, bc, oc),
+                  ((d.kh, d.dh * ah, bn), (d.kw, d.dw * aw, bh), (d.c, ac, bw)),
+                  (ra, rb, ro), points=pts)
+        else:  # conv2d_backprop_filter; a: x, b: y, out: k
+            # each image's y is read for every (q, c) of a filter row while in cache
+            tiled(planner, lead + ((d.kh, d.dh * ah, 0, on), (d.kw, d.dw * aw, 0, oh)),
+                  (d.c, ac, ow), (d.o, bc, oc),
+                  ((d.n, an, bn), (d.oh, sh * ah, bh), (d.ow, sw * aw, bw)),
+                  (ra, rb, ro), hoist=1, points=pts)
+        return loc
+
 
 conv2d = register_primitive(Conv("conv2d"))
 conv2d_backprop_input = register_primitive(Conv("conv2d_backprop_input"))
 conv2d_backprop_filter = register_primitive(Conv("conv2d_backprop_filter"))
 OPS_BY_ROLE = {"y": conv2d, "x": conv2d_backprop_input, "k": conv2d_backprop_filter}
+
+
+# --------------------------------------------------------------------------------------------
+# Loop nests
+# --------------------------------------------------------------------------------------------
+
+
+def _backprop_input(planner, d: Dims, ra: tuple, rb: tuple, ro: tuple, loc: tuple,
+                    pts: bool, k_pts: bool) -> None:
+    """``x``-shaped ``conv2d_backprop_input(y, k)`` (see :meth:`Conv.loop`); the filters are
+    first copied with ``c`` innermost (the columns of its products); ``pts``: over chunks of
+    points (``k_pts``: the filters too)."""
+    (an, ah, aw, ac), (on, oh, ow, oc) = ra.strides[pts:], ro.strides[pts:]
+    sh, sw = d.sh, d.sw
+    kshape = (d.kh, d.kw, d.o, d.c)
+    kt = (planner.temp(math.prod(kshape), k_pts),
+          planner.flat(planner.shape(kshape, k_pts)))
+    kacc = planner.access(kt, kshape, pts)
+    src = rb.strides[:k_pts] + tuple(rb.strides[pts:][i] for i in (0, 1, 3, 2))
+    planner.block(kshape, planner.copy_body(1, False), (planner.at(rb.buffer, rb.offset, src),),
+                  (planner.access(kt, kshape, k_pts),), batched=k_pts)
+    bn, bh, bc, bw = kacc.strides[pts:]
+    lead = ((planner.P, ra.strides[0], kacc.strides[0], ro.strides[0]),) if pts else ()
+    if (sh, sw) == (1, 1):
+        # x[n, h, w, c] = sum over (p, q, o) of y'[n, h + eh-1 - p*dh, w + ew-1 - q*dw, o]
+        # k[p, q, c, o], y' being y with eh-1 and ew-1 zero rows and columns around it
+        # (eh, ew: the span of a window)
+        eh, ew = d.span()
+        padded = (d.n, d.oh + 2 * (eh - 1), d.ow + 2 * (ew - 1), d.o)
+        ploc = (planner.temp(math.prod(padded), pts),
+                planner.flat(planner.shape(padded, pts)))
+        planner.fill(ploc, padded, 0.0, pts)
+        pacc = planner.access(ploc, padded, pts)
+        pn, ph, pw, po = pacc.strides[pts:]
+        at = (slice(None),) * (1 + pts)
+        inner = ploc[1][at + (slice(eh - 1, eh - 1 + d.oh), slice(ew - 1, ew - 1 + d.ow))]
+        planner.block(d.shape("y"), planner.copy_body(1, False), (ra,),
+                      (planner.access((ploc[0], inner), d.shape("y"), pts),), batched=pts)
+        start = planner.at(ploc[0], (eh - 1) * ph + (ew - 1) * pw, ())
+        if pts:
+            lead = ((planner.P, pacc.strides[0], kacc.strides[0], ro.strides[0]),)
+        tiled(planner, lead + ((d.n, pn, 0, on), (d.h, ph, 0, oh)), (d.w, pw, ow),
+              (d.c, bw, oc),
+              ((d.kh, -d.dh * ph, bn), (d.kw, -d.dw * pw, bh), (d.o, po, bc)),
+              (start, kacc, ro), points=pts)
+        return
+    for p, q in itertools.product(range(d.kh), range(d.kw)):
+        tap_b = kacc._replace(offset=kacc.offset + p * bn + q * bh)
+        tap_o = ro._replace(offset=ro.offset + p * d.dh * oh + q * d.dw * ow)
+        tiled(planner, lead + ((d.n, an, 0, on), (d.oh, ah, 0, sh * oh)),
+              (d.ow, aw, sw * ow), (d.c, bw, oc), ((d.o, ac, bc),),
+              (ra, tap_b, tap_o), points=pts)
+    fill_unreached(planner, loc, d)
+
+
+def fill_unreached(planner, loc: tuple, d: Dims) -> None:
+    """Zeros into the rows and columns of an input-shaped ``loc`` that no window of ``d``
+    covers (filled with -0.0 before its sums)."""
+    pts = planner.batched(loc)
+    at = (slice(None),) * (1 + pts)
+    inside = reached(d)
+    for y in np.flatnonzero(~inside.any(axis=1)):
+        planner.fill((loc[0], loc[1][at + (slice(y, y + 1),)]), (d.n, 1, d.w, d.c), 0.0, pts)
+    for x in np.flatnonzero(~inside.any(axis=0)):
+        planner.fill((loc[0], loc[1][at + (slice(None), slice(x, x + 1))]),
+                     (d.n, d.h, 1, d.c), 0.0, pts)

@@ -110,6 +110,21 @@ class Elementwise(Primitive):
     def _build_one(self) -> Callable:
         return G.compile_template(self.template, self.placeholders)
 
+    pointwise = True
+
+    def build_atom(self, *atoms):
+        """The template built on one atom per argument (constants fold as the graph's
+        builders fold them)."""
+        return self._build_one(*atoms)
+
+    def loop(self, planner, node):
+        """One loop over the node's shape, its body the template (the planner's elementwise
+        placement: fused arguments built in, arguments read with broadcast strides, boxes
+        where an argument is partly zeros); other kinds of arguments: unrolled."""
+        if all(a.dtype.kind in "fiub" for a in node.inputs):
+            return planner.elementwise(node)
+        return planner.unrolled(node)
+
     @functools.cached_property
     def _ufunc(self):
         n = len(self.placeholders)

@@ -30,7 +30,7 @@ import functools
 import numpy as np
 
 from symtape.base.errors import ShapeError
-from symtape.ops.conv import Dims, positive_pair, reached, windows
+from symtape.ops.conv import Dims, fill_unreached, positive_pair, reached, windows
 from symtape.core.primitive import (
     Aval, P, Primitive, Zero, fmt, irregular_anywhere, obj, register_primitive, spread, union,
 )
@@ -190,6 +190,60 @@ class Pooling(Primitive):
                                        + tuple(full.shape[2:])))
         out = self.bind(*merged, **params)
         return reshape.bind(out, shape=(nb,) + tuple(shape))
+
+    def loop(self, planner, node):
+        """One loop over the windows ``(n, i, j, c)``, the body reading every tap (the core
+        offsets of the accesses): the running maximum, or sum; the pick of the second
+        argument; or, for the gradients, the window's cotangent added at its taps (an
+        accumulation, windows in order, over an output of -0.0)."""
+        x = node.inputs[0]
+        pts = any(planner.batched(planner.loc[id(a)]) for a in node.inputs)
+        d = self.dims(x.shape, node.params)
+        taps = [(p, q) for p in range(d.kh) for q in range(d.kw)]
+        space = (d.n, d.oh, d.ow, d.c)
+        loc = planner.fresh(node, pts)
+
+        def windows_of(loc):  # an input-shaped location read window by window
+            acc = planner.access(loc, d.shape("x"), pts)
+            sn, sh_, sw_, sc = acc.strides[pts:]
+            return planner.at(acc.buffer, acc.offset,
+                          acc.strides[:pts] + (sn, d.sh * sh_, d.sw * sw_, sc),
+                          tuple(p * sh_ + q * sw_ for p, q in taps))
+
+        t = planner.stand_ins((len(taps),), "t")
+        if self.name == "sum_pool2d_grad":  # each window's g added at its taps
+            planner.fill(loc, node.shape, -0.0, pts)
+            acc, g = planner.stand_ins((len(taps),), "acc"), G.Leaf.new("g")
+            value = np.array([G.add(a, g) for a in acc], dtype=object)
+            body = planner.build_plan([value], [acc, np.asarray(g, dtype=object)])
+            out = windows_of(loc)
+            planner.block(space, body, (out, planner.access(planner.loc[id(x)], space, pts)),
+                          (out,), accumulate=True, batched=pts)
+            fill_unreached(planner, loc, d)
+            return loc
+        rx = windows_of(planner.loc[id(x)])
+        if self.name == self.forward:  # max_pool2d, sum_pool2d
+            value = chain(list(t))[-1] if self.name == "max_pool2d" else sum_atoms(list(t))
+            body = planner.build_plan([np.asarray(value, dtype=object)], [t])
+            planner.block(space, body, (rx,), (planner.access(loc, space, pts),), batched=pts)
+            return loc
+        other = planner.loc[id(node.inputs[1])]
+        if self.name == "max_pool2d_pick":
+            h = planner.stand_ins((len(taps),), "h")
+            body = planner.build_plan([np.asarray(pick_atom(list(t), list(h)), dtype=object)], [t, h])
+            planner.block(space, body, (rx, windows_of(other)),
+                          (planner.access(loc, space, pts),), batched=pts)
+            return loc
+        planner.fill(loc, node.shape, -0.0, pts)  # max_pool2d_grad
+        acc, g = planner.stand_ins((len(taps),), "acc"), G.Leaf.new("g")
+        value = np.array([G.add(a, s) for a, s in zip(acc, spread_atoms(list(t), g))],
+                         dtype=object)
+        body = planner.build_plan([value], [acc, t, np.asarray(g, dtype=object)])
+        out = windows_of(loc)
+        planner.block(space, body, (out, rx, planner.access(other, space, pts)), (out,),
+                      accumulate=True, batched=pts)
+        fill_unreached(planner, loc, d)
+        return loc
 
 
 class MaxPool(Pooling):

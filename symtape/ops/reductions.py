@@ -89,6 +89,57 @@ class Reduction(Primitive):
         self._numeric = numeric
         self._fold_plans: dict = {}
 
+    #: How loop nests accumulate it: ``(start, step(acc, x, n), value over no element)``
+    #: (``n``: the elements reduced into each), or None: no loop form (unrolled).
+    loop_form: tuple | None = None
+    #: The total over points its terms add to (``'sum'``, ``'max'``, ``'min'``), or None;
+    #: ``averages``: it is that total scaled by the count (a mean's sum).
+    total: str | None = None
+    averages = False
+
+    def loop(self, planner, node):
+        """The output filled with the start value, then one accumulating loop over the
+        argument's shape adding each element into its place, elements in order."""
+        if self.loop_form is None or not planner.numeric(node):
+            return planner.unrolled(node)
+        (x,) = node.inputs
+        xloc = planner.loc[id(x)]
+        batched = planner.batched(xloc)
+        axes = node.params["axis"]
+        start, step, empty = self.loop_form
+        n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
+        loc = planner.fresh(node, batched)
+        planner.fill(loc, node.shape, start if n else empty, batched)
+        if n == 0 or x.size == 0:
+            return loc
+        kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+        out_offsets = np.broadcast_to(loc[1].reshape(planner.shape(kept, batched)),
+                                      planner.shape(x.shape, batched))
+        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
+        out = planner.at(loc[0], 0, planner.affine(out_offsets)[1])
+        planner.accumulate(x.shape, step(acc, term, n), [acc, term],
+                           [out, planner.access(xloc, x.shape, batched)], out, batched)
+        return loc
+
+    def total_from_args(self, node, kind):
+        """A sum of sums, a maximum of maxima: the argument's terms accumulate directly."""
+        return node.dtype.kind == "f" and self.total == kind
+
+    def loop_total(self, planner, node, buf):
+        """The total over points accumulated from the argument's elements."""
+        (x,) = node.inputs
+        axes = node.params["axis"]
+        n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
+        kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
+        offsets = np.broadcast_to(planner.flat(node.shape).reshape(kept), x.shape)
+        aff = planner.affine(offsets)
+        out = planner.at(buf, aff[0], (0,) + aff[1])
+        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
+        if x.size:
+            planner.accumulate((planner.P,) + x.shape, self.loop_form[1](acc, term, n),
+                               [acc, term], [out, planner.access(planner.loc[id(x)], x.shape,
+                                                                 True)], out, count=0)
+
     def prepare(self, avals, params):
         (a,) = avals
         axes = normalize_axes(params.get("axis"), len(a.shape), self.name)
@@ -333,6 +384,14 @@ reduce_logsumexp = register_primitive(Reduction(
         exp.bind(subtract.bind(x, _expand_back(ans, x.shape, axis, keepdims)))), kinds="f"))
 for _r in (reduce_sum, reduce_mean, reduce_prod, reduce_max, reduce_min):
     _r.keeps_zeros = True
+reduce_sum.loop_form = (-0.0, lambda acc, x, n: G.add(acc, x), 0.0)
+reduce_mean.loop_form = (-0.0, lambda acc, x, n: G.add(acc, G.mul(x, G.number(1.0 / n))), np.nan)
+reduce_prod.loop_form = (1.0, lambda acc, x, n: G.mul(acc, x), 1.0)
+reduce_max.loop_form = (-np.inf, lambda acc, x, n: G.call(sp.Max, acc, x), -np.inf)
+reduce_min.loop_form = (np.inf, lambda acc, x, n: G.call(sp.Min, acc, x), np.inf)
+reduce_sum.total = reduce_mean.total = "sum"
+reduce_max.total, reduce_min.total = "max", "min"
+reduce_mean.averages = True
 reduce_euclidean_norm = register_primitive(Reduction(
     "reduce_euclidean_norm", _norm_combine,
     lambda x, a, k: np.sqrt(sequential(x * x, a, k)),

@@ -10,7 +10,7 @@ import numpy as np
 from symtape.base.errors import ShapeError
 from symtape.core.primitive import (
     Aval, Primitive, Zero, as_obj, fmt, kind_of, obj, register_primitive, aligned, axis_after_batch,
-    batch_size, spread,
+    batch_size, distinct_places, inverse_places, spread,
 )
 from symtape.base.lazy import LazyModule
 
@@ -72,6 +72,10 @@ class Cast(Primitive):
 
     def dependencies(self, deps, params, shape):
         return deps[0]
+
+    def loop(self, planner, node):
+        """No loop form: the element view, unrolled (up to the planner's limit)."""
+        return planner.unrolled(node)
 
 
 cast = register_primitive(Cast())
@@ -155,6 +159,18 @@ class Structural(Primitive):
             out = out | _picked(d, idx)
         return out
 
+    loop_view = True
+
+    def loop(self, planner, node):
+        """A view: the places of the arguments' elements (a copy where they are in several
+        buffers, or partly zeros that must be written)."""
+        return planner.structural(node)
+
+    def places(self, node):
+        if len(node.inputs) != 1:
+            return None
+        return self.index_maps([node.inputs[0].shape], node.params)[0]
+
     def vjp(self, g, ans, args, params, needed):
         maps = self.index_maps([a.shape for a in args], params)
         out = []
@@ -208,6 +224,15 @@ class GatherFlat(Primitive):
 
     def dependencies(self, deps, params, shape):
         return _picked(deps[0], params["idx"])
+
+    def loop(self, planner, node):
+        """A view of the argument at the places ``idx`` (a boolean one: unrolled)."""
+        if node.dtype.kind == "b":
+            return planner.unrolled(node)
+        return planner.structural(node, [node.params["idx"]])
+
+    def places(self, node):
+        return node.params["idx"]
 
 
 class ScatterAdd(Primitive):
@@ -283,6 +308,51 @@ class ScatterAdd(Primitive):
         keep = idx >= 0
         np.bitwise_or.at(out, idx[keep], deps[0].reshape(-1)[keep])
         return out.reshape(shape)
+
+    scatters = True
+
+    def places(self, node):
+        idx = node.params["idx"]
+        return inverse_places(idx, node.shape) if distinct_places(idx) else None
+
+    def loop(self, planner, node):
+        """To distinct places: a view of the argument (zeros elsewhere); adding several
+        elements into one place: one accumulating loop (:meth:`summed`), else unrolled."""
+        idx = node.params["idx"]
+        if distinct_places(idx):
+            return planner.structural(node, [inverse_places(idx, node.shape)])
+        loc = self.summed(planner, node) if planner.numeric(node) else None
+        return planner.unrolled(node) if loc is None else loc
+
+    @staticmethod
+    def summed(planner, node) -> tuple | None:
+        """A scatter that adds several elements into one place (the transpose of a
+        broadcast: a sum over the broadcast axes) as one accumulating loop over its
+        argument's shape, when its places are affine in that shape: zeros (eager values'
+        start), then ``out[idx[j]] += x[j]`` in order; None otherwise."""
+        (x,) = node.inputs
+        idx = node.params["idx"]
+        if (idx < 0).any():
+            return None
+        xloc = planner.loc[id(x)]
+        batched = planner.batched(xloc)
+        places = idx.reshape(x.shape)  # in a fresh buffer, element j is at place j
+        if batched:
+            step = np.arange(planner.P, dtype=np.int64).reshape((-1,) + (1,) * len(x.shape))
+            places = places[None] + step * node.size
+        aff = planner.affine(places)
+        if aff is None:
+            return None
+        loc = planner.fresh(node, batched)
+        planner.fill(loc, node.shape, 0.0, batched)
+        if x.size == 0:
+            return loc
+        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
+        out = planner.at(loc[0], aff[0], aff[1])
+        planner.accumulate(x.shape, G.add(acc, term), [acc, term],
+                           [out, planner.access(xloc, x.shape, batched)], out, batched)
+        return loc
+
 
 
 gather_flat = register_primitive(GatherFlat())

@@ -12,7 +12,6 @@ native code.
 
 from __future__ import annotations
 
-from symtape import keras, linalg, nn, optimizers, saved_model, scipy, testing
 from symtape.base import errors
 from symtape.ops import random
 from symtape import math as math
@@ -31,6 +30,7 @@ from symtape.derivatives.tape import GradientTape, UnconnectedGradients
 from symtape.core.variables import (
     Tensor, Variable, constant, convert_to_tensor, is_tensor, name_scope, symbol,
 )
+from symtape import keras, linalg, nn, optimizers, saved_model, scipy, testing
 
 float64 = "float64"
 float32 = "float32"

@@ -10,7 +10,7 @@ import functools
 
 from symtape import ops
 from symtape.base.errors import ShapeError
-from symtape.math import _entry
+from symtape.math import table_entry
 from symtape.math import einsum, eye, global_norm, matmul, norm, tensordot  # also under tf.linalg
 from symtape.core.variables import convert_to_tensor
 
@@ -20,7 +20,7 @@ __all__ = ["det", "inv", "solve", "trace", "matrix_transpose", "matmul", "norm",
 
 #: ``name -> composite`` of this module (the op-table test asks for a row per entry).
 COMPOSITES: dict = {}
-_composite = functools.partial(_entry, COMPOSITES)
+_composite = functools.partial(table_entry, COMPOSITES)
 
 
 @_composite("trace")

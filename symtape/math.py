@@ -47,8 +47,16 @@ COMPOSITES: dict = {}
 CREATION: dict = {}
 
 
-def _entry(table: dict, name: str):
-    """Decorator registering a function under ``name`` in ``table``."""
+def table_entry(table: dict, name: str):
+    """Decorator registering a function under ``name`` in ``table``.
+
+    >>> table = {}
+    >>> @table_entry(table, "twice")
+    ... def _twice(x):
+    ...     return 2 * x
+    >>> table["twice"](3)
+    6
+    """
     def deco(fn):
         table[name] = fn
         return fn
@@ -56,8 +64,8 @@ def _entry(table: dict, name: str):
     return deco
 
 
-_composite = functools.partial(_entry, COMPOSITES)
-_creation = functools.partial(_entry, CREATION)
+_composite = functools.partial(table_entry, COMPOSITES)
+_creation = functools.partial(table_entry, CREATION)
 
 
 @_composite("reduce_variance")

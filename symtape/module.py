@@ -17,17 +17,17 @@ from symtape.base import nest
 from symtape.base.errors import InvalidArgumentError
 from symtape.core.variables import Variable, name_scope
 
-__all__ = ["Module"]
+__all__ = ["Module", "snake_case"]
 
 #: Attributes a module's walk skips (TensorFlow's bookkeeping names).
 _IGNORED = frozenset(("_self_unconditional_checkpoint_dependencies",
                       "_self_unconditional_dependency_names"))
 
 
-def _snake(name: str) -> str:
+def snake_case(name: str) -> str:
     """``CamelCase`` to ``camel_case``, as TensorFlow names modules.
 
-    >>> _snake("MyDenseLayer"), _snake("MLP")
+    >>> snake_case("MyDenseLayer"), snake_case("MLP")
     ('my_dense_layer', 'mlp')
     """
     out = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
@@ -61,7 +61,7 @@ class Module:
 
     def __init__(self, name: str | None = None) -> None:
         if name is None:
-            name = _snake(type(self).__name__)
+            name = snake_case(type(self).__name__)
         elif not isinstance(name, str) or not name.isidentifier():
             raise InvalidArgumentError(f"st.Module: {name!r} is not a valid module name (a "
                                        "Python identifier)")

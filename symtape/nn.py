@@ -8,13 +8,11 @@ import math as _pymath
 
 import numpy as np
 
+from symtape import Tensor, constant, ops, random
 from symtape import math as M
-from symtape import ops
-from symtape.ops import random
 from symtape.base.errors import InvalidArgumentError, ShapeError
-from symtape.math import _entry
+from symtape.math import table_entry
 from symtape.math import sigmoid, softplus, tanh  # TensorFlow exposes these under tf.nn too
-from symtape.core.variables import Tensor, constant
 
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax",
            "sigmoid_cross_entropy_with_logits", "softmax_cross_entropy_with_logits", "l2_loss",
@@ -24,7 +22,7 @@ __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax
 
 #: ``name -> composite`` of this module (the op-table test asks for a row per entry).
 COMPOSITES: dict = {}
-_composite = functools.partial(_entry, COMPOSITES)
+_composite = functools.partial(table_entry, COMPOSITES)
 
 
 @_composite("leaky_relu")

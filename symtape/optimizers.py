@@ -7,9 +7,9 @@ from collections.abc import Iterable
 
 import numpy as np
 
+from symtape import Tensor, Variable, constant
 from symtape.base.errors import InvalidArgumentError
 from symtape.math import sqrt
-from symtape.core.variables import Tensor, Variable, constant
 
 __all__ = ["SGD", "Adam", "RMSprop"]
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from symtape.ops import random
+from symtape import random
 from symtape.base.errors import InvalidArgumentError
 
 __all__ = ["get"]

@@ -9,12 +9,10 @@ import itertools
 
 import numpy as np
 
+from symtape import Tensor, Variable, constant, nn
 from symtape import math as M
-from symtape import nn
-from symtape.base import recording
 from symtape.base.errors import InvalidArgumentError, ShapeError
-from symtape.module import Module, _snake
-from symtape.core.variables import Tensor, Variable, constant
+from symtape.module import Module, snake_case
 from symtape.keras import activations, initializers
 
 __all__ = ["Layer", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D",
@@ -50,7 +48,7 @@ class Layer(Module):
         if kwargs:
             raise TypeError(f"st.keras.layers.{type(self).__name__}: unknown arguments "
                             f"{', '.join(sorted(kwargs))}")
-        super().__init__(name=name or _unique(_snake(type(self).__name__)))
+        super().__init__(name=name or _unique(snake_case(type(self).__name__)))
         self._weights: list = []  # made by add_weight, in order
         self.trainable = bool(trainable)
         self.built = False
@@ -70,13 +68,18 @@ class Layer(Module):
                    trainable: bool = True) -> Variable:
         """A variable of ``shape`` drawn from ``initializer`` (a name or ``shape -> array``)."""
         shape = tuple(int(n) for n in shape)
-        with recording.init_scope():  # (built inside st.function: drawn once, as eagerly)
+
+        def draw() -> np.ndarray:
             value = np.asarray(initializers.get(initializer)(shape), dtype=self.dtype)
-        if value.shape != shape:
-            raise ShapeError(f"{self.name}: initializer of {name} gave shape {value.shape}, "
-                             f"not {shape}")
+            if value.shape != shape:
+                raise ShapeError(f"{self.name}: initializer of {name} gave shape "
+                                 f"{value.shape}, not {shape}")
+            return value
+
         with self.name_scope:
-            var = Variable(value, trainable=trainable, name=name)
+            # (a callable initial value is drawn outside a trace in progress: built inside
+            # st.function, the weights are drawn once, as eagerly)
+            var = Variable(draw, trainable=trainable, name=name)
         self._weights.append(var)
         return var
 

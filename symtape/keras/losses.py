@@ -16,10 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from symtape import Tensor, constant, nn
 from symtape import math as M
-from symtape import nn
 from symtape.base.errors import InvalidArgumentError, ShapeError, UnboundLeafError
-from symtape.core.variables import Tensor, constant
 
 __all__ = ["categorical_crossentropy", "sparse_categorical_crossentropy",
            "mean_squared_error", "binary_crossentropy", "CategoricalCrossentropy",

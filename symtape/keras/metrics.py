@@ -14,10 +14,11 @@ mean so far, ``reset_state`` starts again. Their state is two non-trainable vari
 
 from __future__ import annotations
 
+from symtape import Tensor, Variable, constant
 from symtape import math as M
 from symtape.base.errors import InvalidArgumentError
-from symtape.core.variables import Tensor, Variable, constant
 from symtape.keras import losses
+from symtape.module import snake_case
 
 __all__ = ["Metric", "Mean", "MeanMetricWrapper", "Accuracy", "CategoricalAccuracy",
            "SparseCategoricalAccuracy", "BinaryAccuracy", "MeanSquaredError",
@@ -81,7 +82,7 @@ class Metric:
     """A running mean: ``total`` and ``count`` variables (non-trainable, float64)."""
 
     def __init__(self, name: str | None = None) -> None:
-        self.name = name or _snake(type(self).__name__)
+        self.name = name or snake_case(type(self).__name__)
         self.total = Variable(0.0, name=f"{self.name}/total", trainable=False)
         self.count = Variable(0.0, name=f"{self.name}/count", trainable=False)
 
@@ -177,12 +178,6 @@ class BinaryAccuracy(_wrapper(binary_accuracy, "binary_accuracy")):
 
 class MeanSquaredError(_wrapper(losses.mean_squared_error, "mean_squared_error")):
     """The mean of the squared errors."""
-
-
-def _snake(name: str) -> str:
-    from symtape.module import _snake as snake
-
-    return snake(name)
 
 
 _BY_NAME = {

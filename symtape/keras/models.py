@@ -9,16 +9,12 @@ import time
 
 import numpy as np
 
+from symtape import GradientTape, Tensor, TensorSpec, function, random
 from symtape import math as M
-from symtape.ops import random
-from symtape.codegen.runtime import TensorSpec
 from symtape.base.errors import InvalidArgumentError, ShapeError
-from symtape.compile.function import function
-from symtape.derivatives.tape import GradientTape
-from symtape.core.variables import Tensor
 from symtape.keras import losses, metrics, optimizers
 from symtape.keras.layers import Layer
-from symtape.keras.metrics import get as _metric  # (compile's argument ``metrics`` hides the module)
+from symtape.keras.metrics import get as _metric  # (compile's argument metrics hides the module)
 
 __all__ = ["Model", "Sequential", "History"]
 

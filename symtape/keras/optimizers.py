@@ -4,9 +4,8 @@ the arguments of Keras 2 that tutorials still pass: ``lr`` for ``learning_rate``
 
 from __future__ import annotations
 
-from symtape import optimizers
+from symtape import Variable, optimizers
 from symtape.base.errors import InvalidArgumentError
-from symtape.core.variables import Variable
 
 __all__ = ["SGD", "Adam", "RMSprop", "get"]
 

@@ -28,13 +28,15 @@ from symtape import ops
 from symtape.base import nest
 from symtape.base import recording
 from symtape.codegen.cache import atomic_write
-from symtape.derivatives.custom import _Rule, call_with_rule
+from symtape.derivatives.custom import CustomRule, call_with_rule
 from symtape.base.errors import (
     InvalidArgumentError, NonDifferentiableError, SerializationError, SymtapeError,
 )
 from symtape.compile.function import Function, TensorSpec
 from symtape.io import documents, expressions, files, strict_json, values
-from symtape.core.variables import Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol
+from symtape.core.variables import (
+    Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol,
+)
 from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
@@ -102,7 +104,7 @@ class _Capture:
     def add(self, entry) -> None:
         ins = [self.ref(t) for t in entry.inputs]
         prim = entry.prim
-        if isinstance(prim, _Rule):
+        if isinstance(prim, CustomRule):
             spec = _rule_record(prim, entry, self.variables, self.keep_rules)
         elif ops.OPS.get(prim.name) is prim:
             spec = {"kind": "op", "name": prim.name,
@@ -189,7 +191,7 @@ def _no_trace():
     yield None
 
 
-def _rule_record(rule: _Rule, entry, variables: dict, keep_rules: bool) -> dict:
+def _rule_record(rule: CustomRule, entry, variables: dict, keep_rules: bool) -> dict:
     """Forward and gradient programs of one call of a function with a user rule."""
     n = rule.n_inputs
     if rule.forward is None:

@@ -159,7 +159,6 @@ def _module_aliases(tree: ast.Module) -> dict[str, str]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason='core, compile and surface modules still share private names')
 def test_no_private_name_crosses_a_module():
     """Neither ``from m import _x`` nor ``m._x``: what a module shares is public."""
     bad = [f"{mod}:{line} imports {t}.{n}" for mod in MODULES

@@ -29,7 +29,7 @@ __all__ = ["stop_gradient", "custom_gradient", "register_gradient", "define_func
 stop_gradient = ops.stop_gradient.bind
 
 
-class _Rule:
+class CustomRule:
     """The primitive-like object recorded for one call of a function with a user rule.
 
     It keeps what made it (``forward``, ``make_caller``, the number of tensor inputs), so a
@@ -133,7 +133,7 @@ def call_with_rule(name: str, head: type, forward: Callable, args: tuple,
     reads = [v.read() for v in variables]
     outs = _alias_outputs(head, flat_y, inputs + reads)
     caller = make_caller(len(inputs), variables)
-    rule = _Rule(name, caller, forward, make_caller, len(inputs))
+    rule = CustomRule(name, caller, forward, make_caller, len(inputs))
     recording.record(rule, {}, inputs + reads, outs)
     return y, outs
 

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_CONSTANT_NODES",
     "MAX_CONSTANT_HEIGHT",
     "MAX_CONSTANT_PRECISION",
+    "MAX_POLYGAMMA_ORDER",
     "ENCLOSURE_RULES",
     "DECIDED_HEADS",
     "bound_tree",
@@ -381,6 +382,50 @@ def _positive(name: str, f: Callable, lo) -> Callable:
     return rule
 
 
+# loggamma falls on (0, X0] and rises on [X0, oo) (X0 the zero of digamma, bracketed here),
+# to a least value of about -0.12148629053584961 (_LOGGAMMA_MIN is just below it).
+_X0 = (1.4616321449683622, 1.4616321449683624)
+_LOGGAMMA_MIN = -0.1214862905358497
+# Highest order of polygamma bounded on constants (higher orders have no use in a saved
+# formula, and mpmath's cost grows with the order).
+MAX_POLYGAMMA_ORDER = 128
+
+
+def _widened(iv, lo, hi, floor=0):
+    """``[lo, hi]`` from mpmath values at the endpoints, widened by a few ulps relative to
+    each and by ``floor`` (where a value near a zero is only accurate absolutely)."""
+    mp = _mp()
+    slack = [abs(v) * mp.ldexp(1, 8 - _ENCLOSURE_PREC) + floor for v in (lo, hi)]
+    return iv.mpf([lo - slack[0], hi + slack[1]])
+
+
+def _rule_loggamma(iv, x):
+    # (mpmath's interval loggamma is not used: it gives +inf for tiny arguments)
+    a, b = _lo(x), _hi(x)
+    if a <= 0:
+        raise _not_real("loggamma of an argument that may be 0 or less")
+    mp = _mp()
+    ends = (mp.loggamma(a), mp.loggamma(b))
+    lo, hi = ((ends[1], ends[0]) if b <= _X0[0] else ends if a >= _X0[1] else
+              (mp.mpf(_LOGGAMMA_MIN), max(ends)))
+    return _widened(iv, lo, hi, mp.ldexp(1, -_ENCLOSURE_PREC))  # (it is 0 at 1 and 2)
+
+
+def _rule_polygamma(iv, n, x):
+    k = _lo(n)
+    if not (k == _hi(n) and _mp().isint(k) and 0 <= k <= MAX_POLYGAMMA_ORDER):
+        raise _Refused(f"applies polygamma to an order that may not be an integer from 0 to "
+                       f"{MAX_POLYGAMMA_ORDER}")
+    if _lo(x) <= 0:
+        raise _Refused("has no bound: polygamma of an argument that may be 0 or less (its "
+                       "poles are there)")
+    # psi^(k) is monotone on (0, oo): rising for even k, falling for odd k; digamma (k = 0)
+    # has a zero, near which its value is accurate only absolutely
+    mp, k = _mp(), int(k)
+    ends = sorted((mp.psi(k, _lo(x)), mp.psi(k, _hi(x))))
+    return _widened(iv, ends[0], ends[1], mp.ldexp(1, -_ENCLOSURE_PREC) if k == 0 else 0)
+
+
 ENCLOSURE_RULES: dict[str, Callable] = {
     "Add": _sum,
     "Mul": _product,
@@ -404,6 +449,8 @@ ENCLOSURE_RULES: dict[str, Callable] = {
     "acosh": _monotone("acosh", True, (1, None)),
     "atanh": _monotone("atanh", True, (-1, 1), open_=True),
     "erf": _monotone("erf"),
+    "loggamma": _rule_loggamma,
+    "polygamma": _rule_polygamma,
     "atan2": lambda iv, y, x: iv.mpf([-4, 4]),
     "Abs": _rule_abs,
     "sign": _rule_sign,

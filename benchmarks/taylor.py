@@ -13,7 +13,7 @@ is one reverse sweep; orders 2 and up are Taylor mode. Targets (k = 10): trace +
 x[-1]**2)`` in n = 2..5 inputs, by interpolating the Taylor series along C(n + k - 1, k)
 directions (Griewank, Utke and Walther) and by k nested batched sweeps: trace + compile
 time, evaluation per point over 2,000 points, and the largest difference of the two
-(relative). ``st.derivative`` picks between them by ``transforms._mixed_worth``.
+(relative). ``st.derivative`` picks between them by ``strategy.mixed_worth``.
 
     python benchmarks/taylor.py --mixed
 """
@@ -77,20 +77,21 @@ def _once(fn, points) -> float:
 def mixed() -> None:
     function = importlib.import_module("symtape.compile.transforms")
     placeholders = importlib.import_module("symtape.compile.function").placeholders
+    strategy = importlib.import_module("symtape.compile.strategy")
     print(f"{'n':>2} {'k':>2} {'dirs':>5} {'interpolated: setup':>20} {'eval':>9} "
           f"{'nested: setup':>14} {'eval':>9} {'rel. diff':>10} picked")
     for n, k in MIXED_CASES:
         spec = [st.TensorSpec((n,))]
         xs = placeholders(g, spec)
         a = _timed(lambda: function._taylor_derivative(g, xs, 0, k, "st.derivative", {}), n)
-        saved = function.MIXED_MIN_ORDER
-        function.MIXED_MIN_ORDER = k + 1  # nested sweeps
+        saved = strategy.MIXED_MIN_ORDER
+        strategy.MIXED_MIN_ORDER = k + 1  # nested sweeps
         try:
             b = _timed(lambda: st.derivative(g, order=k, input_signature=spec), n)
         finally:
-            function.MIXED_MIN_ORDER = saved
+            strategy.MIXED_MIN_ORDER = saved
         diff = np.max(np.abs(a[2] - b[2])) / np.max(np.abs(b[2]))
-        picked = "interpolated" if function._mixed_worth(n, k) else "nested"
+        picked = "interpolated" if strategy.mixed_worth(n, k) else "nested"
         print(f"{n:>2} {k:>2} {math.comb(n + k - 1, k):>5} {a[0]:>18.3f} s {a[1]:>6.0f} ns "
               f"{b[0]:>12.3f} s {b[1]:>6.0f} ns {diff:>10.1e} {picked}")
 

@@ -16,6 +16,7 @@ import sympy as sp
 import symtape as st
 from symtape.element import graph as G
 from symtape.derivatives import taylor as taylor
+from symtape.compile import strategy
 from test_ops import ROWS, _sample
 
 X = sp.Symbol("x", real=True)
@@ -268,5 +269,5 @@ def test_mixed_partials_of_vector_outputs_and_fallbacks():
     assert got[0, 0, 0, 0] == pytest.approx(math.sin(x0[0]) * x0[1], rel=1e-13)
     assert got[0, 0, 0, 1] == pytest.approx(-math.cos(x0[0]), rel=1e-13)
     assert got[1, 1, 0, 0] == 0.0
-    assert not function_module._mixed_worth(2, 3) and function_module._mixed_worth(2, 4)
-    assert not function_module._mixed_worth(6, 4) and function_module._mixed_worth(4, 5)
+    assert not strategy.mixed_worth(2, 3) and strategy.mixed_worth(2, 4)
+    assert not strategy.mixed_worth(6, 4) and strategy.mixed_worth(4, 5)

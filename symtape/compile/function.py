@@ -25,9 +25,10 @@ from symtape.compile import batching
 from symtape.base import nest
 from symtape.base import recording
 from symtape.compile import planner as loopnest
+from symtape.compile import strategy
 from symtape.core import node as N
 from symtape.codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
-from symtape.base.errors import InvalidArgumentError, LoweringError, ShapeError, UnboundLeafError
+from symtape.base.errors import InvalidArgumentError, ShapeError, UnboundLeafError
 from symtape.core.tensor import adopt, constant
 from symtape.ops.random import Draw
 from symtape.core.variables import Tensor, symbol
@@ -36,7 +37,7 @@ from symtape.base.lazy import LazyModule
 G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["compile", "function", "Function", "TensorSpec", "SparseResult", "SparseFunction",
-           "RetracingWarning", "placeholders", "traced_code", "signature_specs",
+           "RetracingWarning", "compile_with", "placeholders", "traced_code", "signature_specs",
            "common_dtype", "input_atoms", "fn_name", "compile_options"]
 
 
@@ -79,11 +80,15 @@ def _output_structure(outputs, flat: list):
 
 
 def compile(outputs, inputs, *, dtype: str = "float64", fastmath: bool = False,  # noqa: A001
-            sparse: bool = False, threads: int | None = None, name: str | None = None):
+            sparse: bool = False, threads: int | None = None, name: str | None = None,
+            explain: bool = False):
     """A native function computing ``outputs`` from ``inputs`` (leaves), vectorised over
     leading batch dimensions; leaves that are not inputs are folded in at their current value.
 
     ``sparse=True`` computes only the structurally non-zero elements (see :class:`SparseResult`).
+    The result's ``strategies`` say which path compiled it (:mod:`symtape.compile.strategy`:
+    ``element-kernel``, ``point-loop``, ``sparse-elements``) and why; ``explain=True`` prints
+    each as it is chosen.
 
     >>> import symtape as st
     >>> x = st.symbol("x", shape=(2,))
@@ -93,28 +98,37 @@ def compile(outputs, inputs, *, dtype: str = "float64", fastmath: bool = False, 
     >>> f(np.array([[1.0, 2.0], [3.0, 4.0]]))
     array([[ 3., 12.],
            [27., 48.]])
+    >>> s = st.compile(st.sin(x), [x], name="s", explain=True)  # doctest: +ELLIPSIS
+    s: element-kernel: about ... atoms <= POINT_LOOP_MIN_ATOMS=...
+    >>> [p.name for p in s.strategies]
+    ['element-kernel']
     """
+    return compile_with(strategy.StrategyLog(explain), outputs, inputs, dtype=dtype,
+                        fastmath=fastmath, sparse=sparse, threads=threads, name=name)
+
+
+def compile_with(log: strategy.StrategyLog, outputs, inputs, *, dtype: str = "float64",
+                 fastmath: bool = False, sparse: bool = False, threads: int | None = None,
+                 name: str | None = None):
+    """:func:`compile`, recording each path it takes in ``log`` (the result's
+    ``strategies`` are ``log.taken``)."""
     in_atoms, in_names = input_atoms(inputs)
     opts = dict(dtype=dtype, fastmath=fastmath, threads=threads, name=name)
     flat = _output_tensors(outputs)
     structure, out_names = _output_structure(outputs, flat), [t._name for t in flat]
-    if not sparse:
-        looped = _loop_compiled(flat, nest.flatten(inputs), dict(
-            input_names=in_names, output_names=out_names, structure=structure, **opts),
-            POINT_CHUNK)
-        if looped is not None:
-            return looped
-    out_atoms = [t._atoms for t in flat]
     if sparse:
-        return SparseFunction.of_atoms(out_atoms, in_atoms, in_names, out_names, structure,
-                                       opts)
-    return compile_atoms(out_atoms, in_atoms, input_names=in_names, output_names=out_names,
-                         structure=structure, **opts)
-
-
-#: Functions of one point compiled as loop nests run this many points through each loop at
-#: once (a matrix product of each point's row vector becomes one over the chunk).
-POINT_CHUNK = 64
+        log.add(strategy.sparse_elements(), name)
+        compiled = SparseFunction.of_atoms([t._atoms for t in flat], in_atoms, in_names,
+                                           out_names, structure, opts)
+    else:
+        compiled = _loop_compiled(flat, nest.flatten(inputs), dict(
+            input_names=in_names, output_names=out_names, structure=structure, **opts), log,
+            points=True)
+        if compiled is None:  # (the element view is built only now)
+            compiled = compile_atoms([t._atoms for t in flat], in_atoms, input_names=in_names,
+                                     output_names=out_names, structure=structure, **opts)
+    compiled.strategies = log.taken
+    return compiled
 
 
 class SparseResult(NamedTuple):
@@ -181,6 +195,7 @@ class SparseFunction:
 
     def __init__(self, compiled, patterns: list, structure, rows: list | None = None) -> None:
         self.compiled = compiled
+        self.strategies: list = []  # the paths that compiled it (see st.compile)
         self._patterns = patterns
         self._structure = structure
         self._rows = rows if rows is not None else [None] * len(patterns)
@@ -272,7 +287,8 @@ def is_zero(atom) -> bool:
 
 
 def signature_specs(signature, what: str, unknown: bool = False) -> list[TensorSpec]:
-    """TensorSpecs of a signature (TensorSpecs or shape tuples); ``unknown`` allows ``TensorSpec(None)`` (any shape)."""
+    """TensorSpecs of a signature (TensorSpecs or shape tuples); ``unknown`` allows
+    ``TensorSpec(None)`` (any shape)."""
     out = []
     for i, s in enumerate(signature):
         if isinstance(s, TensorSpec):
@@ -332,9 +348,9 @@ def fn_name(fn) -> str:
 
 
 def compile_options(fastmath: bool, threads, name, what: str) -> dict:
-    """A transform's or ``st.function``'s compile options; ``name``: the compiled function's name (its C
-    function's in ``c_source``/:func:`export_c`; default: the function's name and the
-    transform's, ``f_jacobian``).
+    """A transform's or ``st.function``'s compile options; ``name``: the compiled
+    function's name (its C function's in ``c_source``/``st.export_c``; default: the
+    function's name and the transform's, ``f_jacobian``).
 
     >>> compile_options(False, None, "dfdx", "st.jacobian")["name"]
     'dfdx'
@@ -399,10 +415,13 @@ class Function:
     >>> f = st.function(lambda x: st.reduce_sum(x ** 2))
     >>> float(f(np.array([1.0, 2.0]))), f.traced_signatures
     (5.0, [((2,),)])
+    >>> f.strategies  # doctest: +ELLIPSIS
+    [Strategy(name='element-kernel', reason='about ... atoms <= LOOP_MIN_ATOMS=...', points=0)]
     """
 
     def __init__(self, fn: Callable, input_signature=None, dtype: str | None = None,
-                 fastmath: bool = False, threads: int | None = None) -> None:
+                 fastmath: bool = False, threads: int | None = None,
+                 explain: bool = False) -> None:
         self.python_function = fn
         self.input_signature = None if input_signature is None else signature_specs(
             input_signature, "st.function", unknown=True)
@@ -414,6 +433,7 @@ class Function:
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._held: dict = {}  # id -> object, for Python values keyed by identity
         self._count = 0  # traces so far
+        self._log = strategy.StrategyLog(explain)  # the paths its traces took
         # a call that assigns variables reads their values, runs and writes them back while
         # holding _assigning, so calls from several threads never lose an update; pure calls
         # run in parallel (the native code releases the GIL). _tracing: one trace at a time.
@@ -429,7 +449,7 @@ class Function:
         bound = self._bound.get(obj)
         if bound is None:
             bound = Function(functools.partial(self.python_function, obj), self.input_signature,
-                             self._dtype, **self._opts)
+                             self._dtype, **self._opts, explain=self._log.explain)
             bound.__name__ = self.__name__
             self._bound[obj] = bound
         return bound
@@ -441,6 +461,13 @@ class Function:
             return None
         (traced,) = self._traces.values()
         return traced.compiled
+
+    @property
+    def strategies(self) -> list[strategy.Strategy]:
+        """The paths its traces took so far, in order (:mod:`symtape.compile.strategy`): per
+        trace, element view or loop nests; for a None batch, whether one trace serves every
+        size (``batch-split``, then its passes') or each size is traced."""
+        return list(self._log.taken)
 
     @property
     def traced_signatures(self) -> list[tuple]:
@@ -485,11 +512,14 @@ class Function:
                 "give input_signature with a None batch dimension", RetracingWarning,
                 stacklevel=3)
         xs, flat, assigned, read, structure = self._record(specs, python)
+        start = len(self._log.taken)
         outputs = flat + [t for _, t in assigned]
         inputs = xs + read
         compiled = _compile_tensors(outputs, inputs, dict(
             input_names=[t._name for t in inputs], structure=tuple(range(len(outputs))),
-            dtype=self._dtype or common_dtype(specs), name=self.__name__, **self._opts))
+            dtype=self._dtype or common_dtype(specs), name=self.__name__, **self._opts),
+            self._log)
+        compiled.strategies = self._log.taken[start:]
         return _Traced(compiled, read, [v for v, _ in assigned], structure, len(flat))
 
     def _polymorphic(self) -> _SplitTraced | None:
@@ -515,8 +545,19 @@ class Function:
             drawn = any(isinstance(v, Draw) for t in traces for v in t[3])
             parts = None if drawn else batching.split(  # (draws: traced per size)
                 traces, flags, self._dtype or common_dtype(sig))
-            return self._split_compiled(parts, traces[1]) if parts else False
-        except Exception:  # noqa: BLE001 - a size-specific failure: traced per size
+            if not parts:
+                self._log.add(strategy.per_size_traces(
+                    "it draws random numbers" if drawn else "its traces at batch sizes "
+                    f"{', '.join(map(str, batching.SIZES))} are not one program over the "
+                    "examples"), self.__name__)
+                return False
+            self._log.add(strategy.batch_split(len(parts.passes), parts.post is not None),
+                          self.__name__)
+            return self._split_compiled(parts, traces[1])
+        except Exception as e:  # noqa: BLE001 - a size-specific failure: traced per size
+            self._log.add(strategy.per_size_traces(
+                f"splitting it over the examples failed ({type(e).__name__}: {e})"),
+                self.__name__)
             return False
 
     def _split_compiled(self, parts: batching.Split, large: tuple) -> _SplitTraced | bool:
@@ -533,19 +574,23 @@ class Function:
                         structure=tuple(range(len(prog.outputs))), name=self.__name__ + what,
                         **self._opts)
             if prog is parts.post:
-                fn = _compile_tensors(prog.outputs, prog.inputs, opts)
+                fn = _compile_tensors(prog.outputs, prog.inputs, opts, self._log)
             elif not any(prog.totals):
-                fn = _compile_tensors(prog.outputs, prog.inputs, opts, POINT_CHUNK,
+                fn = _compile_tensors(prog.outputs, prog.inputs, opts, self._log, True,
                                       prog.shared)
             else:
                 nodes = [t._node for t in prog.outputs]
+                path = strategy.summing_pass(nodes, prog.totals)
                 try:
                     plan = loopnest.plan_loops(
-                        nodes, [t._node for t in prog.inputs], points=loopnest.point_chunk(
-                            nodes, POINT_CHUNK, prog.totals), shared=prog.shared,
-                        totals=prog.totals)
-                except loopnest.Unplannable:
+                        nodes, [t._node for t in prog.inputs], points=path.points,
+                        shared=prog.shared, totals=prog.totals)
+                except loopnest.Unplannable as e:
+                    self._log.add(strategy.per_size_traces(
+                        f"pass {k + 1} accumulates over the examples and has no loop form "
+                        f"({e})"), opts["name"])
                     return False
+                self._log.add(path, opts["name"])
                 fn = compile_plan(plan, **opts)
             steps.append(_Step(fn, prog.sources, prog.targets, prog.totals, prog.per_point))
         return _SplitTraced(steps, read, [v for v, _ in assigned], structure, len(flat))
@@ -764,54 +809,49 @@ def _batch_arguments(sig) -> list[bool] | None:
     return flags if any(flags) else None
 
 
-def _compile_tensors(outputs: list, inputs: list, opts: dict, points: int = 0,
-                     shared: Sequence[bool] = ()) -> CompiledFunction:
+def _compile_tensors(outputs: list, inputs: list, opts: dict, log: strategy.StrategyLog,
+                     points: bool = False, shared: Sequence[bool] = ()) -> CompiledFunction:
     """Native code of traced tensors: loop nests over the tensor nodes when the element view
-    would be large (:mod:`symtape.compile.planner`; ``points``, ``shared``: a function of one
-    point run over chunks of points, some inputs the same for all), else the element view
-    straight-line."""
-    looped = _loop_compiled(outputs, inputs, opts, points, shared)
+    would be large (:func:`strategy.kernel`; ``points``, ``shared``: a function of one point
+    run over chunks of points, some inputs the same for all), else the element view
+    straight-line; the path taken recorded in ``log``."""
+    looped = _loop_compiled(outputs, inputs, opts, log, points, shared)
     if looped is not None:
         return looped
     return compile_atoms([t._atoms for t in outputs], [t._atoms for t in inputs], **opts)
 
 
-def _loop_compiled(outputs: list, inputs: list, opts: dict, points: int = 0,
-                   shared: Sequence[bool] = ()):
-    """The loop-planned function of these tensors (``points``: in chunks of that many
-    points, ``shared`` inputs the same for all of them), or None when the element view is
-    small or some node has no loop form."""
+def _loop_compiled(outputs: list, inputs: list, opts: dict, log: strategy.StrategyLog,
+                   points: bool = False, shared: Sequence[bool] = ()):
+    """The loop-planned function of these tensors (``points``: in chunks of points,
+    ``shared`` inputs the same for all of them), or None when the element view is small or
+    some node has no loop form (the path recorded in ``log``)."""
     nodes = [t._node for t in outputs]
-    limit = loopnest.LOOP_MIN_ATOMS if points == 0 else min(loopnest.LOOP_MIN_ATOMS,
-                                                            loopnest.POINT_LOOP_MIN_ATOMS)
-    if not loopnest.worth_looping(nodes, limit, points=bool(points)):
+    path = strategy.kernel(nodes, points)
+    if not path.loops:
+        log.add(path, opts.get("name"))
         return None
     threads = opts.get("threads")
-    points = loopnest.point_chunk(nodes, points) if points else 0
     try:
         plan = loopnest.plan_loops(nodes, [t._node for t in inputs],
                                    threads=os.cpu_count() or 1 if threads is None else threads,
-                                   points=points, shared=shared)
+                                   points=path.points, shared=shared)
     except loopnest.Unplannable as e:
-        atoms = loopnest.element_estimate(nodes)
-        if atoms > loopnest.LOOP_ALWAYS_ATOMS:  # building it would take minutes and gigabytes
-            raise LoweringError(
-                f"{opts.get('name') or 'the function'}: a tensor op has no loop form ({e}) "
-                f"and the element view would have about {atoms:,} atoms (more than "
-                f"{loopnest.LOOP_ALWAYS_ATOMS:,}): too large to compile element by "
-                "element. Compile smaller pieces, or use eager evaluation") from None
+        log.add(strategy.unplannable(nodes, e, opts.get("name")), opts.get("name"))
         return None
+    log.add(path, opts.get("name"))
     return compile_plan(plan, **opts).with_element_view(
         lambda: ([t._atoms for t in outputs], [t._atoms for t in inputs]))
 
 
 def function(fn: Callable | None = None, *, input_signature=None, dtype: str | None = None,
              fastmath: bool = False, threads: int | None = None, name: str | None = None,
-             **ignored):
+             explain: bool = False, **ignored):
     """Decorator like ``tf.function``: trace ``fn`` once per input shape signature, compile
     it with llvmlite, run native code on later calls. ``threads``: ``None`` runs large batches
     and the large loops of large tensors (:mod:`symtape.compile.planner`) on all cores, ``1`` on
-    one, ``k`` on at most ``k``.
+    one, ``k`` on at most ``k``. ``explain=True`` prints which path each trace takes and why
+    as it is chosen (:mod:`symtape.compile.strategy`); ``.strategies`` lists them.
 
     >>> import symtape as st
     >>> w = st.Variable(1.0, name="w")
@@ -824,12 +864,16 @@ def function(fn: Callable | None = None, *, input_signature=None, dtype: str | N
     >>> xs, ys = np.array([1.0, 2.0]), np.array([2.0, 4.0])
     >>> float(step(xs, ys)), float(w)
     (2.5, 1.5)
+    >>> cube = st.function(lambda x: x ** 3, explain=True)
+    >>> float(cube(2.0))  # doctest: +ELLIPSIS
+    lambda: element-kernel: about ... atoms <= LOOP_MIN_ATOMS=...
+    8.0
     """
     if name is not None:
         compile_options(fastmath, threads, name, "st.function")  # (checks it)
 
     def make(f):
-        out = Function(f, input_signature, dtype, fastmath, threads)
+        out = Function(f, input_signature, dtype, fastmath, threads, explain)
         if name is not None:
             out.__name__ = name
         return out

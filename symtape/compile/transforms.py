@@ -20,9 +20,10 @@ from symtape import ops
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.base.lazy import LazyModule
 from symtape.codegen import CompiledFunction, TensorSpec, c99, compile_atoms
+from symtape.compile import strategy
 from symtape.compile.function import (
-    Function, SparseFunction, common_dtype, compile, compile_options, fn_name, input_atoms,
-    placeholders, signature_specs, traced_code,
+    Function, SparseFunction, common_dtype, compile_options, compile_with, fn_name,
+    input_atoms, placeholders, signature_specs, traced_code,
 )
 from symtape.core.variables import Tensor, symbol
 from symtape.derivatives import sparsity
@@ -32,8 +33,7 @@ G = LazyModule("G", globals(), "symtape.element.graph")
 taylor = LazyModule("taylor", globals(), "symtape.derivatives.taylor")
 
 __all__ = ["grad", "jacobian", "hessian", "hvp", "derivative", "export_c", "Transform",
-           "checked_result", "TAYLOR_MIN_ORDER", "MIXED_MIN_ORDER", "MIXED_DIRECTIONS",
-           "MIXED_MAX_DIRECTIONS"]
+           "checked_result"]
 
 # --------------------------------------------------------------------------------------------
 # Derivative transforms
@@ -146,10 +146,12 @@ class Transform:
         return getattr(last, name)
 
 
-def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dict):
+def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dict,
+                       log: strategy.StrategyLog):
     """The Jacobian of ``fn`` (or the Hessian of a scalar ``fn``) with respect to
     ``xs[num]``, compiled as its structurally non-zero elements: the pattern read off the
-    DAG, its rows coloured, one batched sweep with a seed per colour (:mod:`.sparsity`)."""
+    DAG, its rows coloured, one batched sweep with a seed per colour (:mod:`.sparsity`;
+    the paths taken recorded in ``log``)."""
     w = xs[num]
     outer, inner = GradientTape(persistent=True), GradientTape(persistent=True)
     with traced_code(what), outer:
@@ -163,13 +165,17 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
     # perhaps entry i of colour j's); taken in that order (colour by colour), they are a
     # few runs of the products
     positions = sparsity.positions(rows, colour, w.size)
-    if hessian and len(colour):
-        star = sparsity.star_colour(rows, w.size)
-        mirrored = sparsity.positions(rows, star, w.size, symmetric=True) \
-            if star.max() < colour.max() else None
-        if mirrored is not None:
+    star = sparsity.star_colour(rows, w.size) if hessian and len(colour) else None
+    path = strategy.colouring(hessian, len(rows), _colours(colour),
+                              None if star is None else _colours(star))
+    if path.name == "star-coloured-hessian":
+        mirrored = sparsity.positions(rows, star, w.size, symmetric=True)
+        if mirrored is None:
+            path = strategy.colouring(hessian, len(rows), _colours(colour), unseparated=True)
+        else:
             colour, positions = star, mirrored
-    n = int(colour.max()) + 1 if len(colour) else 0
+    log.add(path, kw.get("name"))
+    n = _colours(colour)
     seeds = np.zeros((n, target.size), dtype=np.int64)
     seeds[colour, np.arange(target.size)] = 1
     with traced_code(what):
@@ -185,30 +191,17 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
                               np.stack(np.unravel_index(cols, w.shape), axis=-1)], axis=1) \
         if len(cols) else np.zeros((0, target.ndim + w.ndim), dtype=np.int64)
     values = ops.gather_flat.bind(compressed, idx=positions)
-    compiled = compile(values, xs, **kw)
+    compiled = compile_with(log, values, xs, **kw)
     shape = tuple(target.shape) + tuple(w.shape)
-    return SparseFunction(compiled, [(indices.reshape(len(cols), len(shape)), shape)], 0,
-                          [target.ndim])
+    out = SparseFunction(compiled, [(indices.reshape(len(cols), len(shape)), shape)], 0,
+                         [target.ndim])
+    out.strategies = log.taken
+    return out
 
 
-#: ``st.derivative`` of a scalar argument takes Taylor mode from this order on.
-TAYLOR_MIN_ORDER = 2
-#: ... and of a vector argument from this order on, interpolating its mixed partials from
-#: the series along ``C(n + order - 1, order)`` directions, at most MIXED_DIRECTIONS at
-#: order 4 and MIXED_MAX_DIRECTIONS above (``python benchmarks/taylor.py --mixed``: at order
-#: 4 of 2-4 inputs as fast to set up as nested sweeps and up to 2.3x faster to run, of 5-6
-#: slower to set up; from order 5, 20-80x faster to set up; at order 2-3 nested sweeps are
-#: as fast or faster).
-MIXED_MIN_ORDER = 4
-MIXED_DIRECTIONS = 60
-MIXED_MAX_DIRECTIONS = 330
-
-
-def _mixed_worth(n: int, order: int) -> bool:
-    """Whether the partials of ``order`` in ``n`` inputs take Taylor interpolation."""
-    directions = math.comb(n + order - 1, order)
-    return order >= MIXED_MIN_ORDER and directions <= (
-        MIXED_DIRECTIONS if order == MIXED_MIN_ORDER else MIXED_MAX_DIRECTIONS)
+def _colours(colour: np.ndarray) -> int:
+    """How many colours a colouring of rows uses."""
+    return int(colour.max()) + 1 if len(colour) else 0
 
 
 def _taylor_derivative(fn, xs: list, num: int, order: int, what: str, kw: dict):
@@ -345,7 +338,7 @@ def _exportable(fn, key: str) -> CompiledFunction:
 
 
 def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
-               sparse: bool = False):
+               sparse: bool = False, explain: bool = False):
     if not callable(fn):
         raise InvalidArgumentError(f"{what}: the first argument must be a function")
 
@@ -354,18 +347,23 @@ def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
         xs = placeholders(fn, specs)
         kw = {"dtype": common_dtype(specs), "name": f"{fn_name(fn)}_{what.split('.')[-1]}",
               **opts}
+        log = strategy.StrategyLog(explain)
         if sparse:
             if not single:
                 raise InvalidArgumentError(f"{what}: sparse=True takes one argnums (an int)")
-            return _sparse_derivative(fn, xs, nums[0], order == 2, what, kw)
-        n = xs[nums[0]].size
-        if what == "st.derivative" and single and order >= TAYLOR_MIN_ORDER and (
-                n == 1 or _mixed_worth(n, order)):
+            return _sparse_derivative(fn, xs, nums[0], order == 2, what, kw, log)
+        path = strategy.sweeps(order, scalar_only) if what != "st.derivative" else \
+            strategy.derivative(order, xs[nums[0]].size, single, scalar_only)
+        log.add(path, kw["name"])
+        if path.name in ("taylor", "mixed-directions"):
             compiled = _taylor_derivative(fn, xs, nums[0], order, what, kw)
             if compiled is not None:
+                log.add(strategy.elements_only("Taylor-mode coefficients"), kw["name"])
+                compiled.strategies = log.taken
                 return compiled
+            log.add(strategy.taylor_fallback(order, scalar_only), kw["name"])
         out = _derivatives(fn, xs, nums, single, order, scalar_only, what)
-        return compile(out, xs, **kw)
+        return compile_with(log, out, xs, **kw)
 
     if input_signature is not None:
         return tracer(signature_specs(input_signature, what))
@@ -373,8 +371,10 @@ def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
 
 
 def grad(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-         threads: int | None = None, name: str | None = None):
+         threads: int | None = None, name: str | None = None, explain: bool = False):
     """The compiled gradient of a scalar function with respect to argument(s) ``argnums``.
+    ``explain=True`` prints the paths taken (:mod:`symtape.compile.strategy`) as they are
+    chosen; the compiled function's ``strategies`` lists them.
 
     >>> import symtape as st
     >>> def rosen(x):
@@ -383,16 +383,25 @@ def grad(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False
     >>> g(np.array([[0.5, 1.0, 1.5], [1.0, 1.0, 2.0]]))
     array([[-151.,  -50.,  100.],
            [   0., -400.,  200.]])
+    >>> g = st.grad(rosen, input_signature=[st.TensorSpec((3,))], explain=True)
+    ... # doctest: +ELLIPSIS
+    rosen_grad: reverse-sweep: a gradient: one reverse sweep
+    rosen_grad: element-kernel: about ... atoms <= POINT_LOOP_MIN_ATOMS=...
+    >>> [s.name for s in g.strategies]
+    ['reverse-sweep', 'element-kernel']
     """
     return _transform(f, argnums, input_signature, 1, True, "st.grad",
-                      compile_options(fastmath, threads, name, "st.grad"))
+                      compile_options(fastmath, threads, name, "st.grad"), explain=explain)
 
 
 def jacobian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-             threads: int | None = None, sparse: bool = False, name: str | None = None):
+             threads: int | None = None, sparse: bool = False, name: str | None = None,
+             explain: bool = False):
     """The compiled Jacobian ``dy/dx`` (shape ``y.shape + x.shape``); ``sparse=True``
     returns :class:`SparseResult` s of its structurally non-zero elements, computed with one
     sweep per colour of a colouring of its rows (see :mod:`symtape.derivatives.sparsity`).
+    ``explain=True`` prints the paths taken (:mod:`symtape.compile.strategy`) as they are
+    chosen; the compiled function's ``strategies`` lists them.
 
     >>> import symtape as st
     >>> J = st.jacobian(lambda x: st.stack([x[0] * x[1], st.sin(x[0])]),
@@ -400,17 +409,22 @@ def jacobian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = F
     >>> J(np.array([0.0, 2.0]))
     array([[2., 0.],
            [1., 0.]])
+    >>> J.strategies[0].name
+    'batched-sweep'
     """
     return _transform(f, argnums, input_signature, 1, False, "st.jacobian",
-                      compile_options(fastmath, threads, name, "st.jacobian"), sparse)
+                      compile_options(fastmath, threads, name, "st.jacobian"), sparse, explain)
 
 
 def hessian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
-            threads: int | None = None, sparse: bool = False, name: str | None = None):
+            threads: int | None = None, sparse: bool = False, name: str | None = None,
+            explain: bool = False):
     """The compiled Hessian of a scalar function (shape ``x.shape * 2``): the Jacobian of
     its gradient, all Hessian-vector products with unit vectors in one batched sweep.
     ``sparse=True`` returns :class:`SparseResult` s of its structurally non-zero elements,
-    one sweep per colour (a tridiagonal Hessian takes 3).
+    one sweep per colour (a tridiagonal Hessian takes 3). ``explain=True`` prints the paths
+    taken (:mod:`symtape.compile.strategy`) as they are chosen; the compiled function's
+    ``strategies`` lists them.
 
     >>> import symtape as st
     >>> H = st.hessian(lambda x: x[0] ** 2 * x[1], input_signature=[st.TensorSpec((2,))])
@@ -423,17 +437,21 @@ def hessian(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = Fa
     >>> r = Hs(np.ones(5))
     >>> len(r.values), r.to_dense()[1, :3]
     (13, array([-400., 1002., -400.]))
+    >>> Hs.strategies[0]
+    Strategy(name='coloured-hessian', reason='3 colours: 3 sweeps for 5 rows', points=0)
     """
     return _transform(f, argnums, input_signature, 2, True, "st.hessian",
-                      compile_options(fastmath, threads, name, "st.hessian"), sparse)
+                      compile_options(fastmath, threads, name, "st.hessian"), sparse, explain)
 
 
 def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool = False,
-        threads: int | None = None, name: str | None = None):
+        threads: int | None = None, name: str | None = None, explain: bool = False):
     """The compiled Hessian-vector product ``H(x) v`` of a scalar function, called as
     ``hvp(*args, v)`` with ``v`` shaped like argument ``argnums``: the gradient of
     ``<grad f(x), v>`` (reverse over reverse; a few times the cost of ``f``, whatever the
     size of ``x``). ``st.hessian`` is all the products with unit vectors in one batched sweep.
+    ``explain=True`` prints the paths taken (:mod:`symtape.compile.strategy`) as they are
+    chosen; the compiled function's ``strategies`` lists them.
 
     >>> import symtape as st
     >>> hv = st.hvp(lambda x: x[0] ** 2 * x[1],
@@ -442,6 +460,8 @@ def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool =
     array([6., 2.])
     >>> hv.formula()
     array([2*v_0*x_1 + 2*v_1*x_0, 2*v_0*x_0], dtype=object)
+    >>> [s.name for s in hv.strategies]
+    ['reverse-over-reverse', 'element-kernel']
     """
     what = "st.hvp"
     opts = compile_options(fastmath, threads, name, what)
@@ -454,14 +474,16 @@ def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool =
     def tracer(specs: list[TensorSpec]) -> CompiledFunction:
         xs, num, v = _with_vector(f, specs, argnums, what,
                                   "call it with the function's arguments and the vector v")
+        kw = {"dtype": common_dtype(specs), "name": f"{fn_name(f)}_hvp", **opts}
+        log = strategy.StrategyLog(explain)
+        log.add(strategy.reverse_over_reverse(), kw["name"])
         outer, inner = GradientTape(), GradientTape()
         with traced_code(what), outer, inner:
             y = checked_result(f(*xs), what, scalar=True)
             g = inner.gradient(y, xs[num], unconnected_gradients="zero")
             product = ops.reduce_sum.bind(g * v)
         out = outer.gradient(product, xs[num], unconnected_gradients="zero")
-        kw = {"dtype": common_dtype(specs), "name": f"{fn_name(f)}_hvp", **opts}
-        return compile(out, [*xs, v], **kw)
+        return compile_with(log, out, [*xs, v], **kw)
 
     if input_signature is not None:
         return tracer(signature_specs(input_signature, what))
@@ -470,12 +492,16 @@ def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool =
 
 def derivative(f: Callable, order: int = 1, argnums=0, *, input_signature=None,
                fastmath: bool = False, threads: int | None = None, direction: bool = False,
-               name: str | None = None):
+               name: str | None = None, explain: bool = False):
     """The compiled ``order``-th derivative tensor of ``f`` (shape ``y.shape + x.shape *
     order``); for scalar ``x`` and ``y``, ``d^n f / dx^n``. A scalar argument from order 2
-    takes Taylor mode (:mod:`symtape.derivatives.taylor`): the 10th derivative is a DAG of a few hundred
-    nodes. ``direction=True``: the directional derivative ``d^n/dt^n f(x + t v)`` at
-    ``t = 0`` (shape ``y.shape``), called as ``f(*args, v)``.
+    takes Taylor mode (:mod:`symtape.derivatives.taylor`): the 10th derivative is a DAG of a
+    few hundred nodes; the mixed partials of a few inputs from order 4 are interpolated from
+    Taylor series along directions (:func:`symtape.compile.strategy.derivative` says when).
+    ``direction=True``: the directional derivative ``d^n/dt^n f(x + t v)`` at ``t = 0``
+    (shape ``y.shape``), called as ``f(*args, v)``. ``explain=True`` prints the paths taken
+    (:mod:`symtape.compile.strategy`) as they are chosen; the compiled function's
+    ``strategies`` lists them.
 
     >>> import symtape as st
     >>> d3 = st.derivative(lambda x: x ** 5, order=3, input_signature=[st.TensorSpec(())])
@@ -487,15 +513,21 @@ def derivative(f: Callable, order: int = 1, argnums=0, *, input_signature=None,
     ...                    input_signature=[st.TensorSpec((2,)), st.TensorSpec((2,))])
     >>> float(dv(np.array([1.0, 2.0]), np.array([1.0, 1.0])))  # d^3/dt^3 (1+t)^2 (2+t)
     6.0
+    >>> d4 = st.derivative(lambda x: st.exp(x[0] * x[1]), order=4, explain=True,
+    ...                    input_signature=[st.TensorSpec((2,))])
+    lambda_derivative: mixed-directions: order 4 in 2 inputs: C(2 + 4 - 1, 4) = 5 \
+directions <= MIXED_DIRECTIONS=60
+    lambda_derivative: element-kernel: Taylor-mode coefficients exist only as elements
     """
     order = _order(order)
     opts = compile_options(fastmath, threads, name, "st.derivative")
     if direction:
-        return _directional(f, argnums, input_signature, order, opts)
-    return _transform(f, argnums, input_signature, order, False, "st.derivative", opts)
+        return _directional(f, argnums, input_signature, order, opts, explain)
+    return _transform(f, argnums, input_signature, order, False, "st.derivative", opts,
+                      explain=explain)
 
 
-def _directional(fn, argnums, input_signature, order: int, opts: dict):
+def _directional(fn, argnums, input_signature, order: int, opts: dict, explain: bool):
     """``d^order/dt^order fn(x + t v)`` at 0 (``x`` argument ``argnums``, ``v`` the last
     argument): Taylor mode on the element view; else ``order`` batched sweeps, each a
     Jacobian contracted with ``v``."""
@@ -508,15 +540,21 @@ def _directional(fn, argnums, input_signature, order: int, opts: dict):
                                   "function's arguments and the direction v")
         x = xs[num]
         kw = {"dtype": common_dtype(specs), "name": f"{fn_name(fn)}_directional", **opts}
+        log = strategy.StrategyLog(explain)
         with traced_code(what):
             y = checked_result(fn(*xs), what)
         out = _taylor_atoms(y, list(x._atoms.flat), list(v._atoms.flat), order) \
             if order else None
+        log.add(strategy.directional(order, out is not None), kw["name"])
         if out is not None or not order:
             in_atoms, in_names = input_atoms([*xs, v])
             out = y._atoms if out is None else out.reshape(y.shape)
-            return compile_atoms([out], in_atoms, input_names=in_names,
-                                 output_names=[y._name], structure=0, **kw)
+            log.add(strategy.elements_only("Taylor-mode coefficients" if order else
+                                           "the values"), kw["name"])
+            compiled = compile_atoms([out], in_atoms, input_names=in_names,
+                                     output_names=[y._name], structure=0, **kw)
+            compiled.strategies = log.taken
+            return compiled
         tapes = [GradientTape(persistent=True) for _ in range(order)]
         axes = tuple(range(y.ndim, y.ndim + x.ndim))
         with traced_code(what), contextlib.ExitStack() as stack:
@@ -526,7 +564,7 @@ def _directional(fn, argnums, input_signature, order: int, opts: dict):
             for k in reversed(range(order)):  # each sweep is recorded by the tapes outside
                 jac = tapes[k].jacobian(d, x, unconnected_gradients="zero")
                 d = ops.reduce_sum.bind(jac * v, axis=axes) if axes else jac * v
-        return compile(d, [*xs, v], **kw)
+        return compile_with(log, d, [*xs, v], **kw)
 
     if input_signature is not None:
         return tracer(signature_specs(input_signature, what))

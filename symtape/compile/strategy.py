@@ -1,0 +1,323 @@
+"""Which path each compiled function takes, and why: every threshold that chooses one.
+
+``st.compile``, ``st.function`` and the derivative transforms ask this module at each choice
+and record the answer, a :class:`Strategy` (a name and the reason in words, with the numbers
+that decided it), on the compiled object's ``strategies``; ``explain=True`` prints each as
+it is chosen. The paths:
+
+- how a function's outputs become native code: ``element-kernel`` (its element view,
+  straight-line), ``loop-nest`` (loop nests over the tensor nodes, :mod:`~.planner`, for a
+  function called once per call), ``point-loop`` (loop nests run over chunks of points: a
+  function of one point, ``st.compile`` and the transforms, or a pass over a batch's
+  examples), ``sparse-elements`` (only the element view's non-zeros);
+- how derivatives are taken: ``value`` (order 0), ``reverse-sweep`` (a gradient),
+  ``batched-sweep`` (a Jacobian: one sweep of one-hot seeds), ``nested-sweeps`` (higher
+  orders: a batched sweep over each lower order's), ``taylor`` (Taylor mode in a scalar
+  argument), ``mixed-directions`` (mixed partials interpolated from Taylor series along
+  directions), ``taylor-directional``, ``reverse-over-reverse`` (Hessian-vector products),
+  ``coloured-jacobian``, ``coloured-hessian`` and ``star-coloured-hessian`` (sparse: one
+  sweep per colour);
+- how an ``st.function`` with a ``None`` batch dimension runs: ``batch-split`` (one trace
+  for every batch size, :mod:`~.batching`) or ``per-size-traces``.
+
+The loop thresholds are the planner's (:func:`~.planner.worth_looping` and its constants,
+read here when a choice is made); the others are this module's.
+
+>>> import symtape as st
+>>> g = st.grad(lambda x: st.reduce_sum(x ** 2), input_signature=[st.TensorSpec((3,))],
+...             explain=True)  # doctest: +ELLIPSIS
+lambda_grad: reverse-sweep: a gradient: one reverse sweep
+lambda_grad: element-kernel: about ... atoms <= POINT_LOOP_MIN_ATOMS=...
+>>> [s.name for s in g.strategies]
+['reverse-sweep', 'element-kernel']
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import NamedTuple
+
+from symtape.base.errors import LoweringError
+from symtape.compile import batching
+from symtape.compile import planner
+from symtape.core import node as N
+
+__all__ = ["Strategy", "StrategyLog", "POINT_CHUNK", "TAYLOR_MIN_ORDER", "MIXED_MIN_ORDER",
+           "MIXED_DIRECTIONS", "MIXED_MAX_DIRECTIONS", "kernel", "unplannable",
+           "sparse_elements", "elements_only", "summing_pass", "batch_split", "per_size_traces",
+           "sweeps", "derivative", "mixed_worth", "taylor_fallback", "directional",
+           "reverse_over_reverse", "colouring"]
+
+
+# --------------------------------------------------------------------------------------------
+# Thresholds
+# --------------------------------------------------------------------------------------------
+
+#: Functions of one point compiled as loop nests run this many points through each loop at
+#: once (a matrix product of each point's row vector becomes one over the chunk).
+POINT_CHUNK = 64
+#: ``st.derivative`` of a scalar argument takes Taylor mode from this order on.
+TAYLOR_MIN_ORDER = 2
+#: ... and of a vector argument from this order on, interpolating its mixed partials from
+#: the series along ``C(n + order - 1, order)`` directions, at most MIXED_DIRECTIONS at
+#: order 4 and MIXED_MAX_DIRECTIONS above (``python benchmarks/taylor.py --mixed``: at order
+#: 4 of 2-4 inputs as fast to set up as nested sweeps and up to 2.3x faster to run, of 5-6
+#: slower to set up; from order 5, 20-80x faster to set up; at order 2-3 nested sweeps are
+#: as fast or faster).
+MIXED_MIN_ORDER = 4
+MIXED_DIRECTIONS = 60
+MIXED_MAX_DIRECTIONS = 330
+
+
+# --------------------------------------------------------------------------------------------
+# Strategies and their record
+# --------------------------------------------------------------------------------------------
+
+
+class Strategy(NamedTuple):
+    """A path chosen: ``name`` (see the module's list), ``reason`` in words with the numbers
+    that decided it, ``points`` the chunk of a ``point-loop`` (0 otherwise)."""
+
+    name: str
+    reason: str
+    points: int = 0
+
+    @property
+    def loops(self) -> bool:
+        """Whether the path is a loop plan."""
+        return self.name in ("loop-nest", "point-loop")
+
+
+class StrategyLog:
+    """The strategies chosen for one compiled object, in order; with ``explain``, each is
+    printed (``what: name: reason``) as it is chosen."""
+
+    def __init__(self, explain: bool = False) -> None:
+        self.explain = bool(explain)
+        self.taken: list[Strategy] = []
+
+    def add(self, strategy: Strategy, what: str | None) -> Strategy:
+        """Records ``strategy``, chosen for the compiled function named ``what``."""
+        self.taken.append(strategy)
+        if self.explain:
+            print(f"{what or 'fn'}: {strategy.name}: {strategy.reason}")
+        return strategy
+
+
+# --------------------------------------------------------------------------------------------
+# Native code: element view or loop nests
+# --------------------------------------------------------------------------------------------
+
+
+def kernel(nodes: Sequence[N.Node], points: bool = False) -> Strategy:
+    """Element view or loop nests for the tensor nodes ``nodes`` (:func:`planner.worth_looping`
+    with :data:`planner.LOOP_MIN_ATOMS`; ``points``: a function of one point run over
+    chunks of points, which loops from :data:`planner.POINT_LOOP_MIN_ATOMS`, in chunks of at
+    most :data:`POINT_CHUNK`).
+
+    >>> import symtape as st
+    >>> x = st.symbol("x", shape=(100, 100))
+    >>> kernel([st.matmul(x, x)._node])
+    Strategy(name='loop-nest', reason='about 1,010,000 atoms > LOOP_MIN_ATOMS=20,000', \
+points=0)
+    >>> kernel([st.sin(st.symbol("y", shape=(3,)))._node], points=True).name
+    'element-kernel'
+    """
+    limit, limit_name = planner.LOOP_MIN_ATOMS, "LOOP_MIN_ATOMS"
+    if points and planner.POINT_LOOP_MIN_ATOMS < limit:
+        limit, limit_name = planner.POINT_LOOP_MIN_ATOMS, "POINT_LOOP_MIN_ATOMS"
+    atoms = planner.element_estimate(nodes)  # (first: worth_looping may build the view)
+    size = f"about {atoms:,} atoms"
+    if not planner.worth_looping(nodes, limit, points=points):
+        if atoms <= limit:
+            return Strategy("element-kernel", f"{size} <= {limit_name}={limit:,}")
+        return Strategy("element-kernel", (
+            f"{size} > {limit_name}={limit:,}, but planner.worth_looping keeps the element "
+            "view: a batched sweep's one-hot seeds (loops only past "
+            f"LOOP_ALWAYS_ATOMS={planner.LOOP_ALWAYS_ATOMS:,}), more than "
+            f"LOOP_MAX_BLOCKS={planner.LOOP_MAX_BLOCKS} tensor ops, or scatters whose element "
+            f"view folds away (below FOLD_PROBE_ATOMS={planner.FOLD_PROBE_ATOMS:,})"))
+    if atoms > planner.LOOP_ALWAYS_ATOMS:
+        why = f"{size} > LOOP_ALWAYS_ATOMS={planner.LOOP_ALWAYS_ATOMS:,}"
+    elif atoms > limit:
+        why = f"{size} > {limit_name}={limit:,}"
+    else:
+        why = (f"{size} <= {limit_name}={limit:,}, but matrix products of at least "
+               f"POINT_LOOP_MATMUL_TERMS={planner.POINT_LOOP_MATMUL_TERMS} terms in at most "
+               f"POINT_LOOP_MAX_BLOCKS={planner.POINT_LOOP_MAX_BLOCKS} tensor ops")
+    if not points:
+        return Strategy("loop-nest", why)
+    chunk = planner.point_chunk(nodes, POINT_CHUNK)
+    return Strategy("point-loop", f"{why}; chunks of {chunk} points (POINT_CHUNK={POINT_CHUNK})",
+                    chunk)
+
+
+def unplannable(nodes: Sequence[N.Node], error: Exception, name: str | None) -> Strategy:
+    """The element view of nodes :func:`kernel` would loop but a tensor op of which has no
+    loop form (``error``); LoweringError when it would have more than
+    :data:`planner.LOOP_ALWAYS_ATOMS` atoms (building it would take minutes and gigabytes)."""
+    atoms = planner.element_estimate(nodes)
+    if atoms > planner.LOOP_ALWAYS_ATOMS:
+        raise LoweringError(
+            f"{name or 'the function'}: a tensor op has no loop form ({error}) and the element "
+            f"view would have about {atoms:,} atoms (more than "
+            f"{planner.LOOP_ALWAYS_ATOMS:,}): too large to compile element by element. "
+            "Compile smaller pieces, or use eager evaluation") from None
+    return Strategy("element-kernel", f"a tensor op has no loop form ({error}); about {atoms:,} "
+                    f"atoms <= LOOP_ALWAYS_ATOMS={planner.LOOP_ALWAYS_ATOMS:,}")
+
+
+def sparse_elements() -> Strategy:
+    """``st.compile(..., sparse=True)``: the element view's non-zero elements."""
+    return Strategy("sparse-elements", "sparse=True: only the elements that are not the "
+                    "constant 0, straight-line")
+
+
+def elements_only(why: str) -> Strategy:
+    """The element view, the only form of what is compiled (``why``: what it is)."""
+    return Strategy("element-kernel", f"{why} exist only as elements")
+
+
+# --------------------------------------------------------------------------------------------
+# st.function over a None batch
+# --------------------------------------------------------------------------------------------
+
+
+def summing_pass(nodes: Sequence[N.Node], totals: Sequence[str]) -> Strategy:
+    """A pass of a split function whose outputs ``totals`` (``'sum'``, ``'max'``, ...) it
+    accumulates over the examples: loop nests over chunks of points (no element view)."""
+    chunk = planner.point_chunk(nodes, POINT_CHUNK, totals)
+    kinds = ", ".join(sorted({k for k in totals if k}))
+    return Strategy("point-loop", f"a pass accumulating totals ({kinds}) over the examples; "
+                    f"chunks of {chunk} points (POINT_CHUNK={POINT_CHUNK})", chunk)
+
+
+def batch_split(passes: int, post: bool) -> Strategy:
+    """One trace for every batch size: ``passes`` over the examples and perhaps a post
+    program."""
+    sizes = ", ".join(map(str, batching.SIZES))
+    return Strategy("batch-split", (
+        f"the traces at batch sizes {sizes} are one program: {passes} pass"
+        f"{'es' if passes != 1 else ''} over the examples"
+        f"{' and a post program' if post else ''}, for every batch size"))
+
+
+def per_size_traces(why: str) -> Strategy:
+    """A function with a None batch traced again for each batch size, because ``why``."""
+    return Strategy("per-size-traces", f"{why}: traced for each batch size")
+
+
+# --------------------------------------------------------------------------------------------
+# Derivatives
+# --------------------------------------------------------------------------------------------
+
+
+def sweeps(order: int, scalar: bool) -> Strategy:
+    """Derivatives of ``order`` by reverse sweeps (``scalar``: of a scalar function, a
+    gradient or Hessian)."""
+    if order == 0:
+        return Strategy("value", "order 0: the function itself")
+    if order == 1:
+        return Strategy("reverse-sweep", "a gradient: one reverse sweep") if scalar else \
+            Strategy("batched-sweep", "a Jacobian: one batched reverse sweep, a one-hot seed "
+                     "per output element")
+    if order == 2 and scalar:
+        return Strategy("nested-sweeps", "a Hessian: one batched sweep over the gradient's "
+                        "reverse sweep")
+    return Strategy("nested-sweeps", f"order {order}: {order} nested sweeps, a batched one "
+                    "over each lower order's")
+
+
+def mixed_worth(n: int, order: int) -> bool:
+    """Whether the partials of ``order`` in ``n`` inputs take Taylor interpolation.
+
+    >>> mixed_worth(2, 3), mixed_worth(2, 4), mixed_worth(6, 4), mixed_worth(4, 5)
+    (False, True, False, True)
+    """
+    return _mixed(n, order)[0]
+
+
+def _mixed(n: int, order: int) -> tuple[bool, str]:
+    directions = math.comb(n + order - 1, order)
+    count = f"C({n} + {order} - 1, {order}) = {directions:,} directions"
+    if order < MIXED_MIN_ORDER:
+        return False, f"order {order} < MIXED_MIN_ORDER={MIXED_MIN_ORDER} in {n} inputs"
+    if order == MIXED_MIN_ORDER:
+        return directions <= MIXED_DIRECTIONS, f"order {order} in {n} inputs: {count} " + (
+            "<=" if directions <= MIXED_DIRECTIONS else ">") + \
+            f" MIXED_DIRECTIONS={MIXED_DIRECTIONS}"
+    return directions <= MIXED_MAX_DIRECTIONS, f"order {order} in {n} inputs: {count} " + (
+        "<=" if directions <= MIXED_MAX_DIRECTIONS else ">") + \
+        f" MIXED_MAX_DIRECTIONS={MIXED_MAX_DIRECTIONS}"
+
+
+def derivative(order: int, n: int, single: bool, scalar: bool) -> Strategy:
+    """``st.derivative`` of ``order`` in one argument (``single``) of ``n`` elements: Taylor
+    mode in a scalar from :data:`TAYLOR_MIN_ORDER`, interpolated mixed partials in a vector
+    where :func:`mixed_worth`, else sweeps (``scalar``: of a scalar function).
+
+    >>> derivative(5, 1, True, True).name, derivative(4, 3, True, True).reason
+    ('taylor', 'order 4 in 3 inputs: C(3 + 4 - 1, 4) = 15 directions <= MIXED_DIRECTIONS=60')
+    >>> derivative(3, 2, True, True).name
+    'nested-sweeps'
+    """
+    if order == 0:
+        return sweeps(0, scalar)
+    if not single:
+        why = "several arguments (argnums a sequence)"
+    elif order < TAYLOR_MIN_ORDER:
+        why = f"order {order} < TAYLOR_MIN_ORDER={TAYLOR_MIN_ORDER}"
+    elif n == 1:
+        return Strategy("taylor", f"order {order} >= TAYLOR_MIN_ORDER={TAYLOR_MIN_ORDER} in a "
+                        "scalar argument: Taylor mode, O(order^2) per op")
+    else:
+        worth, why = _mixed(n, order)
+        if worth:
+            return Strategy("mixed-directions", why)
+    swept = sweeps(order, scalar)
+    return swept._replace(reason=f"{why}; {swept.reason}")
+
+
+def taylor_fallback(order: int, scalar: bool) -> Strategy:
+    """Sweeps where Taylor mode was chosen but does not apply."""
+    swept = sweeps(order, scalar)
+    return swept._replace(reason="Taylor mode does not apply (a head without a Taylor rule, "
+                          f"or a custom derivative rule in the way); {swept.reason}")
+
+
+def directional(order: int, taylor: bool) -> Strategy:
+    """``d^order/dt^order f(x + t v)``: Taylor mode along ``v`` (``taylor``), else sweeps."""
+    if order == 0:
+        return sweeps(0, False)
+    if taylor:
+        return Strategy("taylor-directional", f"order {order}: one Taylor series along v, "
+                        f"{order + 1} coefficients per element")
+    return Strategy("nested-sweeps", "Taylor mode does not apply (a head without a Taylor "
+                    "rule, or a custom derivative rule in the way); "
+                    f"{order} batched sweeps, each a Jacobian contracted with v")
+
+
+def reverse_over_reverse() -> Strategy:
+    """``st.hvp``: the gradient of ``<grad f, v>``."""
+    return Strategy("reverse-over-reverse", "the gradient of <grad f(x), v>: two reverse "
+                    "sweeps, whatever the size of x")
+
+
+def colouring(hessian: bool, rows: int, colours: int, star: int | None = None,
+              unseparated: bool = False) -> Strategy:
+    """A sparse Jacobian (or ``hessian``) of ``rows`` rows by ``colours`` sweeps of a row
+    colouring, or by ``star`` of a star colouring (a Hessian's, when it has fewer colours;
+    ``unseparated``: a star colouring with fewer did not separate the mirrored elements).
+
+    >>> colouring(True, 100, 5, 3).name, colouring(False, 100, 5).name
+    ('star-coloured-hessian', 'coloured-jacobian')
+    """
+    kind = "hessian" if hessian else "jacobian"
+    if star is not None and star < colours:
+        return Strategy("star-coloured-hessian", f"a star colouring of {star} colours < "
+                        f"{colours} row colours: {star} sweeps for {rows:,} rows")
+    why = "a star colouring with fewer does not separate the mirrored elements; " \
+        if unseparated else ""
+    return Strategy(f"coloured-{kind}",
+                    f"{why}{colours} colours: {colours} sweeps for {rows:,} rows")

@@ -31,7 +31,7 @@ __all__ = [
     "zeros_like", "ones_like", "eye", "linspace", "range", "fill", "norm", "clip_by_value",
     "clip_by_norm", "clip_by_global_norm", "global_norm", "sigmoid", "softplus",
     "stop_gradient", "shape", "size", "rank", "unstack", "split", "pad", "argmax", "argmin",
-    "divide_no_nan", "squared_difference",
+    "divide_no_nan", "squared_difference", "lgamma", "digamma", "polygamma",
 ]
 
 
@@ -355,6 +355,10 @@ asinh = _unary(ops.asinh, "asinh", "asinh(x)", "asinh(x)")
 acosh = _unary(ops.acosh, "acosh", "acosh(x)", "acosh(x)")
 atanh = _unary(ops.atanh, "atanh", "atanh(x)", "atanh(x)")
 erf = _unary(ops.erf, "erf", "erf(x)", "erf(x)")
+lgamma = _unary(ops.OPS["lgamma"], "lgamma", "log|Gamma(x)|", "loggamma(x)")
+digamma = _unary(ops.OPS["digamma"], "digamma", "psi(x) = d/dx log Gamma(x)", "polygamma(0, x)")
+polygamma = _binary(ops.OPS["polygamma"], "polygamma",
+                    "psi^(x)(y), the x-th derivative of digamma at y", "polygamma(x, y)")
 abs = _unary(ops.abs_, "abs", "|x|", "Abs(x)")  # noqa: A001 - TensorFlow's name
 sign = _unary(ops.sign, "sign", "sign(x)", "sign(x)")
 floor = _unary(ops.floor, "floor", "floor(x)", "floor(x)")

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
+import mpmath
 import numpy as np
 import pytest
 import sympy as sp
@@ -20,6 +21,11 @@ from symtape.derivatives import sweep as autodiff
 from symtape.base import recording
 
 ERF = np.vectorize(math.erf)
+
+
+def mp_polygamma(n):
+    """psi^(n) elementwise (mpmath); ``n`` a number or an array broadcast with the argument."""
+    return lambda x: np.vectorize(lambda a, b: float(mpmath.polygamma(int(a), b)))(n, x)
 SELU_A, SELU_S = 1.6732632423543772, 1.0507009873554805
 
 
@@ -99,6 +105,11 @@ row("asinh", st.asinh, [S3], np.arcsinh, scalar=True)
 row("acosh", st.acosh, [u((3,), 1.3, 3.0)], np.arccosh, scalar=True)
 row("atanh", st.atanh, [u((3,), -0.8, 0.8)], np.arctanh, scalar=True)
 row("erf", st.math.erf, [S3], ERF, scalar=True)
+row("lgamma", st.lgamma, [Arg((3,), 0.3, 4.0)], np.vectorize(math.lgamma), scalar=True)
+row("digamma", st.digamma, [Arg((3,), 0.3, 4.0)], mp_polygamma(0), scalar=True)
+row("polygamma", lambda x, n: st.polygamma(n, x), [Arg((3,), 0.3, 4.0),
+                                                   Arg((3,), values=[1.0, 2.0, 3.0])],
+    lambda x, n: mp_polygamma(n)(x), scalar=True, nograd=(1,))
 row("abs", st.abs, [u((3,), avoid=(0,))], np.abs, scalar=True)
 row("sign", st.sign, [u((3,), avoid=(0,))], np.sign, scalar=True, zerograd=(0,))
 row("floor", st.floor, [u((3,), avoid=(-1, 0, 1))], np.floor, nograd=(0,))

@@ -79,8 +79,10 @@ def widen(line: str, lanes: int = LANES, wrapped: frozenset = frozenset()) -> st
     return out
 
 
-def libm_wrapper(name: str, scalar: str, arity: int, lanes: int = LANES) -> str:
-    """``@<name>.v<lanes>``: the C library function ``name`` on each lane in turn.
+def libm_wrapper(name: str, scalar: str, arity: int, lanes: int = LANES,
+                 wrapper: str | None = None) -> str:
+    """``@<name>.v<lanes>`` (or ``@<wrapper>``): the scalar function ``name`` (of the C
+    library, or defined in the module) on each lane in turn.
 
     >>> print(libm_wrapper("erf", "double", 1, 2))  # doctest: +NORMALIZE_WHITESPACE
     define internal <2 x double> @erf.v2(<2 x double> %a0) nounwind {
@@ -96,7 +98,8 @@ def libm_wrapper(name: str, scalar: str, arity: int, lanes: int = LANES) -> str:
     """
     vt = vector(scalar, lanes)
     params = ", ".join(f"{vt} %a{i}" for i in range(arity))
-    lines = [f"define internal {vt} @{name}.v{lanes}({params}) nounwind {{", "entry:"]
+    lines = [f"define internal {vt} @{wrapper or f'{name}.v{lanes}'}({params}) nounwind {{",
+             "entry:"]
     prev = "poison"
     for k in range(lanes):
         for i in range(arity):

@@ -179,6 +179,22 @@ static inline {t} st_mod{m}({t} a, {t} b)
 }}
 """
 
+def _polygamma() -> Op:
+    """psi^(n)(x): ``@st.polygamma.f64`` (:mod:`~symtape.codegen.vecmath`), a function with
+    loops called once per point (float32 kernels compute it in double and round once); lane
+    mode calls it on each lane; exported C defines it once (``st_polygamma_f64``)."""
+    call = ("{r} = call double @st.polygamma.f64(double {0}, double {1})",)
+    ir32 = ("{r}.n = fpext float {0} to double", "{r}.x = fpext float {1} to double",
+            "{r}.e = call double @st.polygamma.f64(double {r}.n, double {r}.x)",
+            "{r} = fptrunc double {r}.e to float")
+    form = _sp("polygamma")
+    escape = [d.replace("{", "{{").replace("}", "}}") for d in (
+        vecmath.POLYGAMMA_F64, vecmath.IPOW_F64, *vecmath.POLYGAMMA_DECLARATIONS)]
+    lane = Op("ff", "f", call, "", form, ir32=ir32, lane_decls=vecmath.polygamma_lanes)
+    return Op("ff", "f", call, "st_polygamma{m}({0}, {1})", form, tuple(escape), ir32=ir32,
+              call=True, lanes=lane, c_defs=vecmath.POLYGAMMA_C)
+
+
 # --------------------------------------------------------------------------------------------
 # The closed target: one stanza per op
 # --------------------------------------------------------------------------------------------
@@ -244,6 +260,9 @@ OPS: dict[str, Op] = {
                       _libm("log1p", _fn("log1p"))),
     "expm1": _vecmath("expm1", (vecmath.EXPM1_F64,), _fn("expm1"), _libm("expm1", _fn("expm1"))),
     "atan2": _libm("atan2", _sp("atan2"), arity=2),
+    # the gamma family: the C library's lgamma; polygamma (digamma at order 0) in IR
+    "lgamma": _libm("lgamma", _sp("loggamma")),
+    "polygamma": _polygamma(),
     # np.sign: +-1 by sign, 0 for both zeros, nan for nan
     "sign": Op(
         "f",

@@ -31,7 +31,7 @@ import sympy as sp
 
 from symtape.element import added_heads as F
 from symtape.element.numeric import erf as _erf
-from symtape.element.numeric import ieee_pow
+from symtape.element.numeric import ieee_pow, lgamma, polygamma
 
 __all__ = ["Head", "RECORDS", "HEADS", "NUMPY", "EXACT_FOLD", "record", "ieee_pow"]
 
@@ -122,6 +122,29 @@ def _gauss(s, u):
     return s.scaled(2 / sp.sqrt(sp.pi), s.exp(s.scaled(_NEG, s.product(u, u))))
 
 
+def _polygamma_series(s, order, u: list, value) -> list:
+    """psi^(order)(u): its derivative is psi^(order + 1)(u), whose series (one coefficient
+    shorter) comes the same way, down to a value."""
+    if len(u) == 1:
+        return [value]
+    higher = s.add(order, sp.S.One)
+    slope = _polygamma_series(s, higher, u[:-1], s.call(sp.polygamma, higher, u[0]))
+    return s.by_derivative(u, value, slope)
+
+
+def _polygamma_rule(s, value, n, u):
+    """polygamma(n, u) for an order that does not move (it has no derivative)."""
+    return _polygamma_series(s, s.fixed(n, "the order of polygamma"), u, value)
+
+
+def _loggamma_rule(s, value, u):
+    """lgamma(u), whose derivative is digamma, psi^(0)(u)."""
+    if len(u) == 1:
+        return [value]
+    psi = _polygamma_series(s, sp.S.Zero, u[:-1], s.call(sp.polygamma, sp.S.Zero, u[0]))
+    return s.by_derivative(u, value, psi)
+
+
 # --------------------------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------------------------
@@ -156,6 +179,10 @@ RECORDS: tuple[Head, ...] = (
     Head(sp.erf, _erf, "apply:erf", True, _integral(_gauss), "erf"),
     Head(sp.atan2, np.arctan2, "apply:atan2", False,
          lambda s, value, a, b: s.atan2(a, b, value), "atan2"),
+    # the gamma family (digamma is polygamma(0, x), as in SymPy); constants fold in IEEE
+    # double: SymPy's exact values (harmonic numbers, factorials) grow with the argument
+    Head(sp.loggamma, lgamma, "apply:lgamma", False, _loggamma_rule, "lgamma"),
+    Head(sp.polygamma, polygamma, "apply:polygamma", False, _polygamma_rule, "polygamma"),
     # piecewise-constant and kinked functions (kinks: no series, see taylor.KINKED)
     Head(sp.Abs, np.abs, "apply:abs", True, None, "abs"),
     Head(sp.sign, np.sign, "apply:sign", True, _steady, "sign"),

@@ -1,5 +1,6 @@
-"""Numeric conventions of SymPy heads: power plans, quotients, IEEE ``pow`` and ``erf``; the
-numpy evaluation of each head is its record in ``heads.py`` (``heads.NUMPY`` maps them).
+"""Numeric conventions of SymPy heads: power plans, quotients, IEEE ``pow``, ``erf`` and the
+gamma family (``lgamma``, ``polygamma``); the numpy evaluation of each head is its record in
+``heads.py`` (``heads.NUMPY`` maps them).
 
 Conventions (the lowering follows them too): integer powers are products by repeated
 squaring, ``x**-k`` is ``1/x**k``, ``x**(1/2)`` a square root; ``Max``/``Min`` propagate nan;
@@ -9,7 +10,11 @@ comparisons with nan are false; ``Mod`` is the floored modulo; ``Heaviside(x, h0
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -17,7 +22,9 @@ from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
 
-__all__ = ["pow_plan", "power_const", "split_quotient", "ieee_pow", "erf", "quiet"]
+__all__ = ["pow_plan", "power_const", "split_quotient", "ieee_pow", "erf", "lgamma",
+           "digamma", "polygamma", "DIGAMMA_SHIFT", "DIGAMMA_COEFFS", "ZETA_COEFFS", "ZETA_TERMS",
+           "quiet"]
 
 
 try:  # numpy's floating-point error state is this context variable (what np.errstate sets)
@@ -141,6 +148,188 @@ def erf(x):
     x = np.asarray(x)
     out = _erf_vec(x) if x.size else np.zeros(x.shape)
     return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+# --------------------------------------------------------------------------------------------
+# The gamma family: lgamma, digamma and polygamma
+# --------------------------------------------------------------------------------------------
+#
+# Compiled code calls the C library's ``lgamma`` (and ``log`` and ``tan`` inside polygamma),
+# so these call the same functions (``math.log`` and ``math.tan`` are the C library's; the C
+# library's ``lgamma`` through ctypes, where it is found); the rest is IEEE arithmetic in the
+# order of the lowering's IR (``codegen/vecmath.py``), so eager and compiled values agree bit
+# for bit. TensorFlow's conventions (Eigen's Cephes ports): lgamma is log|Gamma|, inf at the
+# poles 0, -1, -2, ...; digamma is nan there; polygamma of order n >= 1 is +inf there for odd
+# n and nan for even n; an order that is not a non-negative integer gives nan.
+
+#: Bernoulli numbers B_2 .. B_24
+_BERNOULLI = (Fraction(1, 6), Fraction(-1, 30), Fraction(1, 42), Fraction(-1, 30),
+              Fraction(5, 66), Fraction(-691, 2730), Fraction(7, 6), Fraction(-3617, 510),
+              Fraction(43867, 798), Fraction(-174611, 330), Fraction(854513, 138),
+              Fraction(-236364091, 2730))
+
+#: digamma's recurrence ``psi(x) = psi(x + 1) - 1/x`` moves the argument to at least this
+DIGAMMA_SHIFT = 10.0
+#: ``psi(s) = log(s) - 1/(2s) - z P(z)``, ``z = 1/s^2``, ``P`` highest power first: the
+#: coefficients ``B_2k / (2k)`` for k = 7 down to 1 (the next term is below 5e-17 at s >= 10)
+DIGAMMA_COEFFS = tuple(float(_BERNOULLI[k - 1] / (2 * k)) for k in range(7, 0, -1))
+#: Hurwitz zeta ``zeta(s, x)``: at least this many terms summed directly, up to an argument
+#: of at least this size, then the Euler-Maclaurin tail with ``B_2j / (2j)!`` for j = 1 to 12
+ZETA_TERMS = 10
+ZETA_COEFFS = tuple(float(b / math.factorial(2 * j)) for j, b in enumerate(_BERNOULLI, 1))
+
+
+@functools.cache
+def _c_lgamma():
+    """``(lgamma, lgammaf)`` of the C library (what compiled code calls), or None."""
+    name = ctypes.util.find_library("m") or ctypes.util.find_library("c")
+    try:
+        lib = ctypes.CDLL(name)
+        fns = lib.lgamma, lib.lgammaf
+    except (OSError, AttributeError, TypeError):
+        return None
+    fns[0].restype, fns[0].argtypes = ctypes.c_double, [ctypes.c_double]
+    fns[1].restype, fns[1].argtypes = ctypes.c_float, [ctypes.c_float]
+    return fns
+
+
+def _py_lgamma(v: float) -> float:
+    """``math.lgamma`` with the C library's conventions at the poles (inf, not an error)."""
+    try:
+        return math.lgamma(v)
+    except ValueError:
+        return math.inf
+
+
+def lgamma(x):
+    """``log|Gamma(x)|`` elementwise: inf at 0, -1, -2, ... and at +-inf, nan for nan.
+
+    >>> lgamma(np.array([1.0, 0.5, -0.5, 0.0, -2.0]))
+    array([0.        , 0.57236494, 1.26551212,        inf,        inf])
+    """
+    x = np.asarray(x)
+    single = x.dtype == np.float32
+    fns = _c_lgamma()
+    fn = _py_lgamma if fns is None else fns[1 if single else 0]
+    vec = np.vectorize(fn, otypes=[np.float32 if single else np.float64])
+    with quiet():  # the C library raises floating-point flags at the poles
+        out = vec(x) if x.size else np.zeros(x.shape)
+    return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+_log = np.vectorize(math.log, otypes=[np.float64])
+_tan = np.vectorize(math.tan, otypes=[np.float64])
+
+
+def _digamma(x: np.ndarray) -> np.ndarray:
+    """psi(x) of a float64 array, in the operations of ``st.polygamma.f64``'s digamma."""
+    pole = (x <= 0.0) & (x == np.floor(x))
+    neg = x < 0.0
+    frac = np.where(neg & np.isfinite(x), x - np.rint(x), 0.0)
+    cot = np.where(np.abs(frac) == 0.5, 0.0, np.pi / _tan(np.pi * frac))
+    s = np.where(neg, 1.0 - x, x)
+    w = np.zeros_like(s)
+    for _ in range(int(DIGAMMA_SHIFT)):  # s > 0 reaches the shift within this many steps
+        low = s < DIGAMMA_SHIFT
+        w = np.where(low, w + 1.0 / s, w)
+        s = np.where(low, s + 1.0, s)
+    z = 1.0 / (s * s)
+    p = np.full_like(s, DIGAMMA_COEFFS[0])
+    for c in DIGAMMA_COEFFS[1:]:
+        p = p * z + c
+    y = _log(np.where(np.isnan(s), 1.0, s)) - 0.5 / s - p * z - w
+    y = np.where(np.isnan(s), s, y)
+    y = np.where(neg, y - cot, y)
+    return np.where(pole, np.nan, y)
+
+
+def _ipow(a: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``a ** e`` for integer ``e >= 1`` by repeated squaring over the bits of ``e``."""
+    r = np.ones_like(a)
+    b = a
+    e = np.array(e, dtype=np.float64)
+    while (e > 0).any():
+        half = np.floor(e * 0.5)
+        odd = (e - 2.0 * half) == 1.0
+        r = np.where(odd, r * b, r)
+        e = half
+        b = np.where(e > 0, b * b, b)
+    return r
+
+
+def _trigamma_up(n: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """psi^(n)(x) for integer orders n >= 1 and x neither a pole nor infinite:
+    ``(-1)**(n+1) n! zeta(n + 1, x)``, in the operations of ``st.polygamma.f64``."""
+    s = n + 1.0
+    fact = np.ones_like(n)
+    k = 2.0
+    while ((k <= n) & (fact < np.inf)).any():
+        fact = np.where((k <= n) & (fact < np.inf), fact * k, fact)
+        k += 1.0
+    acc = np.zeros_like(x)
+    a = x.copy()
+    i = 0
+    while True:
+        more = (a < ZETA_TERMS) if i >= ZETA_TERMS else np.ones(a.shape, dtype=bool)
+        if not more.any():
+            break
+        acc = np.where(more, acc + 1.0 / _ipow(a, s), acc)
+        a = np.where(more, a + 1.0, a)
+        i += 1
+    b = 1.0 / _ipow(a, s)
+    acc = acc + a * b / (s - 1.0)
+    acc = acc + 0.5 * b
+    r = s
+    q = b / a
+    for j, c in enumerate(ZETA_COEFFS, 1):
+        acc = acc + c * (r * q)
+        r = r * (s + (2 * j - 1)) * (s + 2 * j)
+        q = q / a / a
+    out = fact * acc
+    odd = (n - 2.0 * np.floor(n * 0.5)) == 1.0
+    return np.where(odd, out, -out)
+
+
+def polygamma(n, x):
+    """psi^(n)(x), the n-th derivative of digamma (n = 0: digamma itself), elementwise with
+    TensorFlow's conventions: nan for an order that is not a non-negative integer, at poles
+    nan for digamma and even orders and +inf for odd orders, 0 at +inf (n >= 1).
+
+    >>> polygamma(np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.0, -0.5]))
+    array([-0.57721566,  1.64493407, -0.82879664])
+    """
+    n, x = np.asarray(n), np.asarray(x)
+    # a number as the order (a template's constant) keeps the argument's precision
+    dtype = np.result_type(x, np.float32) if n.ndim == 0 and x.ndim else \
+        np.result_type(n, x, np.float32)
+    n, x = np.broadcast_arrays(n, x)
+    n, x = n.astype(np.float64), x.astype(np.float64)
+    if not x.size:
+        return np.zeros(x.shape, dtype)
+    with quiet():
+        order_ok = (n >= 0.0) & (n == np.floor(n)) & (n < np.inf)
+        digamma = n == 0.0
+        pole = (x <= 0.0) & (x == np.floor(x))
+        odd = (n - 2.0 * np.floor(n * 0.5)) == 1.0
+        regular = order_ok & ~digamma & ~pole & np.isfinite(x)
+        out = np.full(x.shape, np.nan)
+        out[digamma] = _digamma(x[digamma])
+        out[regular] = _trigamma_up(n[regular], x[regular])
+        high = order_ok & ~digamma
+        out = np.where(high & pole & odd & np.isfinite(x), np.inf, out)
+        out = np.where(high & (x == np.inf), np.where(odd, 0.0, -0.0), out)
+    return out.astype(dtype)
+
+
+def digamma(x):
+    """psi(x) = d/dx log Gamma(x) elementwise: :func:`polygamma` of order 0 (nan at the poles
+    0, -1, -2, ... as TensorFlow's).
+
+    >>> digamma(np.array([1.0, 0.5, -0.5, 0.0]))
+    array([-0.57721566, -1.96351003,  0.03648997,         nan])
+    """
+    x = np.asarray(x)
+    return polygamma(np.zeros((), x.dtype if x.dtype.kind == "f" else np.float64), x)
 
 
 def split_quotient(args) -> tuple[list, list]:

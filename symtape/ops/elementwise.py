@@ -653,6 +653,16 @@ acosh = _ew("acosh", lambda: sp.acosh(P.x), numeric=np.arccosh,
 atanh = _ew("atanh", lambda: sp.atanh(P.x), numeric=np.arctanh,
             rules=(lambda g, ans, x: divide.bind(g, _one_minus_square.bind(x)),))
 erf = _ew("erf", lambda: sp.erf(P.x), numeric=numeric.erf)
+# the gamma family (formulas: SymPy's loggamma and polygamma; digamma is SymPy's polygamma(0, x)):
+# lgamma' = digamma, digamma' = polygamma(1, .), polygamma(n, .)' = polygamma(n + 1, .), and, as
+# in TensorFlow, no gradient in the order n
+lgamma = _ew("lgamma", lambda: sp.loggamma(P.x), numeric=numeric.lgamma,
+             rules=(lambda g, ans, x: multiply.bind(g, digamma.bind(x)),))
+digamma = _ew("digamma", lambda: sp.polygamma(0, P.x), numeric=numeric.digamma,
+              rules=(lambda g, ans, x: multiply.bind(g, polygamma.bind(1, x)),))
+polygamma = _ew("polygamma", lambda: sp.polygamma(P.x, P.y), "x y", numeric=numeric.polygamma,
+                rules=(None, lambda g, ans, n, x: multiply.bind(g, polygamma.bind(
+                    add.bind(n, 1), x))))
 
 for _op in (add, multiply):
     _op.commutative = True  # x*y and y*x are one tensor-level node (as one element atom)

@@ -277,3 +277,21 @@ def test_from_sympy_maps_the_family():
 def test_bad_orders_raise_symtape_errors():
     with pytest.raises((SymtapeError, TypeError, ValueError), match="polygamma"):
         st.polygamma(st.constant([1.0, 2.0]), st.constant([1.0, 2.0, 3.0]))
+
+
+def test_saved_programs_keep_the_family_and_its_gradients(tmp_path):
+    class Model(st.Module):
+        @st.function(input_signature=[st.TensorSpec((4,))])
+        def __call__(self, x):
+            return st.lgamma(x) + st.polygamma(2.0, x) * st.digamma(x)
+
+    xs = np.array([0.5, 2.5, -0.5, 7.0])
+    st.saved_model.save(Model(), str(tmp_path))
+    loaded = st.saved_model.load(str(tmp_path))
+    x = st.Variable(xs)
+    with st.GradientTape() as tape:
+        y = loaded(x)
+    psi = [float(mpmath.digamma(v)) for v in xs]
+    want = [p + float(mpmath.polygamma(3, v)) * q + float(mpmath.polygamma(2, v)) *
+            float(mpmath.polygamma(1, v)) for v, p, q in zip(xs, psi, psi)]
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), want, rtol=1e-12)

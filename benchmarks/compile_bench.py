@@ -28,7 +28,7 @@ import sympy as sp
 os.environ.setdefault("SYMTAPE_CACHE_DIR", tempfile.mkdtemp(prefix="symtape-bench-"))
 
 import symtape as st  # noqa: E402 - the cache directory must be chosen first
-from symtape.codegen import jit, kernel  # noqa: E402
+from symtape.codegen import ir, jit, kernel  # noqa: E402
 from symtape.codegen.plan import build_plan  # noqa: E402
 
 N_POINTS = 100_000
@@ -195,7 +195,7 @@ def phases(depth: int) -> dict:
     t["emit"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     engine = jit.Engine(obj)
-    engine.function(kernel.symbol_names("chain")[1], ctypes.c_int32, ctypes.c_int64,
+    engine.function(ir.symbol_names("chain")[1], ctypes.c_int32, ctypes.c_int64,
                     ctypes.c_void_p)
     t["JIT"] = time.perf_counter() - t0
     t["ops"] = plan.n_ops

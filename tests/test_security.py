@@ -32,7 +32,8 @@ from symtape.element import graph
 from symtape.element import heads
 from symtape.base import nest
 from symtape.element import added_heads as F
-from symtape.codegen import cache, compile_atoms, jit, kernel, runtime
+from symtape.codegen import cache, compile_atoms, jit, kernel
+from symtape.codegen.ir import entry_symbol
 from symtape.codegen.plan import build_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,7 +85,7 @@ def seven_x_ir_and_object(name: str = "poly") -> tuple[str, bytes]:
     """The IR and object code of ``7 * x`` under the symbol names of :func:`poly`."""
     x = graph.Leaf.new("x")
     plan = build_plan([obj(graph.mul(x, sp.Integer(7)))], [obj(x)])
-    ir = kernel.render(plan, runtime._symbol(name))
+    ir = kernel.render(plan, entry_symbol(name))
     return ir, jit.compile_object(ir)
 
 
@@ -426,7 +427,7 @@ def test_edited_ir_and_object_code_do_not_run(tmp_path, forge):
     f.save(path)
     doc = read_doc(path)
     ir, evil = seven_x_ir_and_object()
-    evil_fn = jit.Engine(evil).function(f"{runtime._symbol('poly')}_dense", None,
+    evil_fn = jit.Engine(evil).function(f"{entry_symbol('poly')}_dense", None,
                                         ctypes.c_int64, ctypes.c_void_p)
     x, y = np.array([2.0]), np.zeros(1)
     evil_fn(1, (ctypes.c_void_p * 2)(x.ctypes.data, y.ctypes.data))
@@ -679,7 +680,7 @@ def test_an_unchanged_document_still_loads(tmp_path):
 def _ir_of_poly() -> str:
     x = graph.Leaf.new("x")
     plan = build_plan([obj(graph.add(graph.mul(x, x), sp.Integer(1)))], [obj(x)])
-    return kernel.render(plan, runtime._symbol("poly"))
+    return kernel.render(plan, entry_symbol("poly"))
 
 
 def test_the_cache_is_private(cache_dir):

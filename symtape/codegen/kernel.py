@@ -5,14 +5,9 @@ from ``noalias`` input pointers to output pointers, element ``k`` of each at off
 ``body`` (internal, always inlined) loops ``j`` over the batch and calls ``point`` with every
 pointer advanced by ``j * stride`` elements. A small ``point`` is inlined into that loop, which
 LLVM then vectorises across points; a large one stays a call, which keeps the optimiser's
-time near linear in the size of the function. Two exported entry points call ``body``, both
-``i32 (i64 n, ptr ptrs, ...)`` with ``ptrs`` the array of input then output pointers, returning
-0, or 1 when lane buffers too large for the stack found no memory on the heap:
-
-* ``<name>(n, ptrs, strides)`` reads the strides from an array: broadcasting (stride 0),
-  strided views and caller-chosen output strides;
-* ``<name>_dense(n, ptrs)`` fixes every stride to its core size, the layout of contiguous
-  arrays; constant strides let LLVM see the exact access pattern when it vectorises.
+time near linear in the size of the function. The two exported entry points of the shell
+(:mod:`~symtape.codegen.ir`) call ``body``; its status is 1 when lane buffers too large for the
+stack found no memory on the heap.
 
 A ``point`` that LLVM would not vectorise across points (above
 ``LOOP_VECTORIZE_MAX_ACCESSES``, or calling library functions) is written in *lane mode*
@@ -32,36 +27,16 @@ import math
 import re
 from typing import NamedTuple
 
-import numpy as np
-
+from symtape.codegen.ir import (
+    MALLOC, MEMSET, body_head, body_tail, float_literal, formats, header, module, no_memory,
+)
 from symtape.codegen.lanes import LANES, LANES_MARK, libm_wrapper, vector, widen
 from symtape.codegen.plan import Instr, Plan
 from symtape.base.lazy import LazyModule
 
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
-vecmath = LazyModule("vecmath", globals(), "symtape.codegen.vecmath")
 
-__all__ = ["FASTMATH_FLAGS", "TYPES", "formats", "render", "symbol_names"]
-
-# The LLVM fast-math flags ``fastmath=True`` puts on float arithmetic and calls. Each is a
-# licence to round differently from the IEEE reference, taken only on request:
-FASTMATH_FLAGS = (
-    "contract",  # fuse a*b+c into one FMA: fewer instructions, one rounding instead of two
-    "reassoc",  # reorder sums and products: lets LLVM rebalance long chains and share terms
-    "nsz",  # ignore the sign of zero: x+0 -> x and x*0 -> 0 style folds become legal
-    "arcp",  # x/y -> x*(1/y): a hoisted reciprocal is cheaper than repeated divisions
-    "afn",  # approximate libm functions where LLVM knows a faster expansion (pow -> sqrt)
-)
-# ``nnan`` and ``ninf`` are left out on purpose: nan and inf are values here (comparisons,
-# Max/Min and Piecewise select on them), and those flags would make their results undefined.
-
-# dtype name -> (LLVM type, intrinsic suffix, libm suffix, size in bytes)
-TYPES = {
-    "float64": ("double", "f64", "", 8),
-    "float32": ("float", "f32", "f", 4),
-}
-
-ATTRIBUTES = "attributes #0 = { nounwind willreturn memory(none) }"
+__all__ = ["Body", "render"]
 
 # Above this many loads and stores per point, ``point`` is not inlined and the batch loop is
 # not vectorised: each point's accesses form interleaved groups as wide as its core, whose
@@ -117,23 +92,6 @@ _NO_LOOP_VECTORIZE = ('!0 = distinct !{!0, !1}\n'
                       '!1 = !{!"llvm.loop.vectorize.enable", i1 false}')
 
 
-def symbol_names(name: str) -> tuple[str, str]:
-    """The exported symbols ``(strided, dense)`` of the kernel called ``name``."""
-    return name, f"{name}_dense"
-
-
-def formats(dtype: str, fastmath: bool) -> tuple:
-    """``(fmt, size)``: the names op templates are formatted with (float type, intrinsic and
-    libm suffixes, fast-math flags) and the float size in bytes.
-
-    >>> formats("float32", False)
-    ({'t': 'float', 'sfx': 'f32', 'm': 'f', 'fm': ''}, 4)
-    """
-    t, sfx, m, size = TYPES[dtype]
-    fm = " ".join(FASTMATH_FLAGS) + " " if fastmath else ""
-    return {"t": t, "sfx": sfx, "m": m, "fm": fm}, size
-
-
 def render(plan: Plan, name: str, dtype: str = "float64", fastmath: bool = False) -> str:
     """The LLVM IR module of ``plan`` (the text the cache is keyed by).
 
@@ -149,49 +107,11 @@ def render(plan: Plan, name: str, dtype: str = "float64", fastmath: bool = False
     emitter = Body(plan, fmt, size)
     body = emitter.lines()
     decls = emitter.declarations()  # one line per declaration
-    head = [f"; symtape kernel {name}: {len(plan.inputs)} inputs, {len(plan.outputs)} outputs"]
+    head = [header("kernel", name, plan)]
     if emitter.lanes > 1 and plan.n_ops >= SHORT_PIPELINE_OPS:
         head.append(f"{LANES_MARK}: {emitter.lanes} points per vector")
-    tail = [ATTRIBUTES] + ([_NO_LOOP_VECTORIZE] if not emitter.loop_vectorize else []) + [""]
-    return "\n".join(head + decls + body + entries(plan, name) + tail)
-
-
-def entries(plan: Plan, name: str) -> list[str]:
-    n_ptr = len(plan.inputs) + len(plan.outputs)
-    strided, dense = symbol_names(name)
-    loads = [f"  %p{i}.a = getelementptr ptr, ptr %ptrs, i64 {i}\n"
-             f"  %p{i} = load ptr, ptr %p{i}.a" for i in range(n_ptr)]
-    strides = [f"  %s{i}.a = getelementptr i64, ptr %strides, i64 {i}\n"
-               f"  %s{i} = load i64, ptr %s{i}.a" for i in range(n_ptr)]
-    ptr_args = ", ".join(f"ptr %p{i}" for i in range(n_ptr))
-    sizes = [math.prod(a.shape) for a in plan.inputs] + [math.prod(o.shape) for o in plan.outputs]
-    dense_strides = "".join(f", i64 {s}" for s in sizes)
-    runtime_strides = "".join(f", i64 %s{i}" for i in range(n_ptr))
-    sep = ", " if n_ptr else ""
-    return [
-        f"define i32 @{strided}(i64 %n, ptr %ptrs, ptr %strides) nounwind {{",
-        "entry:", *loads, *strides,
-        f"  %status = call i32 @body(i64 %n{sep}{ptr_args}{runtime_strides})",
-        "  ret i32 %status", "}", "",
-        f"define i32 @{dense}(i64 %n, ptr %ptrs) nounwind {{",
-        "entry:", *loads,
-        f"  %status = call i32 @body(i64 %n{sep}{ptr_args}{dense_strides})",
-        "  ret i32 %status", "}", "",
-    ]
-
-
-def body_head(n_bufs: int, first: str) -> list[str]:
-    """The opening of ``body(n, buffers..., strides...)``: nothing to do unless ``n > 0``,
-    else on to block ``first`` (the block ``%done`` returns)."""
-    params = ["i64 %n"] + [f"ptr noalias %b{i}" for i in range(n_bufs)]
-    params += [f"i64 %s{i}" for i in range(n_bufs)]
-    return [
-        f"define internal i32 @body({', '.join(params)}) alwaysinline nounwind {{",
-        "entry:",
-        "  %go = icmp sgt i64 %n, 0",
-        f"  br i1 %go, label %{first}, label %done",
-        f"{first}:",
-    ]
+    metadata = [_NO_LOOP_VECTORIZE] if not emitter.loop_vectorize else []
+    return module(head, decls + body, plan, name, metadata=metadata)
 
 
 def _loop(elems: list[str], vectorize: bool) -> list[str]:
@@ -210,24 +130,9 @@ def _loop(elems: list[str], vectorize: bool) -> list[str]:
         "  %j.next = add nuw nsw i64 %j, 1",
         "  %end = icmp eq i64 %j.next, %n",
         f"  br i1 %end, label %done, label %loop{hint}",
-        "done:",
-        "  ret i32 0",
-        "}",
-        "",
+        *body_tail(),
     ]
     return lines
-
-
-def float_literal(value: float, dtype: str) -> str:
-    """An IR float constant: the exact double (rounded to float first for float32), in hex.
-
-    >>> float_literal(1.0, "float64"), float_literal(0.1, "float32")
-    ('0x3FF0000000000000', '0x3FB99999A0000000')
-    """
-    if dtype == "float32":
-        with np.errstate(over="ignore"):
-            value = float(np.float32(value))
-    return vecmath.double_literal(value)
 
 
 def _chunks(plan: Plan, size: int) -> list:
@@ -620,8 +525,7 @@ def _lane_loop(elems: list[str], sizes: list[int], n_in: int, lanes: int,
             f"  %raw = call ptr @malloc(i64 {total + 64})",
             "  %none = icmp eq ptr %raw, null",
             "  br i1 %none, label %nomem, label %arena",
-            "nomem:",
-            "  ret i32 1",
+            *no_memory("nomem"),
             "arena:",
             "  %raw.i = ptrtoint ptr %raw to i64",
             "  %raw.up = add i64 %raw.i, 63",
@@ -669,12 +573,9 @@ def _lane_loop(elems: list[str], sizes: list[int], n_in: int, lanes: int,
         "finish:",
         *(["  call void @free(ptr %raw)"] if heap else []),
         "  br label %done",
-        "done:",
-        "  ret i32 0",
-        "}",
-        "",
-        "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)",
-        *(["declare ptr @malloc(i64)", "declare void @free(ptr)"] if heap else []),
+        *body_tail(),
+        MEMSET,
+        *(MALLOC if heap else ()),
         "",
     ]
     return lines

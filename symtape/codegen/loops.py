@@ -12,7 +12,7 @@ accumulates its terms in order, as the element DAG's definitions add them.
 The LLVM module has one function per block (``noinline``: each is optimised on its own, so
 compile time grows with the number of blocks, not the size of the tensors), a ``program``
 calling them in order for one point, and the same ``body``/entry points as straight-line
-kernels (:mod:`~symtape.codegen.kernel`): ``body`` loops over the points of a batch and runs
+kernels (:mod:`~symtape.codegen.ir`): ``body`` loops over the points of a batch and runs
 ``program`` on each, with the temporaries in one arena (stack or ``malloc``, as lane mode).
 A plan over chunks of points (``LoopPlan.points``) runs ``program`` once per chunk instead:
 its blocks loop over the chunk's points themselves (``Block.points``: the first extent is
@@ -29,10 +29,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from symtape.codegen.kernel import (
-    ATTRIBUTES, LANE_STACK_BYTES, LOOP_VECTORIZE_MAX_ACCESSES, Body, body_head, entries,
-    float_literal, formats,
+from symtape.codegen.ir import (
+    MALLOC, MEMCPY, MEMSET, body_head, body_tail, float_literal, formats, header, module,
+    no_memory,
 )
+from symtape.codegen.kernel import LANE_STACK_BYTES, LOOP_VECTORIZE_MAX_ACCESSES, Body
 from symtape.codegen.plan import ArgLayout, OutLayout, Plan
 
 __all__ = ["Buffer", "Access", "Block", "LoopPlan", "render", "POINT_ALIGN"]
@@ -162,7 +163,7 @@ def _allocate(plan: LoopPlan) -> tuple:
 
 
 def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = False) -> str:
-    """The LLVM IR module of ``plan``, with the entry points of :func:`kernel.render`.
+    """The LLVM IR module of ``plan``, with the entry points of :func:`~symtape.codegen.ir.entries`.
 
     >>> import numpy as np
     >>> from symtape.element import graph
@@ -202,13 +203,10 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     else:
         lines += _point_loop(plan, arena, t)
     consts = [_constant(i, b, t, dtype) for i, b in enumerate(plan.buffers) if b.kind == "const"]
-    head = [f"; symtape loop kernel {name}: {len(plan.inputs)} inputs, "
-            f"{len(plan.outputs)} outputs, {len(plan.blocks)} blocks"]
-    decls.add("declare ptr @malloc(i64)")
-    decls.add("declare void @free(ptr)")
+    head = [header("loop kernel", name, plan, f", {len(plan.blocks)} blocks")]
+    decls.update(MALLOC)
     slot = ["@arena.slot = internal global ptr null, align 8"]
-    return "\n".join(head + sorted(decls) + slot + consts + lines + entries(plan, name)
-                      + _release(name) + [ATTRIBUTES, ""])
+    return module(head, sorted(decls) + slot + consts + lines, plan, name, after=_release(name))
 
 
 #: Blocks of at least this many operations (iterations times body size) split their
@@ -410,7 +408,7 @@ def _take_arena(size: int, here: str, then: str) -> list:
             "alloc:", f"  %fresh = call ptr @malloc(i64 {size})",
             "  %none = icmp eq ptr %fresh, null",
             "  br i1 %none, label %fail, label %got",
-            "fail:", "  ret i32 1",
+            *no_memory("fail"),
             "got:", f"  %arena = phi ptr [ %cached, %{here} ], [ %fresh, %alloc ]",
             f"  br label %{then}", f"{then}:"]
 
@@ -506,11 +504,10 @@ def _point_loop(plan: LoopPlan, arena: int, t: str) -> list:
               "finish:"]
     if heap:
         lines += _give_arena()
-    return lines + ["  br label %done", "done:", "  ret i32 0", "}", ""]
+    return lines + ["  br label %done", *body_tail()]
 
 
-_MEMORY = ("declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)",
-           "declare void @llvm.memset.p0.i64(ptr, i8, i64, i1)")
+_MEMORY = (MEMCPY, MEMSET)
 
 
 def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
@@ -586,7 +583,7 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
               "  br i1 %more, label %chunk, label %finish", "finish:"]
     if heap:
         lines += _give_arena()
-    return lines + ["  br label %done", "done:", "  ret i32 0", "}", ""]
+    return lines + ["  br label %done", *body_tail()]
 
 
 def _copies(tag: str, bufs, sizes: list, elems: list, width: list, before: str, after: str,

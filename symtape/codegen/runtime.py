@@ -21,7 +21,6 @@ import itertools
 import json
 import math
 import os
-import re
 import threading
 import weakref
 from collections.abc import Sequence
@@ -35,6 +34,7 @@ from symtape.base.errors import (
     DTypeError, InvalidArgumentError, LoweringError, SerializationError, ShapeError,
 )
 from symtape.codegen import c99, cache, jit, kernel, loops
+from symtape.codegen.ir import entry_symbol, symbol_names
 from symtape.codegen.loops import LoopPlan
 from symtape.codegen.plan import ArgLayout, Instr, OutLayout, Plan, build_plan, formulas
 from symtape.base.lazy import LazyModule
@@ -131,7 +131,7 @@ def compile_atoms(
         (each index exactly once); default: the array itself for one output, else a tuple.
     dtype : ``'float64'`` or ``'float32'``, the arithmetic and result type (boolean outputs
         are ``bool`` arrays); inputs are converted to it.
-    fastmath : allow LLVM's fast-math rewrites (see ``kernel.FASTMATH_FLAGS``).
+    fastmath : allow LLVM's fast-math rewrites (see ``symtape.codegen.ir.FASTMATH_FLAGS``).
     threads : ``None`` splits large batches over all cores, ``1`` never splits, ``k`` at most k.
     name : the kernel's name (in IR, assembly and C source).
 
@@ -271,12 +271,6 @@ def _flatten_like(structure, value, path: str, found: dict) -> None:
         _flatten_like(sub, item, f"{path}[{k}]", found)
 
 
-def _symbol(name: str | None) -> str:
-    # ASCII only: LLVM identifiers and C symbols take no other letters
-    ident = re.sub(r"[^0-9A-Za-z_]", "_", name or "fn")
-    return f"st_{ident}"
-
-
 # --------------------------------------------------------------------------------------------
 # The thread pool (shared: it holds no engines, only runs chunks of calls)
 # --------------------------------------------------------------------------------------------
@@ -376,7 +370,7 @@ class CompiledFunction:
         self._structure = structure
         self._input_names = tuple(input_names) or (None,) * len(plan.inputs)
         self._output_names = tuple(output_names) or (None,) * len(plan.outputs)
-        self._symbol = _symbol(name)
+        self._symbol = entry_symbol(name)
         self._ir = ir if ir is not None else _render(plan, self._symbol, dtype, fastmath)
         self._obj = obj if obj is not None else jit.object_code(self._ir)
         self._asm = None
@@ -403,7 +397,7 @@ class CompiledFunction:
     def _attach(self) -> None:
         """Loads the object code into this function's own engine."""
         self._engine = jit.Engine(self._obj)
-        strided, dense = kernel.symbol_names(self._symbol)
+        strided, dense = symbol_names(self._symbol)
         i64, vp = ctypes.c_int64, ctypes.c_void_p
         # the entry points return 0, or 1 when the kernel's lane buffers found no memory
         self._strided = self._engine.function(strided, ctypes.c_int32, i64, vp, vp)
@@ -996,7 +990,7 @@ def _from_doc(doc: dict, what: str) -> CompiledFunction:
         raise SerializationError(f"{what}: {exc}") from None
     input_names = _names_from(d["input_names"], len(plan.inputs), f"{what}: input_names")
     output_names = _names_from(d["output_names"], len(plan.outputs), f"{what}: output_names")
-    ir = kernel.render(plan, _symbol(name), dtype, fastmath)
+    ir = kernel.render(plan, entry_symbol(name), dtype, fastmath)
     obj = _trusted_object(d, ir, what)
     return CompiledFunction(plan, name=name, dtype=dtype, fastmath=fastmath, threads=threads,
                             structure=structure, input_names=input_names,

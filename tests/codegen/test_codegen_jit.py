@@ -14,7 +14,7 @@ import sympy as sp
 
 import symtape
 from symtape.element import graph
-from symtape.codegen import cache, compile_atoms, jit, kernel
+from symtape.codegen import cache, compile_atoms, ir, jit, kernel
 from symtape.base.errors import CompileError
 
 SCRIPT = textwrap.dedent("""
@@ -110,7 +110,7 @@ def test_fastmath_flags_only_when_asked():
     plain = compile_atoms([np.array(e, dtype=object)], [np.array(x, dtype=object)])
     fast = compile_atoms([np.array(e, dtype=object)], [np.array(x, dtype=object)],
                          fastmath=True)
-    flags = " ".join(kernel.FASTMATH_FLAGS)
+    flags = " ".join(ir.FASTMATH_FLAGS)
     assert flags not in plain.llvm_ir and "nnan" not in fast.llvm_ir
     assert f"fmul {flags} double" in fast.llvm_ir
     np.testing.assert_allclose(fast(np.arange(5.0)), plain(np.arange(5.0)))

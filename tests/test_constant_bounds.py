@@ -1,14 +1,16 @@
 """Bounds on the gamma family's constants in files (``symtape.io.constant_bounds``): each
 enclosure holds the value mpmath computes at 300 bits, at points and over wide intervals, and
-arguments where the functions are complex or have poles are refused by name."""
+arguments where the functions are complex or have poles are refused by name, when bounded
+alone and when a file's expression is decoded."""
 
 from __future__ import annotations
 
 import mpmath
 import pytest
+import sympy as sp
 
 from symtape.base.errors import SerializationError
-from symtape.io import constant_bounds
+from symtape.io import constant_bounds, expressions
 
 # (node, its value as an mpmath function of nothing, at the working precision)
 POINTS = [
@@ -94,3 +96,16 @@ def test_wide_arguments_are_enclosed_at_every_point(head, args):
 def test_arguments_without_a_real_bound_are_refused(node, match):
     with pytest.raises(SerializationError, match=match):
         constant_bounds.bound_tree(node, "constant")
+    with pytest.raises(SerializationError, match="^file: the constant"):
+        expressions.decode_expr(node, "file")
+
+
+@pytest.mark.parametrize("node", [
+    ["loggamma", ["Rational", 7, 2]],
+    ["polygamma", ["Integer", 2], ["Mul", ["Rational", 1, 2], ["pi"]]],
+])
+def test_decoded_constants_evaluate_inside_their_bounds(node):
+    expr = expressions.decode_expr(node)
+    bound = constant_bounds.bound_tree(node, "c")
+    assert _contains(bound, _reference(lambda: mpmath.mpf(str(sp.N(expr, 60)))))
+    assert expressions.encode_expr(expr) == node

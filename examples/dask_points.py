@@ -23,9 +23,9 @@ def rosenbrock(x):
 
 
 def loads():
-    from symtape.codegen import runtime
+    from symtape.codegen import archive
 
-    return runtime.RESTORE_LOADS[0]
+    return archive.RESTORE_LOADS[0]
 
 
 if __name__ == "__main__":

@@ -1,8 +1,9 @@
 """Saving and loading compiled functions (``CompiledFunction.save`` / ``st.load``).
 
 Files are data only (strict JSON of the plan, names and layout, plus object code signed with
-this user's cache secret); loading runs nothing from them. ``pickle`` of a compiled function
-is for trusted transport (multiprocessing, dask), as everywhere in Python.
+this user's cache secret); loading runs nothing from them (the format:
+:mod:`symtape.codegen.archive`). ``pickle`` of a compiled function is for trusted transport
+(multiprocessing, dask), as everywhere in Python.
 """
 
 from __future__ import annotations

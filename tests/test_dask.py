@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape.codegen import runtime
+from symtape.codegen import archive
 
 
 def rosen(x):
@@ -19,9 +19,9 @@ def rosen(x):
 def test_unpickling_the_same_function_again_reuses_the_loaded_one():
     g = st.grad(rosen, input_signature=[st.TensorSpec((5,))])
     data = pickle.dumps(g)
-    before = runtime.RESTORE_LOADS[0]
+    before = archive.RESTORE_LOADS[0]
     a, b = pickle.loads(data), pickle.loads(data)
-    assert a is b and runtime.RESTORE_LOADS[0] == before + 1
+    assert a is b and archive.RESTORE_LOADS[0] == before + 1
     x = np.random.default_rng(0).normal(size=(7, 5))
     np.testing.assert_array_equal(a(x), g(x))
     other = pickle.loads(pickle.dumps(st.grad(rosen, input_signature=[st.TensorSpec((6,))])))
@@ -29,7 +29,7 @@ def test_unpickling_the_same_function_again_reuses_the_loaded_one():
 
 
 def _loads():
-    from symtape.codegen import runtime as rt
+    from symtape.codegen import archive as rt
 
     return rt.RESTORE_LOADS[0]
 

@@ -17,7 +17,7 @@ import pytest
 
 import symtape as st
 from symtape.base import errors
-from symtape.codegen import runtime
+from symtape.codegen import archive
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -198,8 +198,8 @@ def test_a_file_with_exact_constants_loads(tmp_path, monkeypatch):
     f = st.compile([t.gradient(y, x)], [x])
     f.save(tmp_path / "f.symtape")
     exact = []
-    read = runtime._exact_constant
-    monkeypatch.setattr(runtime, "_exact_constant", lambda *a: exact.append(a[0]) or read(*a))
+    read = archive._exact_constant
+    monkeypatch.setattr(archive, "_exact_constant", lambda *a: exact.append(a[0]) or read(*a))
     g = st.load(tmp_path / "f.symtape")
     assert exact == [["Mul", ["Integer", 2], ["Pow", ["pi"], ["Rational", -1, 2]]]]
     v = np.array([0.5, 1.0])

@@ -1,11 +1,15 @@
 """The shared IR shell (``codegen/ir.py``): straight-line kernels and loop nests are both
-written as header, definitions, the same entry points and attributes."""
+written as header, definitions, the same entry points and attributes; and the archive
+(``codegen/archive.py``): a compiled function's fields through its file and its pickle."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
+import sympy as sp
 
-from symtape.codegen import compile_atoms, ir, kernel, loops
+from symtape.base.errors import InvalidArgumentError, SerializationError
+from symtape.codegen import CompiledFunction, archive, compile_atoms, ir, jit, kernel, loops
 from symtape.codegen.loops import Access, Block, Buffer, LoopPlan, layouts
 from symtape.codegen.plan import build_plan
 from symtape.element import graph
@@ -60,3 +64,56 @@ def test_entry_symbols_are_ascii_and_callable():
     assert ir.entry_symbol("λ x") == "st___x"
     assert "define i32 @st___x(" in f.llvm_ir and "define i32 @st___x_dense(" in f.llvm_ir
     np.testing.assert_array_equal(f(np.array([-2.0, 0.0, 3.0])), [4.0, 0.0, 9.0])
+
+
+# --------------------------------------------------------------------------------------------
+# The archive: fields of a compiled function, its pickled state and its file
+# --------------------------------------------------------------------------------------------
+
+
+def pair():
+    x, y = graph.Leaf.new("x"), graph.Leaf.new("y")
+    less = graph.relation(sp.StrictLessThan, x, y)
+    return compile_atoms([obj(graph.add(graph.mul(x, y), x)), obj(less)], [obj(x), obj(y)],
+                         input_names=["x", "y"], output_names=["s", "less"],
+                         structure={"s": 0, "less": [1]}, name="pair")
+
+
+def test_a_file_gives_back_the_fields_and_reuses_its_signed_code(tmp_path):
+    f = pair()
+    f.save(tmp_path / "pair.st")
+    before = jit.STATS.snapshot()
+    fields = archive.read(tmp_path / "pair.st")
+    after = jit.STATS.snapshot()
+    looked_up = [s["cache_hits"] + s["cache_misses"] for s in (before, after)]
+    assert after["compiles"] == before["compiles"] and looked_up[0] == looked_up[1]
+    assert set(fields) == set(archive.FIELDS)
+    assert fields["plan"] == f.plan and fields["ir"] == f.llvm_ir
+    assert (fields["name"], fields["dtype"], fields["structure"]) == ("pair", "float64",
+                                                                       {"s": 0, "less": [1]})
+    assert fields["input_names"] == ("x", "y") and fields["output_names"] == ("s", "less")
+    g = CompiledFunction(**fields)
+    x, y = np.array([-1.0, 0.0, 2.0]), np.array([3.0, 0.0, -4.0])
+    got = g(x, y)
+    np.testing.assert_array_equal(got["s"], x * y + x)
+    np.testing.assert_array_equal(got["less"][0], x < y)
+
+
+def test_restore_builds_once_per_state():
+    f = pair()
+    _, (state,) = f.__reduce__()
+    state = dict(state, name="pair_restored_once")  # a state this process has not restored
+    loads = archive.RESTORE_LOADS[0]
+    first = archive.restore(state, dict)
+    assert archive.restore(state, dict) is first and archive.RESTORE_LOADS[0] == loads + 1
+    assert set(first) == set(archive.FIELDS) and first["obj"] is state["obj"]
+    with pytest.raises(SerializationError, match="unsupported compiled-function format"):
+        archive.restore(dict(state, format=1), dict)
+
+
+def test_structures_index_each_output_once():
+    assert archive.check_structure(None, 1) == 0 and archive.check_structure(None, 3) == (0, 1, 2)
+    assert archive.check_structure([{"a": 1}, (0,)], 2) == [{"a": 1}, (0,)]
+    for bad in ([0, 0], [0], True, [0, 1.0], {"a": "0"}):
+        with pytest.raises(InvalidArgumentError, match="structure"):
+            archive.check_structure(bad, 2)

@@ -359,7 +359,7 @@ def test_unpickling_on_another_host_recompiles_the_stored_ir(affine, same):
     args = (np.ones((2, 3)), np.arange(3.0), np.ones(2))
     same(g(*args)[0], f(*args)[0], rtol=0)
     with pytest.raises(SerializationError):
-        runtime._restore({"format": -1})
+        runtime.restore({"format": -1})
 
 
 def test_tensor_spec_is_frozen_and_pickles():

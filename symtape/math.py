@@ -15,6 +15,10 @@ from symtape.core.tensor import true_divide
 from symtape.core.variables import Tensor, constant, convert_to_tensor
 from symtape.core.variables import shape_arg as _shape_arg
 from symtape.base.lazy import LazyModule
+# TensorFlow's moves (``slice`` shadows the builtin here: this module writes builtins.slice)
+from symtape.moves import gather_nd, meshgrid, roll, slice, strided_slice  # noqa: A004
+from symtape import math_extras
+from symtape.math_extras import *  # noqa: F403 - st.math's names, continued there
 
 sp = LazyModule("sp", globals(), "sympy")
 
@@ -32,6 +36,8 @@ __all__ = [
     "clip_by_norm", "clip_by_global_norm", "global_norm", "sigmoid", "softplus",
     "stop_gradient", "shape", "size", "rank", "unstack", "split", "pad", "argmax", "argmin",
     "divide_no_nan", "squared_difference", "lgamma", "digamma", "polygamma",
+    "roll", "slice", "strided_slice", "gather_nd", "meshgrid",
+    *math_extras.__all__,
 ]
 
 
@@ -42,7 +48,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------------
 
 #: ``name -> composite`` (the op-table test asks for a row per entry).
-COMPOSITES: dict = {}
+COMPOSITES: dict = dict(math_extras.COMPOSITES)
 #: ``name -> numpy constructor`` of the creation functions.
 CREATION: dict = {}
 
@@ -761,7 +767,7 @@ def unstack(value, num=None, axis=0, name="unstack") -> list:
     """
     value = convert_to_tensor(value)
     axis = axis % value.ndim
-    key = (slice(None),) * axis
+    key = (builtins.slice(None),) * axis
     return [value[key + (i,)] for i in builtins.range(value.shape[axis])]
 
 
@@ -788,7 +794,7 @@ def split(value, num_or_size_splits, axis=0, num=None, name="split") -> list:
             raise ShapeError(f"st.split: sizes {sizes} do not add up to {n}")
     out, start = [], 0
     for s in sizes:
-        key = (slice(None),) * axis + (slice(start, start + s),)
+        key = (builtins.slice(None),) * axis + (builtins.slice(start, start + s),)
         out.append(value[key])
         start += s
     return out

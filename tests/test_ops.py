@@ -181,6 +181,28 @@ row("divide_no_nan", st.math.divide_no_nan, [S3, Arg((3,), values=[2.0, 0.0, -0.
     diff=(0,))  # (y's derivative jumps at its zero)
 row("where", st.where, [Arg((3,), values=[True, False, True], dtype="bool"), S3, S3], np.where)
 row("stop_gradient", st.stop_gradient, [S3], lambda x: x, nograd=(0,))
+row("add_n", lambda a, b, c: st.add_n([a, b, c]), [S3, S3, S3], lambda a, b, c: a + b + c)
+row("reciprocal", st.math.reciprocal, [u((3,), 0.5, 2.0)], lambda x: 1 / x, scalar=True)
+row("erfc", st.math.erfc, [S3], np.vectorize(lambda v: float(mpmath.erfc(v))), scalar=True)
+row("xlogy", st.math.xlogy, [Arg((3,), values=[0.5, 1.5, -0.7]), P],
+    lambda x, y: x * np.log(y), scalar=True)  # (x = 0, where TF's rules cut, in its own tests)
+row("multiply_no_nan", st.math.multiply_no_nan, [S3, Arg((3,), values=[2.0, 0.0, -0.5])],
+    lambda x, y: np.where(y == 0, 0.0, x * y))
+row("log_sigmoid", st.math.log_sigmoid, [S3], lambda x: -np.log1p(np.exp(-x)), scalar=True)
+SPECIAL = [Arg((4,), values=[1.0, np.inf, -np.inf, np.nan])]
+row("is_finite", st.math.is_finite, SPECIAL, np.isfinite, nograd=(0,))
+row("is_nan", st.math.is_nan, SPECIAL, np.isnan, nograd=(0,))
+row("is_inf", st.math.is_inf, SPECIAL, np.isinf, nograd=(0,))
+row("reduce_all", lambda b: st.math.reduce_all(b, axis=1), [Arg((3, 4), dtype="bool")],
+    lambda b: np.all(b, axis=1))
+row("reduce_any", lambda b: st.math.reduce_any(b, axis=0, keepdims=True),
+    [Arg((3, 4), dtype="bool")], lambda b: np.any(b, axis=0, keepdims=True))
+row("one_hot", lambda i: st.one_hot(i, 4, axis=0), [Arg((3,), values=[0, 3, -1], dtype="int64")],
+    lambda i: (np.arange(4)[:, None] == i[None, :]).astype(np.float64))
+row("sequence_mask", lambda n: st.sequence_mask(n, 4), [Arg((2,), values=[1, 3], dtype="int32")],
+    lambda n: np.arange(4) < n[:, None])
+row("l2_normalize", lambda x: st.math.l2_normalize(x, axis=1), [M23],
+    lambda x: x / np.sqrt(np.maximum(np.sum(x * x, axis=1, keepdims=True), 1e-12)))
 
 # ---- reductions ----------------------------------------------------------------------------
 R = Arg((2, 3), 0.5, 2.0)

@@ -698,6 +698,21 @@ dropout = _ew("dropout", lambda: sp.Piecewise((P.x * P.w, P.y >= P.z), (0, True)
 # (x - y)**2, TensorFlow's squared_difference (the variance of moments)
 squared_difference = _ew("squared_difference", lambda: (P.x - P.y) ** 2, "x y", kinds="fi",
                          numeric=lambda x, y: np.square(x - y))
+# x * y, and exactly 0 where y is 0 even if x is inf or nan (TF's mul_no_nan); TF's rules,
+# themselves mul_no_nan: d/dx = mul_no_nan(g, y), d/dy = mul_no_nan(x, g) -- so at y == 0 the
+# derivative in y is x g (the product's), not the select's 0
+
+
+def _multiply_no_nan(x, y):
+    with np.errstate(invalid="ignore", over="ignore"):
+        return np.where(np.equal(y, 0), np.zeros((), np.result_type(x, y)), np.multiply(x, y))
+
+
+multiply_no_nan = _ew(
+    "multiply_no_nan", lambda: sp.Piecewise((0, sp.Eq(P.y, 0, evaluate=False)), (P.x * P.y, True)),
+    "x y", numeric=_multiply_no_nan,
+    rules=(lambda g, ans, x, y: multiply_no_nan.bind(g, y),
+           lambda g, ans, x, y: multiply_no_nan.bind(x, g)))
 # TF computes clip_by_value as maximum(minimum(t, hi), lo) and differentiates those two ops
 # (ties to the first argument; nan compares false): the gradient passes to t at and between
 # the bounds, to a bound beyond it, and to lo alone when lo > hi (the result is then lo)

@@ -10,14 +10,15 @@ import numpy as np
 
 from symtape import Tensor, constant, ops, random
 from symtape import math as M
-from symtape.base.errors import InvalidArgumentError, ShapeError
+from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
 from symtape.math import table_entry
 from symtape.math import sigmoid, softplus, tanh  # TensorFlow exposes these under tf.nn too
+from symtape.math import l2_normalize  # tf.nn.l2_normalize as well
 
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax",
            "sigmoid_cross_entropy_with_logits", "softmax_cross_entropy_with_logits", "l2_loss",
            "sigmoid", "softplus", "tanh", "conv2d", "max_pool2d", "avg_pool2d", "moments",
-           "dropout"]
+           "dropout", "silu", "swish", "gelu", "softsign", "l2_normalize", "bias_add"]
 
 
 #: ``name -> composite`` of this module (the op-table test asks for a row per entry).
@@ -138,6 +139,114 @@ def l2_loss(t, name=None):
     12.5
     """
     return ops.divide.bind(ops.reduce_sum.bind(ops.square.bind(t), axis=None), 2)
+
+
+# ---- silu, gelu, softsign, bias_add: composites in TensorFlow's own forms ----------------------
+
+
+@_composite("silu")
+def _silu(features, beta):
+    scaled = features if beta is None else ops.multiply.bind(beta, features)
+    return ops.multiply.bind(features, ops.sigmoid.bind(scaled))
+
+
+@_composite("gelu")
+def _gelu(features, approximate: bool):
+    """TF's forms: ``x/2 (1 + erf(x/sqrt(2)))``, or with ``approximate`` ``x/2 (1 +
+    tanh(sqrt(2/pi) (x + 0.044715 x**3)))`` (its constants as TF writes them)."""
+    if approximate:
+        cubic = ops.add.bind(features, ops.multiply.bind(
+            0.044715, ops.pow_.bind(features, 3)))
+        inner = ops.tanh.bind(ops.multiply.bind(0.7978845608028654, cubic))
+    else:
+        inner = ops.erf.bind(ops.divide.bind(features, 1.4142135623730951))
+    return ops.multiply.bind(ops.multiply.bind(0.5, features), ops.add.bind(1.0, inner))
+
+
+@_composite("softsign")
+def _softsign(features):
+    """``x / (1 + |x|)``; its derivative ``1 / (1 + |x|)**2`` (|x|' = sign(x) is 0 at 0)."""
+    return ops.divide.bind(features, ops.add.bind(ops.abs_.bind(features), 1.0))
+
+
+@_composite("bias_add")
+def _bias_add(value, bias, channel_axis: int):
+    shape = [1] * value.ndim
+    shape[channel_axis] = bias.shape[0]
+    return ops.add.bind(value, ops.reshape.bind(bias, shape=tuple(shape)))
+
+
+def _float_features(features, what: str) -> Tensor:
+    features = features if isinstance(features, Tensor) else constant(np.asarray(features))
+    if features.dtype.kind != "f":
+        raise DTypeError(f"{what}: features has dtype {features.dtype.name}; it "
+                                   "needs floats")
+    return features
+
+
+def silu(features, beta=1.0, name=None):
+    """``x * sigmoid(beta * x)``, the SiLU or swish activation (``tf.nn.silu``).
+
+    >>> import symtape as st
+    >>> st.nn.silu(st.symbol("x")).formula()
+    x/(1 + exp(-x))
+    """
+    features = _float_features(features, "st.nn.silu")
+    plain = not isinstance(beta, Tensor) and np.ndim(beta) == 0 and float(beta) == 1.0
+    return _silu(features, None if plain else beta)
+
+
+swish = silu
+
+
+def gelu(features, approximate=False, name=None):
+    """The Gaussian error linear unit ``x P(X <= x)``, X standard normal: with erf, or
+    with ``approximate``, tanh (``tf.nn.gelu``).
+
+    >>> import symtape as st
+    >>> st.nn.gelu(st.constant([-1.0, 0.0, 1.0])).numpy()
+    array([-0.15865525,  0.        ,  0.84134475])
+    """
+    return _gelu(_float_features(features, "st.nn.gelu"), bool(approximate))
+
+
+def softsign(features, name=None):
+    """``x / (1 + |x|)``.
+
+    >>> import symtape as st
+    >>> st.nn.softsign(st.constant([-3.0, 1.0])).numpy()
+    array([-0.75,  0.5 ])
+    """
+    return _softsign(_float_features(features, "st.nn.softsign"))
+
+
+def bias_add(value, bias, data_format=None, name=None):
+    """``value + bias`` with the 1-D ``bias`` along the channel axis: the last one, or the
+    second with ``data_format`` 'NC...' (``tf.nn.bias_add``).
+
+    >>> import symtape as st
+    >>> st.nn.bias_add(st.zeros([2, 3]), st.constant([1.0, 2.0, 3.0])).numpy()
+    array([[1., 2., 3.],
+           [1., 2., 3.]])
+    """
+    value = value if isinstance(value, Tensor) else constant(np.asarray(value))
+    bias = bias if isinstance(bias, Tensor) else constant(np.asarray(bias, dtype=value.dtype))
+    if value.ndim < 2:
+        raise ShapeError(f"st.nn.bias_add: value must have rank >= 2, got shape {value.shape}")
+    if bias.ndim != 1:
+        raise ShapeError(f"st.nn.bias_add: bias must be 1-D, got shape {bias.shape}")
+    fmt = "NHWC" if data_format is None else str(data_format)
+    if not (fmt.startswith("NC") or fmt.startswith("N") and fmt.endswith("C")):
+        raise InvalidArgumentError(f"st.nn.bias_add: data_format must be 'N...C' or 'NC...', "
+                                   f"got {data_format!r}")
+    axis = 1 if fmt.startswith("NC") else value.ndim - 1
+    if bias.shape[0] != value.shape[axis]:
+        raise ShapeError(f"st.nn.bias_add: bias has {bias.shape[0]} elements, value's channel "
+                         f"axis {axis} has {value.shape[axis]}")
+    if bias.dtype != value.dtype:
+        raise DTypeError(f"st.nn.bias_add: bias has dtype {bias.dtype.name}, value "
+                                   f"{value.dtype.name}")
+    return _bias_add(value, bias, axis)
 
 
 

@@ -279,3 +279,88 @@ def test_l2_normalize_values_epsilon_and_gradient():
     (g,) = grads(lambda t: st.math.l2_normalize(t, axis=1) * w, y0)
     r = np.linalg.norm(y0)
     np.testing.assert_allclose(g, w / r - y0 * np.sum(w * y0) / r ** 3, rtol=1e-14)
+    assert st.nn.l2_normalize is st.math.l2_normalize
+
+
+# ---- st.nn: silu, gelu, softsign, bias_add ----------------------------------------------------
+
+
+def _sigmoid(x):
+    return np.array([float(1 / (1 + mpmath.exp(-mpmath.mpf(v)))) for v in np.ravel(x)]).reshape(
+        np.shape(x))
+
+
+def test_silu_and_swish_values_and_gradients():
+    assert st.nn.swish is st.nn.silu
+    x = np.array([0.0, 1.0, -1.0, 20.0, -20.0, -800.0, INF, NAN])
+    got = compiled_equals_eager(st.nn.silu, x)
+    np.testing.assert_allclose(got[:6], x[:6] * _sigmoid(x[:6]), rtol=1e-15)
+    assert got[6] == INF and np.isnan(got[7])
+    xs = np.array([-2.0, 0.0, 0.7])
+    (g,) = grads(st.nn.silu, xs)
+    s = 1 / (1 + np.exp(-xs))
+    np.testing.assert_allclose(g, s * (1 + xs * (1 - s)), rtol=1e-14)  # TF's swish gradient
+    gx, gb = grads(lambda t, b: st.nn.silu(t, beta=b), xs, 1.5)
+    sb = 1 / (1 + np.exp(-1.5 * xs))
+    np.testing.assert_allclose(gx, sb * (1 + 1.5 * xs * (1 - sb)), rtol=1e-14)
+    np.testing.assert_allclose(gb, np.sum(xs ** 2 * sb * (1 - sb)), rtol=1e-14)
+
+
+def test_gelu_both_modes_against_references():
+    x = np.array([0.0, 0.5, -0.5, 3.0, -3.0, 12.0, -12.0])
+    exact = compiled_equals_eager(st.nn.gelu, x, atol=1e-15)
+    ref = [float(mpmath.mpf(v) / 2 * mpmath.erfc(-mpmath.mpf(v) / mpmath.sqrt(2))) for v in x]
+    np.testing.assert_allclose(exact, ref, rtol=1e-14, atol=1e-16)  # TF's 1 + erf: absolute
+    approx = compiled_equals_eager(lambda t: st.nn.gelu(t, approximate=True), x)
+    np.testing.assert_allclose(approx, 0.5 * x * (1 + np.tanh(
+        0.7978845608028654 * (x + 0.044715 * x ** 3))), rtol=1e-15)
+    assert np.max(np.abs(approx - exact)) < 1e-3 and not np.array_equal(approx, exact)
+    xs = np.array([-1.3, 0.0, 0.4])
+    (g,) = grads(st.nn.gelu, xs)
+    cdf = 0.5 * (1 + np.vectorize(math.erf)(xs / math.sqrt(2)))
+    np.testing.assert_allclose(g, cdf + xs * np.exp(-xs * xs / 2) / math.sqrt(2 * math.pi),
+                               rtol=1e-14)
+    (ga,) = grads(lambda t: st.nn.gelu(t, approximate=True), xs)
+    ref_a = fd(lambda v: 0.5 * v * (1 + np.tanh(0.7978845608028654 * (v + 0.044715 * v ** 3))),
+               xs)
+    np.testing.assert_allclose(ga, ref_a, rtol=1e-8)
+    assert st.nn.gelu(np.zeros((0, 2))).shape == (0, 2)
+
+
+def test_softsign_values_and_gradient():
+    x = np.array([0.0, -3.0, 1.0, 1e300, INF, NAN])
+    got = compiled_equals_eager(st.nn.softsign, x)
+    with np.errstate(invalid="ignore"):
+        np.testing.assert_array_equal(got, x / (1 + np.abs(x)))  # TF's form: nan at inf
+    (g,) = grads(st.nn.softsign, [0.0, -3.0, 2.0])
+    np.testing.assert_allclose(g, [1.0, 1 / 16, 1 / 9], rtol=1e-15)
+
+
+def test_activations_refuse_integers_by_name():
+    for fn in (st.nn.silu, st.nn.gelu, st.nn.softsign):
+        with pytest.raises(DTypeError, match="features"):
+            fn(np.array([1, 2]))
+
+
+def test_bias_add_channels_last_and_first():
+    v = np.arange(24.0).reshape(2, 3, 4)
+    b3, b4 = np.array([1.0, -2.0, 0.5]), np.array([1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(st.nn.bias_add(v, b4).numpy(), v + b4)
+    np.testing.assert_array_equal(st.nn.bias_add(v, b3, data_format="NCW").numpy(),
+                                  v + b3[:, None])
+    gv, gb = grads(lambda a, c: st.nn.bias_add(a, c, data_format="NCHW"), v[..., None], b3)
+    np.testing.assert_array_equal(gv, np.ones((2, 3, 4, 1)))
+    np.testing.assert_array_equal(gb, [8.0, 8.0, 8.0])
+    compiled_equals_eager(st.nn.bias_add, v, b4)
+    assert st.nn.bias_add(np.zeros((0, 4)), b4).shape == (0, 4)
+
+
+def test_bias_add_errors_name_the_argument():
+    with pytest.raises(ShapeError, match="bias"):
+        st.nn.bias_add(np.zeros((2, 3)), np.zeros(4))
+    with pytest.raises(ShapeError, match="bias"):
+        st.nn.bias_add(np.zeros((2, 3)), np.zeros((1, 3)))
+    with pytest.raises(ShapeError, match="value"):
+        st.nn.bias_add(np.zeros(3), np.zeros(3))
+    with pytest.raises(InvalidArgumentError, match="data_format"):
+        st.nn.bias_add(np.zeros((2, 3)), np.zeros(3), data_format="HWCN")

@@ -203,6 +203,15 @@ row("sequence_mask", lambda n: st.sequence_mask(n, 4), [Arg((2,), values=[1, 3],
     lambda n: np.arange(4) < n[:, None])
 row("l2_normalize", lambda x: st.math.l2_normalize(x, axis=1), [M23],
     lambda x: x / np.sqrt(np.maximum(np.sum(x * x, axis=1, keepdims=True), 1e-12)))
+row("silu", lambda x, b: st.nn.silu(x, beta=b), [S3, Arg((), 0.5, 2.0)],
+    lambda x, b: x / (1 + np.exp(-b * x)))
+row("gelu", st.nn.gelu, [S3], lambda x: 0.5 * x * (1 + ERF(x / np.sqrt(2))), scalar=True)
+row("gelu_tanh", lambda x: st.nn.gelu(x, approximate=True), [S3],
+    lambda x: 0.5 * x * (1 + np.tanh(0.7978845608028654 * (x + 0.044715 * x ** 3))), scalar=True)
+row("softsign", st.nn.softsign, [u((3,), avoid=(0,))], lambda x: x / (1 + np.abs(x)),
+    scalar=True)
+row("bias_add", lambda v, b: st.nn.bias_add(v, b, data_format="NCW"), [Arg((2, 3, 2)), S3],
+    lambda v, b: v + b[:, None])
 
 # ---- reductions ----------------------------------------------------------------------------
 R = Arg((2, 3), 0.5, 2.0)

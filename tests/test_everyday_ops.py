@@ -364,3 +364,73 @@ def test_bias_add_errors_name_the_argument():
         st.nn.bias_add(np.zeros(3), np.zeros(3))
     with pytest.raises(InvalidArgumentError, match="data_format"):
         st.nn.bias_add(np.zeros((2, 3)), np.zeros(3), data_format="HWCN")
+
+
+# ---- st.linalg: matvec, cross, band_part ------------------------------------------------------
+
+
+def test_matvec_matches_numpy_with_batches_and_transposes():
+    rng = np.random.default_rng(5)
+    a, b = rng.normal(size=(2, 3, 4)), rng.normal(size=(4,))
+    np.testing.assert_allclose(st.linalg.matvec(a, b).numpy(), a @ b, rtol=1e-14)
+    bt = rng.normal(size=(2, 3))
+    np.testing.assert_allclose(st.linalg.matvec(a, bt, transpose_a=True).numpy(),
+                               np.einsum("kij,ki->kj", a, bt), rtol=1e-14)
+    np.testing.assert_allclose(st.linalg.matvec(a, bt, adjoint_a=True).numpy(),
+                               np.einsum("kij,ki->kj", a, bt), rtol=1e-14)
+    ga, gb = grads(st.linalg.matvec, a[0], b)
+    np.testing.assert_allclose(ga, np.ones((3, 1)) * b[None, :], rtol=1e-15)
+    np.testing.assert_allclose(gb, a[0].sum(axis=0), rtol=1e-14)
+    np.testing.assert_allclose(compiled_equals_eager(st.linalg.matvec, a, b), a @ b, rtol=1e-14)
+    assert st.linalg.matvec(np.zeros((0, 3)), np.zeros(3)).shape == (0,)
+
+
+def test_matvec_errors_name_the_argument():
+    with pytest.raises(ShapeError, match="a must"):
+        st.linalg.matvec(np.zeros(3), np.zeros(3))
+    with pytest.raises(ShapeError, match="b "):
+        st.linalg.matvec(np.zeros((2, 3)), np.zeros(2))
+
+
+def test_cross_matches_numpy_and_its_gradient_is_the_other_factor():
+    rng = np.random.default_rng(6)
+    a, b = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    got = compiled_equals_eager(st.linalg.cross, a, b)
+    np.testing.assert_allclose(got, np.cross(a, b), rtol=1e-14, atol=1e-15)
+    w = rng.normal(size=(4, 3))
+    ga, gb = grads(lambda x, y: st.linalg.cross(x, y) * w, a, b)
+    np.testing.assert_allclose(ga, np.cross(b, w), rtol=1e-14, atol=1e-15)  # d(w.(a x b))/da
+    np.testing.assert_allclose(gb, np.cross(w, a), rtol=1e-14, atol=1e-15)
+    assert st.linalg.cross(np.zeros((0, 3)), np.zeros((0, 3))).shape == (0, 3)
+    with pytest.raises(ShapeError, match="a's last axis"):
+        st.linalg.cross(np.zeros(2), np.zeros(2))
+    with pytest.raises(ShapeError, match="b must"):
+        st.linalg.cross(np.zeros((2, 3)), np.zeros(3))
+
+
+def _band_ref(x, lo, hi):
+    m, n = x.shape[-2:]
+    i, j = np.arange(m)[:, None], np.arange(n)[None, :]
+    keep = ((lo < 0) | (i - j <= lo)) & ((hi < 0) | (j - i <= hi))
+    return np.where(keep, x, 0.0)
+
+
+@pytest.mark.parametrize("lo,hi", [(0, 0), (1, 0), (0, -1), (-1, 0), (-1, -1), (2, 1), (3, 4)])
+def test_band_part_matches_a_numpy_reference(lo, hi):
+    x = np.random.default_rng(7).normal(size=(2, 3, 4))
+    np.testing.assert_array_equal(st.linalg.band_part(x, lo, hi).numpy(), _band_ref(x, lo, hi))
+
+
+def test_band_part_zeros_are_exact_and_gradient_is_the_mask():
+    x = np.array([[1.0, INF], [NAN, 2.0]])
+    got = compiled_equals_eager(lambda t: st.linalg.band_part(t, 0, 0), x)
+    np.testing.assert_array_equal(got, [[1.0, 0.0], [0.0, 2.0]])
+    (g,) = grads(lambda t: st.linalg.band_part(t, 1, 0), np.ones((3, 3)))
+    np.testing.assert_array_equal(g, [[1, 0, 0], [1, 1, 0], [0, 1, 1]])
+    assert st.linalg.band_part(np.zeros((0, 2, 2)), 0, 0).shape == (0, 2, 2)
+    with pytest.raises(InvalidArgumentError, match="num_lower"):
+        st.linalg.band_part(np.zeros((2, 2)), 3, 0)
+    with pytest.raises(InvalidArgumentError, match="num_upper"):
+        st.linalg.band_part(np.zeros((2, 2)), 0, 1.5)
+    with pytest.raises(ShapeError, match="input"):
+        st.linalg.band_part(np.zeros(2), 0, 0)

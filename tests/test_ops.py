@@ -212,6 +212,10 @@ row("softsign", st.nn.softsign, [u((3,), avoid=(0,))], lambda x: x / (1 + np.abs
     scalar=True)
 row("bias_add", lambda v, b: st.nn.bias_add(v, b, data_format="NCW"), [Arg((2, 3, 2)), S3],
     lambda v, b: v + b[:, None])
+row("matvec", st.linalg.matvec, [Arg((2, 3, 4)), Arg((4,))], lambda a, b: a @ b)
+row("cross", st.linalg.cross, [M23, M23], np.cross)
+row("band_part", lambda x: st.linalg.band_part(x, 1, 0), [Arg((2, 3, 3))],
+    lambda x: np.tril(np.triu(x, -1)))
 
 # ---- reductions ----------------------------------------------------------------------------
 R = Arg((2, 3), 0.5, 2.0)

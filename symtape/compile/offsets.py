@@ -1,6 +1,7 @@
 """Offsets of a tensor's elements in a buffer read as loop accesses: affine forms (an offset
 and one stride per axis), finer index spaces where an axis steps unevenly, runs of
-consecutive places, boxes and the cuts between evenly stepping pieces. The loop-nest planner
+consecutive places, boxes and the cuts between evenly stepping pieces, and chains of moves
+read as one move (their index maps composed). The loop-nest planner
 (:mod:`symtape.compile.planner`) places nodes with them."""
 
 from __future__ import annotations
@@ -9,8 +10,8 @@ import math
 
 import numpy as np
 
-__all__ = ["affine", "box_of", "cuts_along", "finer_affine", "finer_pair", "flat_places",
-           "runs_of"]
+__all__ = ["affine", "box_of", "chains", "composed", "cuts_along", "finer_affine", "finer_pair",
+           "flat_places", "fused_size", "paddings", "past_links", "readers", "runs_of"]
 
 
 def cuts_along(places: np.ndarray, d: int, most: int) -> set | None:
@@ -150,3 +151,92 @@ def box_of(mask: np.ndarray) -> tuple | None:
         box.append(slice(int(hit[0]), int(hit[-1]) + 1))
     box = tuple(box)
     return box if mask[box].all() and mask.sum() == mask[box].size else None
+
+
+def composed(inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
+    """The index map of a move of a move: ``outer`` (flat indices into the inner move's
+    result, -1: none) read through ``inner`` (flat indices into its argument, -1: none).
+
+    >>> composed(np.array([[2, -1], [0, 1]]), np.array([3, 0, 1, -1])).tolist()
+    [1, 2, -1, -1]
+    """
+    flat = inner.reshape(-1)
+    safe = np.where(outer < 0, 0, outer)
+    return np.where(outer < 0, -1, flat[safe] if flat.size else -1)
+
+
+def chains(order: list, users: dict) -> dict:
+    """``id(move) -> (source, map)`` for the float moves of one argument (``Primitive.places``)
+    read only by other such moves (not outputs: ``users`` holds None for those): the first
+    links of chains of moves, each with the node its elements come from (the chain's first
+    argument that is not such a link) and the composed index map into it. A reader of the
+    chain reads the source at the composed places: a move of a move is one move."""
+    out: dict = {}
+    maps: dict = {}  # id(node) -> its index map, None: not such a move (computed once)
+
+    def moved(node):
+        if id(node) not in maps:
+            maps[id(node)] = node.prim.places(node) if (
+                node.kind == "op" and len(node.inputs) == 1 and node.dtype.kind == "f") \
+                else None
+        return maps[id(node)]
+
+    for node in order:  # (arguments before their users)
+        use = users.get(id(node), [])
+        if not use or moved(node) is None or not all(
+                u is not None and moved(u) is not None for u in use):
+            continue
+        (arg,) = node.inputs
+        m = moved(node)
+        if id(arg) in out:
+            arg, inner = out[id(arg)]
+            m = composed(inner, m)
+        out[id(node)] = (arg, m)
+    return out
+
+
+def readers(order: list, outputs: list) -> dict:
+    """``id(node) -> [the nodes reading it]`` over the nodes ``order`` (arguments first),
+    None for each time it is one of ``outputs``."""
+    users: dict = {}
+    for node in order:
+        for a in node.inputs:
+            users.setdefault(id(a), []).append(node)
+    for node in outputs:
+        users.setdefault(id(node), []).append(None)
+    return users
+
+
+def past_links(users: dict, links: dict) -> dict:
+    """``users`` (``id(node) -> [its readers]``) with each link of a chain of moves
+    (:func:`chains`) replaced by its own readers: who reads a node through the chains."""
+    def past(use: list) -> list:
+        out = []
+        for u in use:
+            out.extend(past(users.get(id(u), [])) if u is not None and id(u) in links
+                       else [u])
+        return out
+
+    return {k: past(use) for k, use in users.items()}
+
+
+def paddings(order: list, holey: set, outs: set) -> set:
+    """Moves of their one argument among the ``holey`` nodes (read only by elementwise ops
+    of their shape) that are not ``outs``: scatters to distinct places with zeros left,
+    whose zeros may stay unwritten, and rearrangements (a reshape, a transpose, a slice, a
+    gather, a broadcast). An elementwise argument of one is computed where it is read, so
+    the reader's template folds into it: a select's zero branch stays exact through the
+    move (no ``where`` trap)."""
+    out = set()
+    for node in order:
+        if id(node) not in holey or id(node) in outs or node.kind != "op" or \
+                len(node.inputs) != 1:
+            continue
+        if node.prim.places(node) is not None:  # (holey nodes are floats)
+            out.add(id(node))
+    return out
+
+
+def fused_size(node, fused: set) -> int:
+    """The nodes of ``node``'s fused template (itself and the arguments built into it)."""
+    return 1 + sum(fused_size(a, fused) for a in node.inputs if id(a) in fused)

@@ -14,8 +14,9 @@ its elements in it -- and, unless it is a view of another node's location, a loo
   unrolled when small (:meth:`_Planner.unrolled`) or raises :class:`Unplannable`;
 - the planner itself chooses, from what ops say of themselves (``pointwise``, ``places``,
   ``total_from_args``, ...), which elementwise nodes fuse into their readers, which
-  zero-padded moves are read in place, which outputs are written straight from their
-  arguments and which totals over points accumulate from arguments.
+  zero-padded moves are read in place (chains of moves as one move), which outputs are
+  written straight from their arguments and which totals over points accumulate from
+  arguments.
 
 Values are those of eager evaluation of large tensors (the template level): a node's
 elements do not fold against its neighbours' as the element DAG's do (``x * 0`` is computed,
@@ -37,7 +38,8 @@ from symtape.codegen.loops import POINT_ALIGN, Access, Block, Buffer, LoopPlan, 
 from symtape.codegen.plan import Instr, OutLayout, Plan, build_plan
 from symtape.base.errors import UnboundLeafError
 from symtape.compile.offsets import (
-    affine, box_of, cuts_along, finer_affine, finer_pair, flat_places, runs_of,
+    affine, box_of, chains, composed, cuts_along, finer_affine, finer_pair, flat_places,
+    fused_size, paddings, past_links, readers, runs_of,
 )
 from symtape.core.primitive import Unplannable, distinct_places, inverse_places
 from symtape.base.lazy import LazyModule
@@ -242,14 +244,15 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
         p.loc[id(node)] = p.fresh(node, bool(points) and not shared[i], "input", i)
     roots = _roots(outputs, totals)
     order = N.ancestries(roots)
-    users = _users(order, roots)
+    users = readers(order, roots)
     p.fused = _fused(order, users, p.loc)
     p.holey = _holey(order, users)
-    p.through, recomputed = _through(order, users, p.holey, p.fused, roots)
-    p.fused |= recomputed
+    p.links = chains(order, users)  # read through: their readers read their sources
+    p.through, again = _through(order, past_links(users, p.links), p.holey, p.fused, roots)
+    p.fused |= again
     p.dest = _destinations(outputs, totals, users, p.fused)
     for node in order:
-        if id(node) not in p.loc and id(node) not in p.fused and id(node) not in p.through:
+        if not any(id(node) in s for s in (p.loc, p.fused, p.through, p.links)):
             p.check(node)
             p.loc[id(node)] = p.place(node)
     for o, node in enumerate(outputs):
@@ -279,17 +282,6 @@ def _pointwise(node: N.Node) -> bool:
             and all(a.dtype.kind in "fb" for a in node.inputs))
 
 
-def _users(order: list, outputs: Sequence[N.Node]) -> dict:
-    """``id(node) -> [the nodes reading it]``, None for each time it is an output."""
-    users: dict = {}
-    for node in order:
-        for a in node.inputs:
-            users.setdefault(id(a), []).append(node)
-    for node in outputs:
-        users.setdefault(id(node), []).append(None)
-    return users
-
-
 def _looped_elementwise(node: N.Node | None) -> bool:
     """Whether ``node`` is planned by :meth:`_Planner.elementwise` (or fused into a node
     that is)."""
@@ -313,27 +305,6 @@ THROUGH_USERS = 3
 THROUGH_NODES = 8
 
 
-def _paddings(order: list, holey: set, outs: set) -> set:
-    """Moves of their one argument read only by elementwise ops (:func:`_holey`): scatters
-    to distinct places with zeros left, whose zeros may stay unwritten, and rearrangements
-    (a reshape, a transpose, a slice, a gather, a broadcast). An elementwise argument of
-    one is computed where it is read (:func:`_through`), so the reader's template folds
-    into it: a select's zero branch stays exact through the move (no ``where`` trap)."""
-    out = set()
-    for node in order:
-        if id(node) not in holey or id(node) in outs or node.kind != "op" or \
-                len(node.inputs) != 1:
-            continue
-        if node.prim.places(node) is not None:  # (holey nodes are floats)
-            out.add(id(node))
-    return out
-
-
-def _chain(node: N.Node, fused: set) -> int:
-    """The nodes of ``node``'s fused template (itself and the arguments built into it)."""
-    return 1 + sum(_chain(a, fused) for a in node.inputs if id(a) in fused)
-
-
 def _through(order: list, users: dict, holey: set, fused: set, roots: Sequence[N.Node]
              ) -> tuple:
     """``(through, recomputed)``: elementwise float nodes read by zero-padded scatters whose
@@ -344,7 +315,7 @@ def _through(order: list, users: dict, holey: set, fused: set, roots: Sequence[N
     template of at most :data:`THROUGH_NODES` nodes), whose loops compute them too (as a
     fused argument)."""
     outs = {id(r) for r in roots}
-    pads = _paddings(order, holey, outs)
+    pads = paddings(order, holey, outs)
     found, again = set(), set()
     for node in order:
         if not _pointwise(node) or id(node) in fused or id(node) in outs:
@@ -355,7 +326,7 @@ def _through(order: list, users: dict, holey: set, fused: set, roots: Sequence[N
         if len(use) == 1:
             found.add(id(node))
             continue
-        if (len(use) <= THROUGH_USERS and _chain(node, fused) <= THROUGH_NODES
+        if (len(use) <= THROUGH_USERS and fused_size(node, fused) <= THROUGH_NODES
                 and all(u is not None and (id(u) in pads or (
                     _pointwise(u) and u.shape == node.shape)) for u in use)):
             found.add(id(node))
@@ -446,11 +417,16 @@ class _Planner:
         self.through: set = set()  # ids of nodes computed inside readers of a scatter
         self.inline: dict = {}  # id(scatter) -> (its argument of those, its places' map)
         self.dest: dict = {}  # id(node) -> where it is written in an output (_destinations)
+        self.links: dict = {}  # id(move) -> (source, map): links of chains of moves
+        self.counts: dict = {}  # id(adding scatter) -> its count of live terms (a stand-in)
         self.zero: int | None = None  # a constant buffer of one zero (the zeros of holes)
         self.per_point: set = set()  # buffers holding a slice per point of the chunk
 
     # -- what loop rules share (``Primitive.loop``'s protocol) ------------------------------
     affine = staticmethod(affine)
+    finer = staticmethod(finer_affine)
+    composed = staticmethod(composed)
+    pointwise = staticmethod(_pointwise)
     flat = staticmethod(flat_places)
     stand_ins = staticmethod(_stand_ins)
     copy_body = staticmethod(_copy_body)
@@ -610,12 +586,16 @@ class _Planner:
         flat = np.asarray(values, dtype=dtype).reshape(-1)
         return self.buffer("const", -1, node, flat.tolist()), flat_places(node.shape)
 
-    def structural(self, node: N.Node, maps: list | None = None) -> tuple:
+    def structural(self, node: N.Node, maps: list | None = None, args=None) -> tuple:
         """A node whose element ``j`` is element ``maps[a][j]`` of argument ``a`` (or zero
-        where no map has it): the places of the argument's elements, or a copy."""
-        args = node.inputs
+        where no map has it): the places of the argument's elements, or a copy; a link of a
+        chain of moves is read as its source at the composed places (one move)."""
+        args = node.inputs if args is None else args
         if maps is None:
             maps = node.prim.index_maps([a.shape for a in args], node.params)
+        if len(args) == 1 and id(args[0]) in self.links:
+            source, inner = self.links[id(args[0])]
+            args, maps = [source], [composed(inner, maps[0])]
         if len(args) == 1 and id(args[0]) in self.through:  # computed where it is read
             self.inline[id(node)] = (args[0], maps[0])
             return -1, None
@@ -786,24 +766,25 @@ class _Planner:
         # sources: (leaf, offsets over the node's shape (with the points), buffer); a
         # scatter computed here has no buffer (its leaf is read only where it is a hole)
         sources = []
-        switches = []  # (index in sources, id) of the scatters computed here
+        switches = []  # (index in sources, id) of the arguments read (or computed) here
         for leaf, arg in reads:
+            switches.append((len(sources), id(arg)))
             if id(arg) not in inlined:
                 loc = self.loc[id(arg)]
                 sources.append((leaf, self.spread(loc, shape, batched), loc[0]))
                 continue
             _, e_reads, m = inlined[id(arg)]
             hole = m < 0
-            switches.append((len(sources), id(arg)))
-            sources.append((leaf, np.broadcast_to(m, self.shape(shape, batched)), None))
+            sources.append((leaf, np.broadcast_to(np.where(hole, -1, 0),  # (holes: boxes)
+                                                  self.shape(shape, batched)), None))
             take = np.where(hole, 0, m).reshape(-1)
             for e_leaf, a, source in e_reads:
                 loc = self.loc[id(a)]
                 f = self.spread(loc, source.shape, batched)
                 f = f.reshape((self.P, -1) if batched else (-1,))[..., take]
-                f = f.reshape(self.shape(shape, batched))
+                buf, f = self.gathered(loc[0], f.reshape(self.shape(shape, batched)), hole)
                 f[lead + (hole,)] = -1
-                sources.append((e_leaf, f, loc[0]))
+                sources.append((e_leaf, f, buf))
         full = [f for _, f, _ in sources]
         if gather is not None:
             step = np.arange(self.P, dtype=np.int64).reshape((-1,) + (1,) * len(shape))
@@ -854,9 +835,9 @@ class _Planner:
             key = tuple(accs[k] is None for k, _ in switches)  # which are holes here
             if key not in bodies:
                 here = atom
-                if switches:
-                    swap = {i: sources[k][0] if hole else inlined[i][0]
-                            for (k, i), hole in zip(switches, key)}
+                if any(key) or inlined:  # holes are structural zeros (products fold in)
+                    swap = {i: G.ZERO if hole else inlined[i][0] if i in inlined else
+                            sources[k][0] for (k, i), hole in zip(switches, key)}
                     with np.errstate(all="ignore"):
                         here = self.fused_atom(node, stand, swap)
                 used = _used(here)
@@ -869,6 +850,19 @@ class _Planner:
                        batched=batched)
         return loc
 
+    def gathered(self, buf: int, f: np.ndarray, hole: np.ndarray) -> tuple:
+        """The offsets ``f`` in ``buf`` of an argument read through a move, or a contiguous
+        copy in the reader's order where they step unevenly beyond :data:`MAX_REGIONS`
+        boxes (a chain of moves that permutes, a transpose read flat)."""
+        piece = np.where(hole, -1, f[0] if self.batched((buf, f)) else f)
+        cuts = [cuts_along(piece, d, 4 * MAX_REGIONS) for d in range(piece.ndim)]
+        if None not in cuts and math.prod(len(c) + 1 for c in cuts) <= MAX_REGIONS:
+            return buf, f
+        try:
+            return self.materialise((buf, np.array(f)))
+        except Unplannable:  # (too scattered to copy: the reader's boxes fail after all)
+            return buf, f
+
     def expand(self, args: list) -> None:
         """The scatters among ``args`` computed where they are read, computed apart after
         all: their arguments placed, themselves read in place with their zeros as holes."""
@@ -877,7 +871,7 @@ class _Planner:
                 source, m = self.inline.pop(id(arg))
                 self.through.discard(id(source))
                 self.loc[id(source)] = self.place(source)
-                self.loc[id(arg)] = self.structural(arg, [m])
+                self.loc[id(arg)] = self.structural(arg, [m], [source])
 
     def zeros(self) -> int:
         """The constant buffer of one zero that holes are read from."""
@@ -899,6 +893,11 @@ class _Planner:
                 atoms.append(self.fused_atom(a, stand, swap))
             else:
                 atoms.append(stand.setdefault(id(a), (G.Leaf.new(f"p{len(stand)}"), a))[0])
+                if id(a) in self.counts:  # a sum of selects: a select of the sum
+                    c = self.counts[id(a)]
+                    c = G.relation(sp.Unequality, stand.setdefault(id(c), (G.Leaf.new(
+                        f"p{len(stand)}"), c))[0], G.ZERO)
+                    atoms[-1] = G.piecewise((atoms[-1], c), (G.ZERO, sp.S.true))
         return node.prim.build_atom(*atoms)
 
     def fill(self, loc: tuple, shape: tuple, value: float, batched: bool = False) -> None:
@@ -980,8 +979,6 @@ class _Planner:
         self.block(node.shape, _copy_body(1, node.dtype.kind == "b"),
                    (self.access((buf, offsets), node.shape, batched),),
                    (self.access((new, flat_places(want)), node.shape, batched),), batched=batched)
-
-
 
 #: How a total over points combines terms.
 _COMBINE = {

@@ -329,7 +329,8 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
 
 def sequence_mask(lengths, maxlen=None, dtype="bool", name=None) -> Tensor:
     """``mask[..., j] = j < lengths[...]`` over ``j < maxlen`` (default: the largest
-    length), cast to ``dtype``.
+    length, which needs ``lengths``' values: inside ``st.function`` give ``maxlen``), cast
+    to ``dtype``.
 
     >>> import symtape as st
     >>> st.sequence_mask([1, 3], 4).numpy()

@@ -116,6 +116,9 @@ def test_xlogy_is_zero_where_x_is_zero_whatever_y():
     with np.errstate(divide="ignore", invalid="ignore"):
         expected = np.where(x == 0, 0.0, x * np.log(y))
     np.testing.assert_array_equal(got, expected)
+    np.testing.assert_array_equal(st.math.xlogy(np.array([[0.0], [2.0]]), y[:2]).numpy(),
+                                  [[0.0, 0.0], [-INF, NAN]])  # broadcasting
+    assert st.math.xlogy(np.zeros((0, 2)), np.ones(2)).shape == (0, 2)
 
 
 def test_xlogy_gradients_follow_tf_rules():
@@ -135,6 +138,9 @@ def test_multiply_no_nan_zero_where_y_is_zero_even_for_inf_and_nan():
     got = compiled_equals_eager(st.math.multiply_no_nan, x, y)
     np.testing.assert_array_equal(got, [0.0, 0.0, 0.0, 0.0, INF, NAN])
     assert st.math.multiply_no_nan(np.zeros(0), np.zeros(0)).shape == (0,)
+    np.testing.assert_array_equal(  # broadcasting, as multiply
+        st.math.multiply_no_nan(np.array([[NAN], [2.0]]), np.array([0.0, 3.0])).numpy(),
+        [[0.0, NAN], [0.0, 6.0]])
 
 
 def test_multiply_no_nan_gradients_follow_tf_rules():
@@ -259,6 +265,9 @@ def test_sequence_mask_matches_numpy():
     assert st.sequence_mask(np.zeros(0, np.int32)).shape == (0, 0)
     compiled_equals_eager(lambda t: st.sequence_mask(st.cast(t, "int64"), 5),
                           np.array([1.0, 4.0]))
+    traced = st.function(lambda t: st.sequence_mask(st.cast(t, "int32")))
+    with pytest.raises(InvalidArgumentError, match="traced"):  # maxlen needs lengths' values
+        traced(st.constant([1.0, 3.0]))
     with pytest.raises(DTypeError, match="lengths"):
         st.sequence_mask([1.5])
     with pytest.raises(InvalidArgumentError, match="maxlen"):

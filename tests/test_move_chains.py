@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import symtape as st
+from symtape.codegen import compile_plan
 from symtape.codegen.loops import LoopPlan
 from symtape.compile import planner
 
@@ -107,3 +108,21 @@ def test_derivatives_through_moves_are_exact(case, monkeypatch):
         np.testing.assert_array_equal(e == 0, ~live)  # exact zeros, no nan
         np.testing.assert_allclose(e, r, rtol=1e-15, atol=0)
         np.testing.assert_array_equal(c, e)
+
+
+@pytest.mark.parametrize("case", ["reshape_transpose", "tile_reshape", "tile"])
+def test_derivatives_through_moves_in_chunks_of_points(case):
+    """The loop plan over chunks of 8 points (each point's tensors one slice of a chunk):
+    3 points, each the values above in another order, against each point's eager values."""
+    move, _ = ALL[case]
+    xs = st.symbol("x", shape=(N,))
+    outs = _derivatives(xs, move)
+    f = compile_plan(planner.plan_loops([o._node for o in outs], [xs._node], points=8))
+    rng = np.random.default_rng(3)
+    batch = np.stack([rng.permutation(_points()) for _ in range(3)])
+    got = f(batch)
+    for p in range(3):
+        eager = [t.numpy() for t in _derivatives(st.Variable(batch[p]), move)]
+        for k in range(2):
+            np.testing.assert_array_equal(got[k][p], eager[k])
+            assert np.isfinite(got[k][p]).all()

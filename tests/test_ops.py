@@ -249,6 +249,8 @@ row("stack", lambda a, b: st.stack([a, b], axis=1), [S3, S3], lambda a, b: np.st
 row("concat", lambda a, b: st.concat([a, b], 0), [M23, Arg((1, 3))],
     lambda a, b: np.concatenate([a, b], 0))
 row("reverse", lambda x: st.reverse(x, [1]), [M23], lambda x: x[:, ::-1])
+row("roll", lambda x: st.roll(x, [1, -4, 2], [0, 1, 0]), [M23],
+    lambda x: np.roll(x, (3, -4), (0, 1)))
 _IDX = np.array([[3, -1], [0, 3]])
 row("gather_flat", lambda x: ops.gather_flat.bind(x, idx=_IDX), [Arg((2, 2))],
     lambda x: np.where(_IDX < 0, 0.0, x.reshape(-1)[np.maximum(_IDX, 0)]))

@@ -52,6 +52,7 @@ from symtape.ops.structural import (
     Cast, GatherFlat, ScatterAdd, Structural, broadcast_to, cast, concat, expand_dims, gather,
     gather_flat, getitem, reshape, reverse, scatter_add, squeeze, stack, tile, transpose,
 )
+from symtape.ops.structural import Roll, roll  # TensorFlow's moves
 
 # The core applies this table's primitives by name; what else its eager path needs it is lent.
 from symtape.core.apply import lend  # noqa: E402

@@ -522,3 +522,62 @@ reverse = _structural("reverse", lambda a, axis: np.flip(a, axis), batch=_batch_
 stack._batch = _batch_joined(stack)
 concat._batch = _batch_joined(concat)
 
+
+# --------------------------------------------------------------------------------------------
+# TensorFlow's moves: roll (each an index map; the public wrappers check and normalise the
+# arguments)
+# --------------------------------------------------------------------------------------------
+
+
+_builtin_slice = slice  # (TensorFlow's slice is an op of this table)
+
+
+def _roll(a, shift, axis):
+    return np.roll(a, shift, axis)  # shifts along one axis add up, as TensorFlow's
+
+
+def _batch_roll(args, batched, params, shape):
+    axes = tuple(axis_after_batch(a, len(shape)) for a in params["axis"])
+    return roll.bind(args[0], shift=params["shift"], axis=axes)
+
+
+class Roll(Structural):
+    """``roll(x, shift, axis)``: along each axis a rotation, so the output is ``2**k`` boxes
+    (``k`` axes rolled), each a shifted copy of a box of ``x``."""
+
+    def __init__(self) -> None:
+        super().__init__("roll", _roll, batch=_batch_roll)
+
+    @staticmethod
+    def boxes(shape: tuple, params: dict) -> list[np.ndarray]:
+        """The output's boxes that are each one piece of ``x``, as masks."""
+        total: dict[int, int] = {}
+        for s, a in zip(params["shift"], params["axis"]):
+            total[a] = total.get(a, 0) + s
+        cuts = [[_builtin_slice(None)] if not shape[a] or not total.get(a, 0) % shape[a]
+                else [_builtin_slice(0, total[a] % shape[a]),
+                      _builtin_slice(total[a] % shape[a], None)]
+                for a in range(len(shape))]
+        boxes: list[tuple] = [()]
+        for c in cuts:
+            boxes = [b + (piece,) for b in boxes for piece in c]
+        masks = []
+        for box in boxes:
+            m = np.zeros(shape, dtype=bool)
+            m[box] = True
+            masks.append(m)
+        return masks
+
+    def loop(self, planner, node):
+        """Rolled, the places are runs of a row at most, too many for a reader to copy: one
+        copy loop per box (:meth:`boxes`) into a fresh buffer (a view where nothing moves)."""
+        (x,) = node.inputs
+        masks = self.boxes(tuple(x.shape), node.params)
+        if len(masks) == 1 or id(x) not in planner.loc:
+            return planner.structural(node)
+        (m,) = self.index_maps([tuple(x.shape)], node.params)
+        return planner.assembled(node, [planner.loc[id(x)]] * len(masks),
+                                 [np.where(b, m, -1) for b in masks])
+
+
+roll = register_primitive(Roll())

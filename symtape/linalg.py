@@ -17,7 +17,7 @@ from symtape.math import einsum, eye, global_norm, matmul, norm, tensordot  # al
 from symtape.core.variables import constant, convert_to_tensor
 
 __all__ = ["det", "inv", "solve", "trace", "matrix_transpose", "matmul", "norm", "einsum",
-           "tensordot", "eye", "global_norm",
+           "tensordot", "eye", "global_norm", "diag", "diag_part",
            "matvec", "cross", "band_part"]
 
 
@@ -184,3 +184,47 @@ def matrix_transpose(a, name="matrix_transpose", conjugate=False):
     a = convert_to_tensor(a)
     return ops.transpose.bind(a, perm=ops.swap_last(a.ndim))
 
+
+
+def diag_part(input, name="diag_part", k=0, padding_value=0, align="RIGHT_LEFT"):  # noqa: A002
+    """The main diagonal of the last two axes: ``out[..., i] = input[..., i, i]`` for
+    ``i < min(M, N)`` (batched over the leading axes).
+
+    >>> import symtape as st
+    >>> st.linalg.diag_part(st.constant([[1.0, 2.0], [3.0, 4.0]])).numpy()
+    array([1., 4.])
+    """
+    x = convert_to_tensor(input)
+    _main_diagonal("diag_part", k)
+    if x.ndim < 2:
+        raise ShapeError(f"st.linalg.diag_part: input must have rank >= 2, got shape "
+                         f"{tuple(x.shape)}")
+    return ops.matrix_diag_part.bind(x)
+
+
+def diag(diagonal, name="diag", k=0, num_rows=-1, num_cols=-1, padding_value=0,
+         align="RIGHT_LEFT"):
+    """Square matrices with ``diagonal`` on their main diagonal and exact zeros elsewhere:
+    ``out[..., i, j] = diagonal[..., i]`` if ``i == j`` (batched over the leading axes).
+
+    >>> import symtape as st
+    >>> st.linalg.diag(st.constant([1.0, 2.0])).numpy()
+    array([[1., 0.],
+           [0., 2.]])
+    """
+    d = convert_to_tensor(diagonal)
+    _main_diagonal("diag", k)
+    if d.ndim < 1:
+        raise ShapeError("st.linalg.diag: diagonal must have rank >= 1, got a scalar")
+    n = d.shape[-1]
+    if num_rows not in (-1, n) or num_cols not in (-1, n) or padding_value != 0:
+        raise InvalidArgumentError(f"st.linalg.diag: only square matrices of the diagonal's "
+                                   f"length {n} with zero padding (num_rows, num_cols, "
+                                   f"padding_value left at their defaults)")
+    return ops.matrix_diag.bind(d)
+
+
+def _main_diagonal(what: str, k) -> None:
+    if k != 0:
+        raise InvalidArgumentError(f"st.linalg.{what}: only the main diagonal (k=0), got "
+                                   f"k={k!r}")

@@ -15,8 +15,8 @@ from symtape.core.tensor import true_divide
 from symtape.core.variables import Tensor, constant, convert_to_tensor
 from symtape.core.variables import shape_arg as _shape_arg
 from symtape.base.lazy import LazyModule
-# TensorFlow's moves
-from symtape.moves import roll
+# TensorFlow's moves (``slice`` shadows the builtin here: this module writes builtins.slice)
+from symtape.moves import gather_nd, meshgrid, roll, slice, strided_slice  # noqa: A004
 from symtape import math_extras
 from symtape.math_extras import *  # noqa: F403 - st.math's names, continued there
 
@@ -36,7 +36,7 @@ __all__ = [
     "clip_by_norm", "clip_by_global_norm", "global_norm", "sigmoid", "softplus",
     "stop_gradient", "shape", "size", "rank", "unstack", "split", "pad", "argmax", "argmin",
     "divide_no_nan", "squared_difference", "lgamma", "digamma", "polygamma",
-    "roll",
+    "roll", "slice", "strided_slice", "gather_nd", "meshgrid",
     *math_extras.__all__,
 ]
 

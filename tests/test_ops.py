@@ -251,6 +251,17 @@ row("concat", lambda a, b: st.concat([a, b], 0), [M23, Arg((1, 3))],
 row("reverse", lambda x: st.reverse(x, [1]), [M23], lambda x: x[:, ::-1])
 row("roll", lambda x: st.roll(x, [1, -4, 2], [0, 1, 0]), [M23],
     lambda x: np.roll(x, (3, -4), (0, 1)))
+row("slice", lambda x: st.slice(x, [0, 1], [-1, 2]), [M23], lambda x: x[:, 1:3])
+row("strided_slice", lambda x: st.strided_slice(x, [1, -1, 0], [2, 0, 0], [1, -2, 1],
+                                                begin_mask=1, new_axis_mask=4), [Arg((3, 4))],
+    lambda x: x[:2, -1:0:-2, None])
+row("gather_nd", lambda x: st.gather_nd(x, [[1, 2], [0, 0], [1, 2]]), [M23],
+    lambda x: x[[1, 0, 1], [2, 0, 2]])
+row("matrix_diag_part", st.linalg.diag_part, [Arg((2, 2, 3))],
+    lambda x: np.diagonal(x, axis1=-2, axis2=-1))
+row("matrix_diag", st.linalg.diag, [M23], lambda x: x[..., None] * np.eye(3))
+row("meshgrid", lambda a, b: st.stack(st.meshgrid(a, b)), [S3, Arg((2,))],
+    lambda a, b: np.stack(np.meshgrid(a, b)))
 _IDX = np.array([[3, -1], [0, 3]])
 row("gather_flat", lambda x: ops.gather_flat.bind(x, idx=_IDX), [Arg((2, 2))],
     lambda x: np.where(_IDX < 0, 0.0, x.reshape(-1)[np.maximum(_IDX, 0)]))

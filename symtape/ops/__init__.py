@@ -52,7 +52,9 @@ from symtape.ops.structural import (
     Cast, GatherFlat, ScatterAdd, Structural, broadcast_to, cast, concat, expand_dims, gather,
     gather_flat, getitem, reshape, reverse, scatter_add, squeeze, stack, tile, transpose,
 )
-from symtape.ops.structural import Roll, roll  # TensorFlow's moves
+from symtape.ops.structural import (  # TensorFlow's moves
+    MatrixDiag, Roll, gather_nd, matrix_diag, matrix_diag_part, roll, slice_,
+)
 
 # The core applies this table's primitives by name; what else its eager path needs it is lent.
 from symtape.core.apply import lend  # noqa: E402

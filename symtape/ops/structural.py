@@ -524,12 +524,12 @@ concat._batch = _batch_joined(concat)
 
 
 # --------------------------------------------------------------------------------------------
-# TensorFlow's moves: roll (each an index map; the public wrappers check and normalise the
-# arguments)
+# TensorFlow's moves: roll, slice, gather_nd, matrix_diag_part, matrix_diag (each an index map;
+# the public wrappers check and normalise the arguments)
 # --------------------------------------------------------------------------------------------
 
 
-_builtin_slice = slice  # (TensorFlow's slice is an op of this table)
+_builtin_slice = slice  # the op ``slice_`` below is TensorFlow's slice
 
 
 def _roll(a, shift, axis):
@@ -581,3 +581,71 @@ class Roll(Structural):
 
 
 roll = register_primitive(Roll())
+
+
+def _slice(a, begin, size):
+    return a[tuple(_builtin_slice(b, b + s) for b, s in zip(begin, size))]
+
+
+def _batch_slice(args, batched, params, shape):
+    x = args[0]
+    return slice_.bind(x, begin=(0,) + tuple(params["begin"]),
+                       size=(x.shape[0],) + tuple(params["size"]))
+
+
+slice_ = _structural("slice", _slice, batch=_batch_slice)
+
+
+def _gather_nd(p, indices, batch_dims):
+    """``out[b..., i...] = p[b..., indices[b..., i..., :]]`` (TensorFlow's gather_nd)."""
+    lead = indices.shape[:-1]
+    grids = tuple(np.arange(n).reshape((n,) + (1,) * (len(lead) - k - 1))
+                  for k, n in enumerate(lead[:batch_dims]))
+    cols = tuple(indices[..., j] for j in range(indices.shape[-1]))
+    idx = tuple(np.broadcast_to(g, lead) for g in grids) + cols
+    return np.array(p[idx]) if idx else np.array(np.broadcast_to(p, lead + p.shape))
+
+
+gather_nd = _structural("gather_nd", _gather_nd)
+
+
+def _diag_part(a):
+    return np.array(np.diagonal(a, axis1=-2, axis2=-1))
+
+
+matrix_diag_part = _structural("matrix_diag_part", _diag_part,
+                               batch=lambda args, batched, params, shape:
+                               matrix_diag_part.bind(args[0]))
+
+
+def _diag(d, fill):
+    n = d.shape[-1] if d.ndim else 0
+    out = np.full(d.shape + (n,), fill, dtype=d.dtype)
+    out[..., np.arange(n), np.arange(n)] = d
+    return out
+
+
+class MatrixDiag(Structural):
+    """``out[..., i, j] = d[..., i]`` where ``i == j``, a structural zero elsewhere."""
+
+    fills = True
+
+    def __init__(self) -> None:
+        super().__init__("matrix_diag", _diag,
+                         batch=lambda args, batched, params, shape: self.bind(args[0]))
+
+    def index_maps(self, shapes, params):
+        return super().index_maps(shapes, dict(params, fill=-1))  # -1: no argument's element
+
+    def structure(self, args, params, shape):
+        return False, None, None  # the zeros differ from a constant diagonal
+
+    def build(self, atoms, params):
+        return _diag(np.asarray(atoms[0], dtype=object), G.ZERO)
+
+    def numeric(self, values, params):
+        v = np.asarray(values[0])
+        return _diag(v, v.dtype.type(0))
+
+
+matrix_diag = register_primitive(MatrixDiag())

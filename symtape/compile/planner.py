@@ -392,6 +392,12 @@ def _zero_body(n: int, boolean: bool) -> Plan:
     return build_plan([np.full(n, zero, dtype=object)], [])
 
 
+def _hole(leaf):
+    """A hole's stand-in (read from a zero) as a structural zero: products fold into it,
+    sums add it (``0 + -0.0`` is ``0.0``, as in eager values)."""
+    return G.piecewise((leaf, G.relation(sp.Unequality, leaf, G.ZERO)), (G.ZERO, sp.S.true))
+
+
 def _stand_ins(shape: tuple, name: str) -> np.ndarray:
     out = np.empty(shape, dtype=object)
     for idx in np.ndindex(*shape):
@@ -835,9 +841,9 @@ class _Planner:
             key = tuple(accs[k] is None for k, _ in switches)  # which are holes here
             if key not in bodies:
                 here = atom
-                if any(key) or inlined:  # holes are structural zeros (products fold in)
-                    swap = {i: G.ZERO if hole else inlined[i][0] if i in inlined else
-                            sources[k][0] for (k, i), hole in zip(switches, key)}
+                if any(key) or inlined:  # a hole: a select of its zero (products fold in)
+                    swap = {i: _hole(sources[k][0]) if hole else inlined[i][0] if i in
+                            inlined else sources[k][0] for (k, i), hole in zip(switches, key)}
                     with np.errstate(all="ignore"):
                         here = self.fused_atom(node, stand, swap)
                 used = _used(here)

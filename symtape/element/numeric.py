@@ -243,8 +243,9 @@ def _digamma(x: np.ndarray) -> np.ndarray:
     return np.where(pole, np.nan, y)
 
 
-def _ipow(a: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """``a ** e`` for integer ``e >= 1`` by repeated squaring over the bits of ``e``."""
+def _ipow_each(a: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """``a ** e`` for integer exponents ``e >= 1`` given per element, by repeated squaring over
+    the bits of ``e`` (:func:`_ipow` takes one exponent for the whole array)."""
     r = np.ones_like(a)
     b = a
     e = np.array(e, dtype=np.float64)
@@ -273,10 +274,10 @@ def _trigamma_up(n: np.ndarray, x: np.ndarray) -> np.ndarray:
         more = (a < ZETA_TERMS) if i >= ZETA_TERMS else np.ones(a.shape, dtype=bool)
         if not more.any():
             break
-        acc = np.where(more, acc + 1.0 / _ipow(a, s), acc)
+        acc = np.where(more, acc + 1.0 / _ipow_each(a, s), acc)
         a = np.where(more, a + 1.0, a)
         i += 1
-    b = 1.0 / _ipow(a, s)
+    b = 1.0 / _ipow_each(a, s)
     acc = acc + a * b / (s - 1.0)
     acc = acc + 0.5 * b
     r = s

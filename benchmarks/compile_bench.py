@@ -184,11 +184,11 @@ def phases(depth: int) -> dict:
     plan = build_plan([o._atoms for o in outs], [x._atoms])
     t["plan"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    ir = kernel.render(plan, "chain", "float64", False)
+    text = kernel.render(plan, "chain", "float64", False)
     t["IR"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     with jit._LOCK:
-        mod = jit._optimised(ir)
+        mod = jit._optimised(text)
         t["optimise"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         obj = bytes(jit._codegen_machine().emit_object(mod))

@@ -14,7 +14,7 @@ import sympy as sp
 
 import symtape
 from symtape.element import graph
-from symtape.codegen import cache, compile_atoms, ir, jit, kernel
+from symtape.codegen import cache, compile_atoms, ir, jit
 from symtape.base.errors import CompileError
 
 SCRIPT = textwrap.dedent("""

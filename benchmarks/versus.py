@@ -2,9 +2,9 @@
 
 The script runs alternately under this checkout and under a clone of ``--baseline`` (each
 with its own ``PYTHONPATH``), ``--repeat`` times each. Lines of its output are matched by
-their text with the numbers taken out; for every line whose numbers are timings (``s``,
-``ms``, ``µs``/``us``, ``ns`` after the number) the table shows the baseline's and this
-checkout's best and median, and the ratio now/baseline of each (below 1: faster now).
+their text with the numbers taken out, under their heading (:func:`timings`); for every
+value the table shows the baseline's and this checkout's best and median, and the ratio
+now/baseline of each (below 1: faster now).
 A structural change is within budget when the ratios stay under 1.10.
 
     python benchmarks/versus.py --baseline daa26bb --repeat 3 -- benchmarks/eager.py --quick
@@ -28,16 +28,31 @@ NUMBER = re.compile(r"(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?)\s*(ns|µs|us|ms|s)\b")
 SCALE = {"ns": 1e-9, "µs": 1e-6, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 
 
+ANY = re.compile(r"-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
 def timings(text: str) -> dict:
-    """``{line with timings blanked: [seconds, ...]}`` for each output line with timings."""
-    out = {}
+    """``{line with its numbers blanked: [value, ...]}`` for each output line with numbers:
+    a number with a unit (``s``, ``ms``, ``µs``/``us``, ``ns``) in seconds; in a table row
+    without units (a heading above names them) the first number labels the row and the
+    others are its values. Lines are keyed under their heading (the last other line)."""
+    out, heading = {}, ""
     for line in text.splitlines():
         found = NUMBER.findall(line)
+        plain = ANY.findall(line)
         if found:
-            key = NUMBER.sub("#", line).strip()
-            while key in out:  # repeated lines keep their order
-                key += " '"
-            out[key] = [float(v) * SCALE[u] for v, u in found]
+            values = [float(v) * SCALE[u] for v, u in found]
+            key = " ".join(ANY.sub("#", line).split())
+        elif len(plain) > 1 and not ANY.sub("", line).strip():  # a table row
+            values = [float(v) for v in plain[1:]]
+            key = f"row {plain[0]}"
+        else:  # the section the next lines belong to
+            heading = " ".join(ANY.sub("#", line).split()) or heading
+            continue
+        key = f"{heading[:30]} | {key}"
+        while key in out:  # repeated lines keep their order
+            key += " '"
+        out[key] = values
     return out
 
 
@@ -69,7 +84,8 @@ def main() -> None:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"{' '.join(args.script)}: {args.baseline} against this checkout, "
-          f"{args.repeat} runs each; ratio now/baseline of best and of median")
+          f"{args.repeat} runs each; ratio now/baseline of best and of median, the best "
+          "values (seconds where the line gives units), which value of the line, the line")
     worst = []
     for key in base[0]:
         if not all(key in r and len(r[key]) == len(base[0][key]) for r in base + now):
@@ -81,7 +97,7 @@ def main() -> None:
                 continue
             best, med = min(n) / min(b), statistics.median(n) / statistics.median(b)
             worst.append(best)
-            print(f"  {best:5.2f} {med:5.2f}   {min(b):.3g} -> {min(n):.3g} s   [{i}] {key[:80]}")
+            print(f"  {best:5.2f} {med:5.2f}   {min(b):.3g} -> {min(n):.3g}   [{i}] {key[:90]}")
     if worst:
         print(f"worst best-ratio {max(worst):.2f}, geometric mean "
               f"{statistics.geometric_mean(worst):.2f}")

@@ -26,7 +26,7 @@ import sympy as sp
 import symtape as st
 from symtape.element import evaluate
 from symtape.element import added_heads as F
-from symtape.compile import planner as loopnest
+from symtape.compile import strategy
 from symtape.core import apply as binder
 from symtape.codegen import kernel
 
@@ -276,12 +276,12 @@ def check_large(rng: np.random.Generator, n_inputs: int = 2, size: int = 300) ->
     finally:
         SIZE[0] = 3
     eager = [np.asarray(t.numpy(), dtype=np.float64) for t in outputs]
-    limit = loopnest.LOOP_MIN_ATOMS
-    loopnest.LOOP_MIN_ATOMS = 0  # loop nests, as the tensors' eager values
+    limit = strategy.LOOP_MIN_ATOMS
+    strategy.LOOP_MIN_ATOMS = 0  # loop nests, as the tensors' eager values
     try:
         f = st.compile(outputs, xs)
     finally:
-        loopnest.LOOP_MIN_ATOMS = limit
+        strategy.LOOP_MIN_ATOMS = limit
     compiled = [np.asarray(c, dtype=np.float64) for c in f(*[x.numpy() for x in xs])]
     found = []
     for k in range(len(outputs)):

@@ -12,7 +12,7 @@ import sympy as sp
 
 import symtape as st
 from symtape import ops
-from symtape.compile import planner as loopnest
+from symtape.compile import strategy
 from symtape.codegen.loops import LoopPlan
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from test_ops import (np_conv2d, np_conv2d_filter, np_conv2d_input, np_pool, np_pool_grad,
@@ -63,7 +63,7 @@ def _eager_and_looped(monkeypatch, fn, args, refs, rtol, atol) -> list:
     loop plan's outputs."""
     for got, want in zip(fn(*args), refs):
         np.testing.assert_allclose(got.numpy(), want, rtol=rtol, atol=atol)
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     f = st.function(fn)
     got = f(*args)
     assert isinstance(f.get_concrete_function(*args).plan, LoopPlan)
@@ -84,7 +84,7 @@ def test_eager_and_loop_compiled_values_equal_the_definitions(monkeypatch, xs, k
 def test_the_unreached_input_row_is_exactly_zero(monkeypatch):
     xs, ks, strides, _ = CASES[1]
     x, k, y = _sample(xs, ks, strides)
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     f = st.function(lambda b, c: ops.conv2d_backprop_input(c, b, strides=strides,
                                                            size=xs[1:3]))
     for value in (f(k, y).numpy(), ops.conv2d_backprop_input(
@@ -305,7 +305,7 @@ def test_ties_and_nan_pick_the_same_tap_everywhere(monkeypatch):
     gs = st.symbol("g", shape=g.shape)
     exact = st.compile(ops.max_pool2d_grad(xs, gs, **kw), [xs, gs])
     np.testing.assert_array_equal(exact(x, g), want)
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     f = st.function(lambda a, b: ops.max_pool2d_grad(a, b, **kw))
     np.testing.assert_array_equal(f(x, g).numpy(), want)
     assert isinstance(f.get_concrete_function(x, g).plan, LoopPlan)

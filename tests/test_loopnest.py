@@ -16,6 +16,7 @@ from test_ops import ROWS
 
 import symtape as st
 from symtape.compile import planner as loopnest
+from symtape.compile import strategy
 from symtape.codegen import compile_plan
 from symtape.codegen.loops import Access, LoopPlan
 from symtape.base.errors import LoweringError
@@ -163,7 +164,7 @@ def test_loop_and_element_paths_agree(monkeypatch):
     step, state, x, y = _mlp_step((6, 5, 3), batch=4)
     _, element_end, fn = _run(step, state, x, y, 2, compiled=True)
     assert not isinstance(fn.get_concrete_function(x, y).plan, LoopPlan)
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     _, loop_end, fn = _run(step, state, x, y, 2, compiled=True)
     assert isinstance(fn.get_concrete_function(x, y).plan, LoopPlan)
     for a, b in zip(loop_end, element_end):
@@ -215,7 +216,7 @@ def test_arena_reuses_dead_temporaries():
 def test_unplannable_falls_back_to_elements(monkeypatch):
     """A gather of more scattered elements than UNROLL_LIMIT has no loop form: the function
     compiles its element view."""
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     monkeypatch.setattr(loopnest, "UNROLL_LIMIT", 8)
     x = np.arange(12.0)
     perm = np.random.default_rng(1).permutation(12)
@@ -232,7 +233,7 @@ def test_unplannable_falls_back_to_elements(monkeypatch):
 def test_integer_tensors_are_planned_as_doubles(monkeypatch):
     """Casts to integers, integer arithmetic and sums of integers in loop plans equal their
     eager (numpy integer) values."""
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     rng = np.random.default_rng(8)
     x = rng.uniform(-50.0, 50.0, (40, 30))
 
@@ -311,7 +312,7 @@ def test_gradient_of_one_point_function_runs_in_chunks_of_points(monkeypatch, tm
     shorter than, equal to and longer than a chunk, strided and broadcast arguments; its
     formula and C source are the element view's, and its saved file the straight-line
     function."""
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     rng = np.random.default_rng(3)
     sizes = (3, 5, 4, 1)
     layers = [(rng.standard_normal((a, b)), rng.standard_normal(b))
@@ -389,12 +390,12 @@ def test_many_small_tensor_ops_compile_as_their_element_view(monkeypatch):
     y = x
     for _ in range(12):
         y = st.sin(y) * 1.5
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
-    assert loopnest.worth_looping([y._node])
-    monkeypatch.setattr(loopnest, "LOOP_MAX_BLOCKS", 10)
-    assert not loopnest.worth_looping([y._node])
-    monkeypatch.setattr(loopnest, "LOOP_ALWAYS_ATOMS", 100)
-    assert loopnest.worth_looping([y._node])
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
+    assert strategy.worth_looping([y._node])
+    monkeypatch.setattr(strategy, "LOOP_MAX_BLOCKS", 10)
+    assert not strategy.worth_looping([y._node])
+    monkeypatch.setattr(strategy, "LOOP_ALWAYS_ATOMS", 100)
+    assert strategy.worth_looping([y._node])
 
 
 def _scalar_rosenbrock_gradient(n: int):
@@ -409,10 +410,10 @@ def test_scalar_code_whose_one_hot_sums_fold_compiles_as_its_element_view(monkey
     tensor sizes overestimate the element view (it folds to a few terms an element), which
     is compiled unrolled instead of as loops over dense vectors."""
     _, g = _scalar_rosenbrock_gradient(60)
-    assert not loopnest.worth_looping([g._node], 8000)
-    monkeypatch.setattr(loopnest, "FOLD_PROBE_ATOMS", 0)  # the estimate alone would loop
+    assert not strategy.worth_looping([g._node], 8000)
+    monkeypatch.setattr(strategy, "FOLD_PROBE_ATOMS", 0)  # the estimate alone would loop
     _, g = _scalar_rosenbrock_gradient(60)
-    assert loopnest.worth_looping([g._node], 8000)
+    assert strategy.worth_looping([g._node], 8000)
 
 
 def test_scalar_code_gradient_values():
@@ -575,7 +576,7 @@ def test_a_huge_function_without_loop_form_is_refused_not_built(monkeypatch):
         raise loopnest.Unplannable("an op with no loop form")
 
     monkeypatch.setattr(loopnest, "plan_loops", refuse)
-    monkeypatch.setattr(loopnest, "LOOP_ALWAYS_ATOMS", 1000)
+    monkeypatch.setattr(strategy, "LOOP_ALWAYS_ATOMS", 1000)
     f = st.function(lambda a: st.matmul(a, a))
     with pytest.raises(LoweringError, match="no loop form.*element view would have about"):
         f(np.ones((200, 200)))
@@ -740,7 +741,7 @@ def test_blocks_alike_but_for_their_buffers_share_one_function(monkeypatch):
     """Two equal-sized tanh loops over different buffers are one LLVM function called twice
     (LLVM optimises it once); values are each block's own."""
     from symtape.codegen import loops
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     a, b = st.symbol("a", shape=(50,)), st.symbol("b", shape=(50,))
     c = st.symbol("c", shape=(60,))
     f, plan = _loop_compiled([st.tanh(a) * 3.0, st.tanh(b) * 3.0, st.tanh(c) * 3.0],

@@ -15,6 +15,7 @@ import symtape as st
 from symtape.codegen import compile_plan
 from symtape.codegen.loops import LoopPlan
 from symtape.compile import planner
+from symtape.compile import strategy
 
 N = 300
 _PERM = np.random.default_rng(7).permutation(N)
@@ -54,7 +55,7 @@ def _points() -> np.ndarray:
 
 def _compiled(fn, monkeypatch):
     """``fn`` of a symbol of shape (N,), compiled as loop nests (not its element view)."""
-    monkeypatch.setattr(planner, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     xs = st.symbol("x", shape=(N,))
     f = st.compile(fn(xs), [xs])
     assert isinstance(f._plan, LoopPlan)

@@ -1,6 +1,6 @@
 """The compile paths by name (:mod:`symtape.compile.strategy`): representative programs on
 each side of each threshold, ``explain=True`` printing the name and the reason, and the
-thresholds living in the strategy module alone (the planner's read from the planner)."""
+thresholds living in the strategy module alone, the loop-nest ones included."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import symtape as st
-from symtape.compile import planner, strategy
+from symtape.compile import strategy
 
 PKG = Path(st.__file__).resolve().parent
 
@@ -55,14 +55,13 @@ def test_a_300_by_300_matmul_gradient_is_a_point_loop_and_a_trace_a_loop_nest():
 
 
 @pytest.mark.parametrize("offset, name", [(0, "element-kernel"), (-1, "loop-nest")])
-def test_loop_min_atoms_is_read_from_the_planner_on_each_side(monkeypatch, offset, name):
+def test_loop_min_atoms_decides_on_each_side(monkeypatch, offset, name):
     """An elementwise function of n elements: at LOOP_MIN_ATOMS = its estimate it stays an
-    element view, one below it loops (the planner's constant, read when the choice is
-    made)."""
+    element view, one below it loops (the constant is read when the choice is made)."""
     x = st.symbol("x", shape=(40,))
     y = st.exp(x) * x
-    atoms = planner.element_estimate([y._node])
-    monkeypatch.setattr(planner, "LOOP_MIN_ATOMS", atoms + offset)
+    atoms = strategy.element_estimate([y._node])
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", atoms + offset)
     path = strategy.kernel([y._node])
     assert path.name == name
     assert f"about {atoms:,} atoms" in path.reason
@@ -74,8 +73,8 @@ def test_point_loop_min_atoms_decides_functions_of_one_point(monkeypatch, offset
     x = st.symbol("x", shape=(40,))
     y = st.exp(x) * x
     x._atoms  # (built, as st.compile builds its inputs' leaves before it estimates)
-    atoms = planner.element_estimate([y._node])
-    monkeypatch.setattr(planner, "POINT_LOOP_MIN_ATOMS", atoms + offset)
+    atoms = strategy.element_estimate([y._node])
+    monkeypatch.setattr(strategy, "POINT_LOOP_MIN_ATOMS", atoms + offset)
     f = st.compile(y, [x])
     assert _names(f) == [name]
     assert f"POINT_LOOP_MIN_ATOMS={atoms + offset:,}" in f.strategies[0].reason
@@ -310,13 +309,17 @@ def test_no_path_threshold_outside_the_strategy_module(mod):
     assert compared <= NOT_A_PATH, f"{mod} compares against {compared - NOT_A_PATH}"
 
 
-def test_the_strategy_module_reads_the_planner_thresholds_without_copying_them():
+def test_every_path_threshold_is_defined_in_the_strategy_module_alone():
+    """The strategy module defines its thresholds and the loop-nest ones; the planner
+    defines none of them and reads none (it carries out the plan chosen)."""
     tree = _tree("strategy")
     assigned = {t.id for node in tree.body if isinstance(node, ast.Assign)
                 for t in node.targets if isinstance(t, ast.Name)}
-    assert assigned >= set(MOVED)
-    assert not assigned & set(PLANNER_CHOICES)
-    read = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
-            and isinstance(n.value, ast.Name) and n.value.id == "planner"}
-    assert {"worth_looping", "element_estimate", "point_chunk", "LOOP_MIN_ATOMS",
-            "POINT_LOOP_MIN_ATOMS", "LOOP_ALWAYS_ATOMS"} <= read
+    defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+    assert assigned >= set(MOVED) | {c for c in PLANNER_CHOICES if c.isupper()}
+    assert defined >= {c for c in PLANNER_CHOICES if not c.isupper()}
+    planner_tree = _tree("planner")
+    names = {getattr(n, "attr", getattr(n, "id", None)) for n in ast.walk(planner_tree)
+             if isinstance(n, (ast.Name, ast.Attribute, ast.FunctionDef))}
+    names |= {n.name for n in ast.walk(planner_tree) if isinstance(n, ast.FunctionDef)}
+    assert not names & set(MOVED + PLANNER_CHOICES), names & set(MOVED + PLANNER_CHOICES)

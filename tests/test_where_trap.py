@@ -232,10 +232,10 @@ def test_zeros_of_moves_are_exact_at_every_size(case, n):
 def test_zeros_of_one_move_are_exact_in_loop_nests(case, monkeypatch):
     """A select read through one move (not a chain of them, nor a move that adds elements)
     is computed where its reader reads it, so the reader folds into its zero branch."""
-    from symtape.compile import planner as loopnest
     from symtape.codegen.loops import LoopPlan
+    from symtape.compile import strategy
 
-    monkeypatch.setattr(loopnest, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     n, f = 300, _MOVES[case]
     x0 = np.zeros(n)
     x0[1::2] = -1.0

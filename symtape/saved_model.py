@@ -636,17 +636,9 @@ class _LoadedFunction:
 
 
 def _read(export_dir) -> tuple[dict, str]:
-    path = Path(export_dir) / _FILE
-    what = str(path)
-    try:
-        blob = files.read_file(path)
-    except OSError as e:
-        raise SerializationError(f"st.saved_model.load: cannot read {path}: {e}") from None
-    if blob[:8] == _MAGIC and blob[8:10] == (1).to_bytes(2, "little"):
-        raise SerializationError(
-            f"{what} is a symtape saved model of format 1, a pickle, which is not loaded "
-            "because it could run code: save the model again with this symtape")
-    return documents.load_document(blob, _MAGIC, _FORMAT, what, _KIND), what
+    what = str(Path(export_dir) / _FILE)
+    return documents.read_document(what, _MAGIC, _FORMAT, _KIND,
+                                   _MAGIC + (1).to_bytes(2, "little"), what), what
 
 
 def _variables(nodes: list, what: str) -> list:

@@ -211,16 +211,8 @@ def read(path: str | os.PathLike) -> dict:
     True
     """
     what = repr(str(path))
-    try:
-        blob = dataio.read_file(path)
-    except OSError as exc:
-        raise SerializationError(f"cannot read compiled function {what}: {exc}") from None
-    if blob[:8] == _FILE_MAGIC and blob[8:12] == (1).to_bytes(4, "little"):
-        raise SerializationError(
-            f"{what} is a symtape compiled function of format 1, a pickle, which is not "
-            "loaded because it could run code: compile and save the function again"
-        )
-    doc = dataio.load_document(blob, _FILE_MAGIC, _FILE_FORMAT, what, _FILE_KIND)
+    doc = dataio.read_document(path, _FILE_MAGIC, _FILE_FORMAT, _FILE_KIND,
+                               _FILE_MAGIC + (1).to_bytes(4, "little"), what)
     return _from_doc(doc, what)
 
 

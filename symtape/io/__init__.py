@@ -22,7 +22,7 @@ from symtape.io import expressions
 from symtape.io.constant_bounds import (
     MAX_CONSTANT_HEIGHT, MAX_CONSTANT_NODES, MAX_CONSTANT_PRECISION, MAX_MAGNITUDE,
 )
-from symtape.io.documents import dump_document, load_document
+from symtape.io.documents import dump_document, load_document, read_document
 from symtape.io.expressions import (
     decode_expr, encode_expr, expr_from_text, expr_text, number_value,
 )
@@ -37,7 +37,7 @@ __all__ = [  # noqa: F822 - HEADS: __getattr__
     "MAX_CONSTANT_PRECISION", "MAX_ELEMENTS", "expect_shape", "encode_expr", "decode_expr",
     "expr_text", "expr_from_text", "number_value", "encode_array", "decode_array",
     "encode_value", "decode_value", "dump_document", "read_file", "read_at_most", "file_kind",
-    "load_document", "record", "expect", "expect_int", "expect_list",
+    "load_document", "read_document", "record", "expect", "expect_int", "expect_list",
 ]
 
 

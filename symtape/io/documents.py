@@ -14,9 +14,10 @@ import json
 import struct
 
 from symtape.base.errors import SerializationError
+from symtape.io.files import read_file
 from symtape.io.strict_json import loads
 
-__all__ = ["dump_document", "load_document"]
+__all__ = ["dump_document", "load_document", "read_document"]
 
 _HEADER = struct.Struct("<8sIQ32s")  # magic, version, payload length, sha256(payload)
 
@@ -63,3 +64,32 @@ def load_document(blob: bytes, magic: bytes, version: int, what: str, kind: str)
     if not isinstance(doc, dict):
         raise SerializationError(f"{what} is malformed: the document is not a JSON object")
     return doc
+
+
+def read_document(path, magic: bytes, version: int, kind: str, pickled: bytes,
+                  what: str | None = None) -> dict:
+    """The JSON object of the framed document in the file at ``path`` (a bounded read of a
+    regular file, then :func:`load_document`), or ``SerializationError`` naming ``what`` (by
+    default the path) and the fault. A file starting with ``pickled`` (the header of the
+    ``kind``'s old format 1, a pickle) is refused by name, never unpickled.
+
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "old.bin")
+    >>> with open(path, "wb") as fh:
+    ...     _ = fh.write(b"EXAMPLE\\n\\x01\\x00\\x80\\x04")
+    >>> try:
+    ...     read_document(path, b"EXAMPLE\\n", 2, "test document", b"EXAMPLE\\n\\x01\\x00")
+    ... except SerializationError as exc:
+    ...     print("format 1, a pickle" in str(exc))
+    True
+    """
+    what = repr(str(path)) if what is None else what
+    try:
+        blob = read_file(path)
+    except OSError as exc:
+        raise SerializationError(f"cannot read {kind} {what}: {exc}") from None
+    if blob.startswith(pickled):
+        raise SerializationError(f"{what} is a {kind} of format 1, a pickle, which is not "
+                                 "loaded because it could run code: save it again with this "
+                                 "symtape")
+    return load_document(blob, magic, version, what, kind)

@@ -33,7 +33,7 @@ from symtape.base.errors import (
     InvalidArgumentError, NonDifferentiableError, SerializationError, SymtapeError,
 )
 from symtape.compile.function import Function, TensorSpec
-from symtape.io import documents, expressions, files, strict_json, values
+from symtape.io import documents, expressions, strict_json, values
 from symtape.core.variables import (
     Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol,
 )

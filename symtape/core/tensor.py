@@ -123,6 +123,33 @@ class CSEForm:
         return f"$\\displaystyle {self.latex()}$"
 
 
+#: NumPy ufuncs that a binary operator with a non-tensor left operand calls, and the
+#: tensor's reflected operator that computes ``ufunc(left, tensor)``.
+_REFLECTED = {
+    np.add: "__radd__", np.subtract: "__rsub__", np.multiply: "__rmul__",
+    np.true_divide: "__rtruediv__", np.floor_divide: "__rfloordiv__", np.remainder: "__rmod__",
+    np.power: "__rpow__", np.matmul: "__rmatmul__", np.bitwise_and: "__rand__",
+    np.bitwise_or: "__ror__", np.less: "__gt__", np.less_equal: "__ge__",
+    np.greater: "__lt__", np.greater_equal: "__le__", np.equal: "__eq__",
+    np.not_equal: "__ne__",
+}
+
+
+def _numpy_operand(x, ufunc):
+    """``x`` as numpy computes on it: a tensor's value (an error naming the st function to
+    use when it has none, as inside a trace), anything else as given."""
+    if not isinstance(x, Tensor):
+        return x
+    if x._value is None:
+        name = ufunc.__name__
+        hint = f"st.{name}" if name in OPS else "the st function of the same name"
+        raise UnboundLeafError(
+            f"np.{name} cannot compute on a tensor without a value (inside st.function or "
+            f"st.compile, or of a symbol with no value): use {hint}, which records, or "
+            f"np.{name}(t.numpy()) on an eager tensor")
+    return np.asarray(x._value)
+
+
 class Tensor:
     """An immutable tensor: a node (exact elements on demand) and, when known, its values.
 
@@ -138,7 +165,6 @@ class Tensor:
     _is_variable = False
     _is_symbol = False
     __array_priority__ = 100
-    __array_ufunc__ = None  # numpy defers binary operators to the Tensor's reflected ones
 
     def __init__(self, node: N.Node, value, dtype, _id: int | None = None,
                  name: str | None = None) -> None:
@@ -204,6 +230,28 @@ class Tensor:
     def __array__(self, dtype=None, copy=None):
         out = np.asarray(self.numpy())
         return out.astype(dtype) if dtype is not None else out
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        """NumPy's ufuncs on tensors, as on TensorFlow's eager tensors: ``np.sin(t)``,
+        ``np.maximum.reduce(t)``, ``np.max(t)`` compute on the values and return plain numpy
+        results (nothing is recorded). A binary operator with an array or numpy scalar on
+        the left (``a * t``, ``np.float64(2) < t``) is the tensor's reflected operator, so it
+        records as ``t.__rmul__(a)`` does. On a tensor without a value (inside a trace)
+        only those operators work; other ufuncs raise, naming the st function to use.
+
+        >>> import numpy as np, symtape as st
+        >>> t = st.constant([0.0, -2.0])
+        >>> np.abs(t), np.max(t), type(np.ones(2) * t).__name__
+        (array([0., 2.]), np.float64(0.0), 'Tensor')
+        """
+        reflected = _REFLECTED.get(ufunc)
+        if reflected is not None and method == "__call__" and len(inputs) == 2 and \
+                not kwargs and inputs[1] is self and not isinstance(inputs[0], Tensor):
+            return getattr(self, reflected)(inputs[0])
+        if kwargs.get("out") is not None:
+            kwargs["out"] = tuple(_numpy_operand(o, ufunc) for o in kwargs["out"])
+        args = [_numpy_operand(x, ufunc) for x in inputs]
+        return getattr(ufunc, method)(*args, **kwargs)
 
     # -- formulas --------------------------------------------------------------------------
     @property

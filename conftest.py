@@ -8,6 +8,10 @@ import tempfile
 
 import pytest
 
+#: The example programs shipped in the package are scripts (tests/test_examples.py runs them),
+#: not modules to import for doctests.
+collect_ignore_glob = ["symtape/examples/*"]
+
 _CACHE = tempfile.mkdtemp(prefix="symtape-test-cache-")
 os.environ.setdefault("SYMTAPE_CACHE_DIR", _CACHE)
 

@@ -1,11 +1,16 @@
-"""Command line: ``python -m symtape demo``."""
+"""Command line: ``python -m symtape demo`` (the tour), ``python -m symtape examples [NAME |
+all]`` (the example programs shipped in the package: lists them and runs one), ``python -m
+symtape --version``."""
 
 from __future__ import annotations
 
 import argparse
+import ast
+import runpy
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -98,14 +103,62 @@ def demo() -> None:
     demo_compiled()
 
 
+#: The example programs shipped in the package (data files, not modules of the package).
+EXAMPLES = Path(__file__).resolve().parent / "examples"
+#: The example ``python -m symtape examples`` runs when given no name: quick, no extras.
+FIRST_EXAMPLE = "pendulum_linearisation"
+
+
+def examples() -> dict:
+    """``name -> (path, first line of its docstring)`` of the shipped example programs.
+
+    >>> "pendulum_linearisation" in examples()
+    True
+    """
+    out = {}
+    for path in sorted(EXAMPLES.glob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        out[path.stem] = (path, " ".join(doc.split("\n\n")[0].split()).rstrip("."))
+    return out
+
+
+def run_examples(which: str | None, args: list | None = None) -> int:
+    """Lists the examples, then runs ``which`` (a name, ``all``, or None for the first) with
+    the command-line arguments ``args``."""
+    found = examples()
+    print("symtape examples (python -m symtape examples NAME | all):")
+    for name, (_, line) in found.items():
+        print(f"  {name:26s} {textwrap.shorten(line, 72)}")
+    names = list(found) if which == "all" else [which or FIRST_EXAMPLE]
+    for name in names:
+        if name not in found:
+            print(f"no example named {name!r}", file=sys.stderr)
+            return 2
+        _section(f"{name} ({found[name][0]})")
+        saved = sys.argv
+        sys.argv = [str(found[name][0]), *(args or [])]  # the example parses its own options
+        try:
+            runpy.run_path(str(found[name][0]), run_name="__main__")
+        finally:
+            sys.argv = saved
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m symtape")
+    parser.add_argument("--version", action="version", version=f"symtape {st.__version__}")
     sub = parser.add_subparsers(dest="command")
     sub.add_parser("demo", help="show tapes, exact derivative formulas and their values")
+    ex = sub.add_parser("examples", help="list the example programs and run one (or all)")
+    ex.add_argument("name", nargs="?", default=None,
+                    help=f"the example to run (default {FIRST_EXAMPLE}; 'all': every one)")
+    ex.add_argument("args", nargs=argparse.REMAINDER, help="options of the example")
     args = parser.parse_args(argv)
     if args.command == "demo":
         demo()
         return 0
+    if args.command == "examples":
+        return run_examples(args.name, args.args)
     parser.print_help()
     return 2
 

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from symtape.codegen import TensorSpec
-from symtape.base.errors import InvalidArgumentError
+from symtape.base.errors import InvalidArgumentError, MissingDependencyError
 from symtape.compile.function import compile, placeholders, traced_code
 from symtape.compile.transforms import checked_result, hessian, hvp, jacobian
 from symtape.derivatives.tape import GradientTape
@@ -42,8 +42,8 @@ def _scipy(what: str):
         import scipy.optimize
         import scipy.sparse  # noqa: F401 - used through the package
     except ImportError:
-        raise InvalidArgumentError(f"{what} needs SciPy: pip install \"symtape[scipy]\""
-                                   ) from None
+        raise MissingDependencyError(f"{what} needs SciPy: pip install \"symtape[scipy]\"",
+                                     name="scipy") from None
     return scipy
 
 

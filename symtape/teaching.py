@@ -21,7 +21,7 @@ from fractions import Fraction
 import numpy as np
 
 from symtape.codegen import compile_atoms
-from symtape.base.errors import InvalidArgumentError, NonDifferentiableError
+from symtape.base.errors import InvalidArgumentError, MissingDependencyError, NonDifferentiableError
 from symtape.compile.function import traced_code
 from symtape.compile.transforms import checked_result
 from symtape.core.variables import Tensor, symbol
@@ -172,8 +172,8 @@ def plot(f: Callable, x_range, derivatives: int = 3, points: int = 400, ax=None)
     try:
         import matplotlib.pyplot as plt
     except ImportError:
-        raise InvalidArgumentError('st.plot needs matplotlib: pip install "symtape[plot]"'
-                                   ) from None
+        raise MissingDependencyError('st.plot needs matplotlib: pip install "symtape[plot]"',
+                                     name="matplotlib") from None
     try:
         a, b = (float(v) for v in x_range)
     except (TypeError, ValueError):

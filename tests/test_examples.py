@@ -1,4 +1,4 @@
-"""The scripts in examples/ and the Python code blocks of README.md run and pass their checks."""
+"""The scripts in symtape/examples/ (``python -m symtape examples``) and the Python code blocks of README.md run and pass their checks."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+EXAMPLES = sorted((ROOT / "symtape" / "examples").glob("*.py"))
 
 
 def _run(code: str) -> None:

@@ -19,6 +19,7 @@ __all__ = [
     "CompileError",
     "CacheError",
     "SerializationError",
+    "MissingDependencyError",
     "CacheWarning",
 ]
 
@@ -61,6 +62,10 @@ class CacheError(SymtapeError, OSError):
 
 class SerializationError(SymtapeError, ValueError):
     """A saved file is malformed or incompatible."""
+
+
+class MissingDependencyError(SymtapeError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
 
 
 class CacheWarning(SymtapeError, UserWarning):

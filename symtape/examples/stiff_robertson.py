@@ -2,7 +2,7 @@
 integrated to t = 1e5 with SciPy's BDF, given symtape's compiled right-hand side and exact
 Jacobian (``st.scipy.solve_ivp_jac``), beside BDF's default finite-difference Jacobian.
 
-    pip install -e ".[scipy]" && python examples/stiff_robertson.py
+    pip install -e ".[scipy]" && python -m symtape examples stiff_robertson
 """
 
 import time

@@ -3,7 +3,7 @@ symtape's compiled derivatives handed to SciPy (``st.scipy.minimize``): the exac
 Hessian-vector products and the coloured sparse Hessian (3 Hessian-vector products, not
 1,000), beside SciPy's defaults with finite-difference gradients.
 
-    pip install -e ".[scipy]" && python examples/scipy_rosenbrock.py
+    pip install -e ".[scipy]" && python -m symtape examples scipy_rosenbrock
 """
 
 import time

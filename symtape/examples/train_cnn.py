@@ -9,7 +9,7 @@ written: its model (16-32-64 filters, Dense 256) on MNIST's 60,000 28x28 images 
 TensorFlow's cache, ~/.keras/datasets/mnist.npz; a generated stand-in when it is missing),
 batch 64, 25 epochs (``--epochs``), with progress within each epoch.
 
-    python examples/train_cnn.py [--full] [--epochs N]
+    python -m symtape examples train_cnn [--full] [--epochs N]
 """
 
 import argparse

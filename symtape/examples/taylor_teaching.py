@@ -4,7 +4,7 @@ a LaTeX table of the first derivatives; and, with matplotlib installed, a plot o
 ``exp(sin(x))`` with its first three derivatives saved to ``taylor_plot.png`` in the
 temporary folder (or the path given).
 
-    python examples/taylor_teaching.py
+    python -m symtape examples taylor_teaching
 """
 
 import os

@@ -5,7 +5,7 @@ travels to the workers by pickle, its object code with it: each worker loads it 
 once per task, not compiled again). Any dask deployment works the same way; the local
 cluster stands in for one.
 
-    pip install -e ".[dask]" && python examples/dask_points.py [--points 100000000]
+    pip install -e ".[dask]" && python -m symtape examples dask_points [--points 100000000]
 """
 
 import argparse

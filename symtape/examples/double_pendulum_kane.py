@@ -4,7 +4,7 @@ accelerations ``M^-1 F`` and their Jacobian (the linearisation a controller desi
 needs) are compiled. Checked against SymPy's own Jacobian of ``M^-1 F``, and timed beside
 ``lambdify`` of it over 100,000 states.
 
-    python examples/double_pendulum_kane.py
+    python -m symtape examples double_pendulum_kane
 """
 
 import time

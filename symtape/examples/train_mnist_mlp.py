@@ -6,7 +6,7 @@ otherwise (no network here) a generated stand-in of 28x28 images of ten classes 
 By default it trains on 6,000 examples for 4 epochs; ``--full`` on all 60,000 for 10
 (``--epochs``), with progress within each epoch.
 
-    python examples/train_mnist_mlp.py [--full] [--epochs N]
+    python -m symtape examples train_mnist_mlp [--full] [--epochs N]
 """
 
 import argparse

@@ -36,7 +36,27 @@ def _tensor(x):
 def _rewrites() -> dict:
     """SymPy functions that are no head of symtape's graph, written with st ops."""
     return {sp.cot: lambda x: 1.0 / M.tan(x), sp.sec: lambda x: 1.0 / M.cos(x),
-            sp.csc: lambda x: 1.0 / M.sin(x)}
+            sp.csc: lambda x: 1.0 / M.sin(x), sp.coth: lambda x: 1.0 / M.tanh(x),
+            sp.sech: lambda x: 1.0 / M.cosh(x), sp.csch: lambda x: 1.0 / M.sinh(x),
+            sp.erfc: M.erfc, sp.gamma: _gamma, sp.sinc: _sinc}
+
+
+def _gamma(x):
+    """Gamma from ``lgamma`` (log|Gamma|) and its sign: negative on (-1, 0), (-3, -2), ..."""
+    sign = M.where(M.greater(x, 0.0), 1.0, 1.0 - 2.0 * M.floormod(M.ceil(-x), 2.0))
+    return sign * M.exp(M.lgamma(x))
+
+
+#: Below this |x|, sinc is its Taylor polynomial to x**8 (error below 1e-27, and its
+#: derivatives exact to order 8 at 0, where sin(x)/x is 0/0).
+SINC_SERIES_BELOW = 0.01
+
+
+def _sinc(x):
+    """SymPy's unnormalised ``sinc(x) = sin(x)/x`` (1 at 0)."""
+    x2 = x * x
+    series = 1.0 - x2 / 6.0 * (1.0 - x2 / 20.0 * (1.0 - x2 / 42.0 * (1.0 - x2 / 72.0)))
+    return M.where(M.less(M.abs(x), SINC_SERIES_BELOW), series, M.sin(x) / x)
 
 
 def _head_function(e):
@@ -162,7 +182,10 @@ class _Translator:
             h0 = args[1] if len(args) > 1 else convert_to_tensor(np.float64(0.5))
             zero = convert_to_tensor(np.float64(0.0))
             return M.where(M.greater(x, zero), 1.0, M.where(M.less(x, zero), 0.0, h0))
-        raise InvalidArgumentError(f"st.from_sympy: no st op for {e.func.__name__} (in {e})")
+        raise InvalidArgumentError(
+            f"st.from_sympy: no st op for {e.func.__name__} (in {e}); give it as a sub-"
+            "expression in symbols, or write it as a function with its own derivative rule "
+            "(st.custom_gradient) and map it in symbols")
 
     def piecewise(self, pairs: list):
         (value, cond), *rest = pairs

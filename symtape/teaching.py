@@ -21,7 +21,10 @@ from fractions import Fraction
 import numpy as np
 
 from symtape.codegen import compile_atoms
-from symtape.base.errors import InvalidArgumentError, MissingDependencyError, NonDifferentiableError
+from symtape.base.errors import (
+    InvalidArgumentError, MissingDependencyError, NonDifferentiableError,
+)
+from symtape.element.tidy import readable
 from symtape.compile.function import traced_code
 from symtape.compile.transforms import checked_result
 from symtape.core.variables import Tensor, symbol
@@ -155,8 +158,8 @@ def taylor(f: Callable, x0, order: int, name: str = "x") -> TaylorSeries:
     at = _exact(x0)
     values = {leaf: at for leaf in G.leaves(coefs)}  # (x0 for x, node by node)
     memo = G.plain_memo(coefs)
-    formulas = [G.expand(a, memo) for a in coefs]
-    coefficients = [G.expand(a, values) for a in coefs]
+    formulas = [readable(G.expand(a, memo)) for a in coefs]
+    coefficients = [readable(G.expand(a, values)) for a in coefs]
     compiled = compile_atoms([np.array(coefs, dtype=object)], [x._atoms],
                              name=f"{getattr(f, '__name__', 'f')}_taylor")
     return TaylorSeries(getattr(f, "__name__", "f"), formulas, coefficients, at, var,

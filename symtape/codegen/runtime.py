@@ -29,6 +29,7 @@ from symtape.codegen import archive, c99, jit, kernel, loops
 from symtape.codegen.ir import entry_symbol, symbol_names
 from symtape.codegen.loops import LoopPlan
 from symtape.codegen.plan import Plan, build_plan, formulas
+from symtape.element.tidy import readable
 
 __all__ = ["TensorSpec", "CompiledFunction", "BufferCall", "compile_atoms", "compile_plan", "load",
            "restore"]
@@ -192,6 +193,14 @@ def _names(names, n: int, what: str) -> tuple:
     if len(names) != n:
         raise InvalidArgumentError(f"{what} has {len(names)} entries for {n} arrays")
     return tuple(None if nm is None else str(nm) for nm in names)
+
+
+def tidy_array(a: np.ndarray) -> np.ndarray:
+    """``a`` (an object array of SymPy expressions) with each element in readable form."""
+    out = np.empty(a.shape, dtype=object)
+    for idx in np.ndindex(*a.shape):
+        out[idx] = readable(a[idx])
+    return out
 
 
 def _rebuild(structure, values: list):
@@ -407,8 +416,10 @@ class CompiledFunction:
 
     def formula(self):
         """The outputs as SymPy expressions of real symbols named after the input leaves,
-        mirroring the call result (0-d outputs as expressions, others as object arrays)."""
-        arrays = formulas(self._straight_line("formula"))
+        mirroring the call result (0-d outputs as expressions, others as object arrays);
+        elements in one symbol are in :func:`~symtape.element.tidy.readable` form (a 12th
+        derivative of ``exp(-x**2)`` is a polynomial times ``exp(-x**2)``)."""
+        arrays = [tidy_array(a) for a in formulas(self._straight_line("formula"))]
         return _rebuild(self._structure, [a[()] if a.ndim == 0 else a for a in arrays])
 
     def c_source(self) -> str:

@@ -556,7 +556,8 @@ def test_fit_trains_compiled_and_evaluate_agrees_with_numpy(capsys):
     model = _blobs_model()
     model.compile(optimizer="adam", loss="categorical_crossentropy", metrics=["acc"])
     assert model.metrics_names == ["loss", "acc"]
-    history = model.fit(x, y, batch_size=16, epochs=25, validation_data=(x[:30], y[:30]))
+    history = model.fit(x, y, batch_size=16, epochs=25, validation_data=(x[:30], y[:30]),
+                        verbose=2)
     printed = capsys.readouterr().out.splitlines()
     assert len(printed) == 25 and printed[0].startswith("Epoch 1/25 - ")
     assert "val_acc" in printed[-1]

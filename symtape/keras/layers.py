@@ -16,7 +16,7 @@ from symtape.module import Module, snake_case
 from symtape.keras import activations, initializers
 
 __all__ = ["Layer", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D",
-           "BatchNormalization", "Activation", "Flatten", "Dropout"]
+           "BatchNormalization", "Activation", "Flatten", "Dropout", "InputLayer", "Input"]
 
 _COUNTS: dict = {}
 
@@ -344,6 +344,55 @@ class BatchNormalization(Layer):
             inv = inv * self.gamma
         y = (inputs - M.reshape(mean, shape)) * M.reshape(inv, shape)
         return y + M.reshape(self.beta, shape) if self.beta is not None else y
+
+
+class InputLayer(Layer):
+    """The shape (without the batch axis) and dtype of a model's examples: the first
+    element of a ``Sequential`` (``st.keras.Input(shape=(3,))``), which builds the layers
+    after it at once. Its output is its input.
+
+    >>> import symtape as st
+    >>> model = st.keras.Sequential([st.keras.Input(shape=(3,)), st.keras.layers.Dense(2)])
+    >>> model.built, [tuple(v.shape) for v in model.trainable_variables]
+    (True, [(3, 2), (2,)])
+    """
+
+    def __init__(self, shape=None, batch_size=None, dtype=None, name=None,
+                 input_shape=None, **kwargs) -> None:
+        shape = input_shape if shape is None else shape
+        if shape is None:
+            raise InvalidArgumentError("st.keras.Input: give the shape of one example "
+                                       "(shape=(n,) for vectors of n)")
+        try:
+            shape = tuple(None if n is None else int(n) for n in shape)
+        except (TypeError, ValueError):
+            raise InvalidArgumentError(f"st.keras.Input: shape must be a tuple of ints, got "
+                                       f"{shape!r}") from None
+        if any(n is not None and n < 0 for n in shape):
+            raise InvalidArgumentError(f"st.keras.Input: shape {shape} has a negative size")
+        if any(n is None for n in shape):
+            raise InvalidArgumentError(f"st.keras.Input: shape {shape} has an unknown size; "
+                                       "symtape builds weights from known example shapes")
+        super().__init__(name=name, input_shape=shape, dtype=dtype, **kwargs)
+        self.batch_size = batch_size
+
+    def call(self, inputs):
+        if tuple(inputs.shape[1:]) != self.input_shape:
+            raise ShapeError(f"{self.name}: examples of shape {tuple(inputs.shape[1:])}, "
+                             f"the input is declared with shape {self.input_shape}")
+        return inputs
+
+
+def Input(shape=None, batch_size=None, dtype=None, name=None, **kwargs) -> InputLayer:  # noqa: N802
+    """Keras's ``Input``: the example shape a ``Sequential`` model starts from (an
+    :class:`InputLayer`; symtape has no functional-API graph of symbolic Keras tensors --
+    models are ``Sequential`` or subclasses of ``Model``).
+
+    >>> import symtape as st
+    >>> st.keras.Input(shape=(4,)).input_shape
+    (4,)
+    """
+    return InputLayer(shape=shape, batch_size=batch_size, dtype=dtype, name=name, **kwargs)
 
 
 class Activation(Layer):

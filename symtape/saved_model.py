@@ -34,6 +34,7 @@ from symtape.base.errors import (
 )
 from symtape.compile.function import Function, TensorSpec
 from symtape.io import documents, expressions, strict_json, values
+from symtape.io import file_budget as documents_budget
 from symtape.core.variables import (
     Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol,
 )
@@ -669,6 +670,11 @@ def load(export_dir):
     array([1., 9.])
     """
     doc, what = _read(export_dir)
+    with documents_budget(what):  # all its exact constants, checked in about a second
+        return _load(doc, what)
+
+
+def _load(doc: dict, what: str):
     d = strict_json.record(doc, what, ("type", "functions", "variables", "callable"))
     if d["type"] != _KIND:
         raise SerializationError(f"{what}: type {str(d['type'])[:40]!r} is not {_KIND!r}")

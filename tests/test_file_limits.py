@@ -627,3 +627,49 @@ def test_an_exported_header_compiles_and_links_from_cpp(tmp_path):
     out = subprocess.run([str(tmp_path / "main")], capture_output=True, text=True, check=True)
     got = [float(v) for v in out.stdout.split()]
     np.testing.assert_allclose(got, [0.25 + np.sin(0.5), 4.0 + np.sin(-2.0)], rtol=1e-15)
+
+
+def _many_constants(path: Path, count: int, costly: bool) -> None:
+    """Saves ``sum_k x * sin(k)`` compiled at ``path`` -- ``count`` distinct exact constants
+    -- and, when ``costly``, rewrites each as ``sin(2**1000 + k)`` (within every bound of one
+    constant, a few milliseconds each to check) with its value from mpmath at 2000 bits."""
+    x = graph.Leaf.new("x")
+    terms = [graph.mul(x, sp.sin(sp.Integer(k))) for k in range(1, count + 1)]
+    f = compile_atoms([np.array(terms, dtype=object)], [np.array(x, dtype=object)],
+                      input_names=["x"], name="many")
+    f.save(path)
+    if not costly:
+        return
+    doc = _read_doc(path)
+    with mpmath.workprec(2000):
+        for ins in doc["plan"]["instrs"]:
+            if ins[0] == "const" and ins[2][1][0] == "sin":
+                k = ins[2][1][1][1]
+                value = float(mpmath.sin(mpmath.mpf(2) ** 1000 + k))
+                ins[2] = [value.hex(), ["sin", ["Add", _pow(_int(2), _int(1000)), _int(k)]]]
+    _write_doc(path, doc)
+
+
+def test_a_file_of_many_costly_constants_is_refused_by_its_budget(tmp_path):
+    """Each constant is bounded, but a file may hold thousands: their total work is bounded
+    too (constant_bounds.FILE_CONSTANT_SECONDS), so the load is refused, not minutes long."""
+    path = tmp_path / "many.st"
+    _many_constants(path, 1500, costly=True)
+    assert path.stat().st_size < 1 << 20
+    with pytest.raises(errors.SerializationError, match="costly constants is not loaded"):
+        st.load(path)
+
+
+def test_a_file_of_ordinary_exact_constants_loads_within_its_budget(tmp_path):
+    path = tmp_path / "some.st"
+    _many_constants(path, 200, costly=False)
+    f = st.load(path)
+    np.testing.assert_allclose(f(np.array([2.0]))[0], 2.0 * np.sin(np.arange(1, 201)),
+                               rtol=1e-15)
+
+
+def test_the_budget_counts_only_inside_a_load():
+    with constant_bounds.file_budget("'f'", seconds=0.0):
+        with pytest.raises(errors.SerializationError, match="'f': its exact constants"):
+            dataio.decode_expr(["sin", _int(3)], "c")
+    assert dataio.decode_expr(["sin", _int(3)], "c") == sp.sin(3)  # no budget outside

@@ -213,7 +213,8 @@ def read(path: str | os.PathLike) -> dict:
     what = repr(str(path))
     doc = dataio.read_document(path, _FILE_MAGIC, _FILE_FORMAT, _FILE_KIND,
                                _FILE_MAGIC + (1).to_bytes(4, "little"), what)
-    return _from_doc(doc, what)
+    with dataio.file_budget(what):  # all its exact constants, checked in about a second
+        return _from_doc(doc, what)
 
 
 _DOC_KEYS = ("type", "name", "dtype", "fastmath", "threads", "structure", "input_names",
@@ -376,7 +377,10 @@ def _exact_constant(node, where: str) -> tuple:
     if not (isinstance(expr, sp.logic.boolalg.BooleanAtom) or expr.is_number) or expr.free_symbols:
         raise SerializationError(f"{where}: the constant {str(expr)[:40]} is not a number")
     try:
-        exact = G.const_value(expr)
+        with dataio.charged(f"{where}: constant"):
+            exact = G.const_value(expr)
+    except SerializationError:
+        raise  # (the file's budget is spent: a ValueError, but no fault of this constant)
     except (ArithmeticError, TypeError, ValueError):
         raise SerializationError(f"{where}: the constant {str(expr)[:40]} has no double "
                                  "value") from None

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from symtape.io import expressions
 from symtape.io.constant_bounds import (
-    MAX_CONSTANT_HEIGHT, MAX_CONSTANT_NODES, MAX_CONSTANT_PRECISION, MAX_MAGNITUDE,
+    MAX_CONSTANT_HEIGHT, MAX_CONSTANT_NODES, MAX_CONSTANT_PRECISION, MAX_MAGNITUDE, charged,
+    file_budget,
 )
 from symtape.io.documents import dump_document, load_document, read_document
 from symtape.io.expressions import (
@@ -38,6 +39,7 @@ __all__ = [  # noqa: F822 - HEADS: __getattr__
     "expr_text", "expr_from_text", "number_value", "encode_array", "decode_array",
     "encode_value", "decode_value", "dump_document", "read_file", "read_at_most", "file_kind",
     "load_document", "read_document", "record", "expect", "expect_int", "expect_list",
+    "file_budget", "charged",
 ]
 
 

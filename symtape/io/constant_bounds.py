@@ -17,8 +17,11 @@ constants in files are 0 or between 2**-4096 and 2**4096
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import math
+import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -33,7 +36,10 @@ __all__ = [
     "MAX_POLYGAMMA_ORDER",
     "ENCLOSURE_RULES",
     "DECIDED_HEADS",
+    "FILE_CONSTANT_SECONDS",
     "bound_tree",
+    "file_budget",
+    "charged",
 ]
 
 # Exact constants are evaluated by SymPy (a compiled function's constants on load, a saved
@@ -53,6 +59,52 @@ MAX_CONSTANT_HEIGHT = 8
 MAX_CONSTANT_PRECISION = 1100
 _CANCEL_BITS = 333  # how far evalf raises precision in a sum that cancels (its maxprec)
 _ENCLOSURE_PREC = 80  # bits of the interval arithmetic: only magnitudes and signs matter
+
+#: Seconds that all the exact constants of one file may take to bound and evaluate together.
+#: Each constant is bounded to about 0.1 s, but a file may hold thousands: once their total
+#: passes this, the file is refused, so that any file under 1 MB loads or is refused in about
+#: a second. (A compiled function with 2,000 distinct exact constants such as ``sin(k)``
+#: spends about 0.7 s here on a 2-core machine.)
+FILE_CONSTANT_SECONDS = 0.75
+_BUDGET: contextvars.ContextVar = contextvars.ContextVar("symtape_file_budget", default=None)
+
+
+@contextlib.contextmanager
+def file_budget(what: str, seconds: float | None = None):
+    """Within the block, the work of :func:`charged` blocks counts against the file
+    ``what``'s budget of ``seconds`` (default :data:`FILE_CONSTANT_SECONDS`).
+
+    >>> with file_budget("'f.st'", seconds=0.0):  # doctest: +ELLIPSIS
+    ...     with charged("constant 1"):
+    ...         pass
+    Traceback (most recent call last):
+    ...
+    symtape.base.errors.SerializationError: 'f.st': its exact constants take more than 0.0 s ...
+    """
+    limit = FILE_CONSTANT_SECONDS if seconds is None else float(seconds)
+    token = _BUDGET.set([0.0, limit, what])
+    try:
+        yield
+    finally:
+        _BUDGET.reset(token)
+
+
+@contextlib.contextmanager
+def charged(where: str):
+    """Times the block against the current :func:`file_budget` (nothing outside one), and
+    refuses the file once the budget is spent."""
+    budget = _BUDGET.get()
+    start = time.perf_counter()
+    yield
+    if budget is None:
+        return
+    budget[0] += time.perf_counter() - start
+    if budget[0] > budget[1]:
+        raise SerializationError(f"{budget[2]}: its exact constants take more than "
+                                 f"{budget[1]:.1f} s to check and evaluate (refused at "
+                                 f"{where}): a file of this many costly constants is not "
+                                 "loaded")
+
 
 # --------------------------------------------------------------------------------------------
 # Enclosures

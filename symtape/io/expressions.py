@@ -25,7 +25,7 @@ from collections.abc import Callable
 from symtape.base.errors import SerializationError
 from symtape.base.lazy import LazyModule
 from symtape.io.constant_bounds import (
-    MAX_CONSTANT_HEIGHT, MAX_CONSTANT_NODES, MAX_MAGNITUDE, bound_tree,
+    MAX_CONSTANT_HEIGHT, MAX_CONSTANT_NODES, MAX_MAGNITUDE, bound_tree, charged,
 )
 from symtape.io.strict_json import MAX_DEPTH, excerpt, expect_arity, expect_int, loads
 
@@ -151,9 +151,10 @@ def decode_expr(node, where: str = "expression"):
     ...
     symtape.base.errors.SerializationError: expression: unknown head '__import__'
     """
-    expr, shape = _decode(node, where, 0, [0])
-    if shape is not None and shape[1] > 1:
-        bound_tree(node, where)
+    with charged(where):  # (against the budget of the file being loaded, if any)
+        expr, shape = _decode(node, where, 0, [0])
+        if shape is not None and shape[1] > 1:
+            bound_tree(node, where)
     return expr
 
 

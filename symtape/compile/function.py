@@ -10,6 +10,7 @@ dimensions natively. The batch is never unrolled symbolically. The derivative tr
 from __future__ import annotations
 
 import contextlib
+import difflib
 import functools
 import inspect
 import os
@@ -477,6 +478,26 @@ class Function:
         poly = [tuple(tuple(sp.shape) for sp in self.input_signature)] if self._poly else []
         return poly + list(self._traces)
 
+    def __repr__(self) -> str:
+        """Names the function, its signature and what it has traced.
+
+        >>> import symtape as st
+        >>> def step(x):
+        ...     return x * 2
+        >>> f = st.function(step, input_signature=[st.TensorSpec((None, 3))])
+        >>> f
+        <st.function step(TensorSpec(shape=(None, 3), dtype=float64)): not traced yet>
+        >>> _ = f(np.ones((4, 3))); f
+        <st.function step(TensorSpec(shape=(None, 3), dtype=float64)): 1 trace [((None, 3),)]>
+        """
+        sig = "..." if self.input_signature is None else ", ".join(
+            f"TensorSpec(shape={tuple(sp.shape) if sp.shape is not None else None}, "
+            f"dtype={np.dtype(sp.dtype).name})" for sp in self.input_signature)
+        traced = self.traced_signatures
+        state = f"{len(traced)} trace{'s' if len(traced) != 1 else ''} {traced}" if traced \
+            else "not traced yet"
+        return f"<st.function {self.__name__}({sig}): {state}>"
+
     def _record(self, specs: list[TensorSpec], python: tuple = ()) -> tuple:
         """Traces the function on placeholders of ``specs`` (and the Python values
         ``python``: ``(position, value)`` among the arguments): ``(placeholders, results
@@ -663,7 +684,33 @@ class Function:
         return bound.args
 
     def get_concrete_function(self, *args) -> CompiledFunction:
-        """The compiled function for these arguments (or shapes/TensorSpecs)."""
+        """The compiled function for these arguments (or shapes/TensorSpecs). With none, the
+        function's ``input_signature`` is traced now and the function itself is returned:
+        the callable that serves that signature (one trace for every batch size where the
+        signature has a ``None`` batch and the function allows it, see
+        :mod:`symtape.compile.batching`).
+
+        >>> import symtape as st
+        >>> f = st.function(lambda x: 2 * x, input_signature=[st.TensorSpec((2,))])
+        >>> f.get_concrete_function()(np.array([1.0, 2.0])).numpy()
+        array([2., 4.])
+        """
+        if not args and self.input_signature is not None:
+            if self._batch is not None:
+                self._polymorphic()
+            else:
+                self.get_concrete_function(*self.input_signature)
+            return self
+        if not args:
+            try:
+                inspect.signature(self.python_function).bind()
+            except TypeError:
+                raise InvalidArgumentError(
+                    f"st.function {self.__name__}.get_concrete_function: give the arguments "
+                    "(or TensorSpecs) to trace for; the function has no input_signature"
+                ) from None
+            except ValueError:
+                pass  # (a builtin without a signature: tried as it is)
         specs = signature_specs([getattr(a, "shape", a) if not isinstance(a, TensorSpec) else a
                         for a in args], "st.function")
         key = tuple(tuple(s.shape) for s in specs)
@@ -761,7 +808,15 @@ def _python_value(a) -> bool:
 
     >>> [_python_value(a) for a in (3, True, "relu", None, 2.5, np.float64(1.0), [1.0, 2.0])]
     [True, True, True, True, False, False, False]
+
+    NumPy integer and bool scalars are Python values too (``np.int64(5)`` from an array's
+    ``shape`` or ``argmax`` serves ``range`` and ``reshape``, as in TensorFlow):
+
+    >>> [_python_value(a) for a in (np.int64(5), np.bool_(True), np.float32(1.0))]
+    [True, True, False]
     """
+    if isinstance(a, (np.integer, np.bool_)):
+        return True
     if isinstance(a, (Tensor, np.ndarray, np.generic, float)):
         return False
     if isinstance(a, (list, tuple)) and a:
@@ -844,9 +899,33 @@ def _loop_compiled(outputs: list, inputs: list, opts: dict, log: strategy.Strate
         lambda: ([t._atoms for t in outputs], [t._atoms for t in inputs]))
 
 
+#: ``tf.function`` keywords that have no effect here (symtape always traces and compiles).
+TF_FUNCTION_KEYWORDS = frozenset({
+    "autograph", "jit_compile", "reduce_retracing", "experimental_implements",
+    "experimental_autograph_options", "experimental_attributes", "experimental_relax_shapes",
+    "experimental_compile", "experimental_follow_type_hints",
+})
+
+
+def unknown_keywords(given: dict, known, what: str) -> None:
+    """Raises ``TypeError`` (as Python does for a misspelled keyword) naming the first of
+    ``given`` that is not in ``known`` and the known name it is closest to.
+
+    >>> unknown_keywords({"dtpye": 1}, ["dtype", "name"], "st.function")
+    Traceback (most recent call last):
+    ...
+    TypeError: st.function got an unexpected keyword argument 'dtpye' (did you mean 'dtype'?)
+    """
+    for key in given:
+        if key not in known:
+            close = difflib.get_close_matches(key, list(known), n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise TypeError(f"{what} got an unexpected keyword argument {key!r}{hint}")
+
+
 def function(fn: Callable | None = None, *, input_signature=None, dtype: str | None = None,
              fastmath: bool = False, threads: int | None = None, name: str | None = None,
-             explain: bool = False, **ignored):
+             explain: bool = False, **tf_options):
     """Decorator like ``tf.function``: trace ``fn`` once per input shape signature, compile
     it with llvmlite, run native code on later calls. ``threads``: ``None`` runs large batches
     and the large loops of large tensors (:mod:`symtape.compile.planner`) on all cores, ``1`` on
@@ -868,7 +947,12 @@ def function(fn: Callable | None = None, *, input_signature=None, dtype: str | N
     >>> float(cube(2.0))  # doctest: +ELLIPSIS
     lambda: element-kernel: about ... atoms <= LOOP_MIN_ATOMS=...
     8.0
+
+    ``tf.function``'s other keywords (``jit_compile``, ``reduce_retracing``, ...) are accepted
+    and have no effect; any other keyword is a ``TypeError``, as in TensorFlow.
     """
+    unknown_keywords(tf_options, TF_FUNCTION_KEYWORDS | {
+        "input_signature", "dtype", "fastmath", "threads", "name", "explain"}, "st.function")
     if name is not None:
         compile_options(fastmath, threads, name, "st.function")  # (checks it)
 

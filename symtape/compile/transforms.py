@@ -100,9 +100,11 @@ class Transform:
     """A derivative transform traced on first call for each new core-shape signature (when
     no ``input_signature`` was given); then a :class:`CompiledFunction` runs."""
 
-    def __init__(self, tracer: Callable[[list], CompiledFunction], what: str) -> None:
+    def __init__(self, tracer: Callable[[list], CompiledFunction], what: str,
+                 name: str = "f") -> None:
         self._tracer = tracer
         self._what = what
+        self._name = name
         self._compiled: dict[tuple, CompiledFunction] = {}
         self._last: CompiledFunction | None = None
 
@@ -129,6 +131,21 @@ class Transform:
             compiled = self._compiled[key] = self._tracer([TensorSpec(k) for k in key])
         self._last = compiled
         return compiled(*arrays, out=out)
+
+    def __repr__(self) -> str:
+        """Names the transform and the core shapes it has compiled.
+
+        >>> import symtape as st
+        >>> def energy(x):
+        ...     return st.reduce_sum(x ** 4)
+        >>> h = st.hessian(energy); h
+        <st.hessian of energy: not traced yet>
+        >>> _ = h(np.ones(3)); h
+        <st.hessian of energy: compiled for core shapes [((3,),)]>
+        """
+        state = f"compiled for core shapes {list(self._compiled)}" if self._compiled else \
+            "not traced yet"
+        return f"<{self._what} of {self._name}: {state}>"
 
     def get_concrete_function(self, *signature) -> CompiledFunction:
         """The compiled function for core shapes ``signature``."""
@@ -367,7 +384,7 @@ def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
 
     if input_signature is not None:
         return tracer(signature_specs(input_signature, what))
-    return Transform(tracer, what)
+    return Transform(tracer, what, fn_name(fn))
 
 
 def grad(f: Callable, argnums=0, *, input_signature=None, fastmath: bool = False,
@@ -487,7 +504,7 @@ def hvp(f: Callable, argnums: int = 0, *, input_signature=None, fastmath: bool =
 
     if input_signature is not None:
         return tracer(signature_specs(input_signature, what))
-    return Transform(tracer, what)
+    return Transform(tracer, what, fn_name(f))
 
 
 def derivative(f: Callable, order: int = 1, argnums=0, *, input_signature=None,
@@ -568,6 +585,6 @@ def _directional(fn, argnums, input_signature, order: int, opts: dict, explain: 
 
     if input_signature is not None:
         return tracer(signature_specs(input_signature, what))
-    return Transform(tracer, what)
+    return Transform(tracer, what, fn_name(fn))
 
 

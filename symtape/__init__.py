@@ -30,7 +30,7 @@ from symtape.derivatives.tape import GradientTape, UnconnectedGradients
 from symtape.core.variables import (
     Tensor, Variable, constant, convert_to_tensor, is_tensor, name_scope, symbol,
 )
-from symtape import keras, linalg, nn, optimizers, saved_model, scipy, testing
+from symtape import config, keras, linalg, nn, optimizers, saved_model, scipy, testing
 
 float64 = "float64"
 float32 = "float32"
@@ -47,6 +47,6 @@ __all__ = [  # noqa: F405
     "nn", "linalg", "random", "optimizers", "saved_model", "testing", "compile", "function",
     "Function", "grad", "jacobian", "hessian", "hvp", "derivative", "TensorSpec", "SparseResult",
     "load", "Module", "name_scope", "keras", "export_c", "from_sympy", "taylor", "TaylorSeries",
-    "plot", "scipy",
+    "plot", "scipy", "config",
     *math.__all__,
 ]

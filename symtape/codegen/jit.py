@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import llvmlite.binding as llvm
 
+from symtape.base import progress
 from symtape.base.errors import CompileError
 from symtape.codegen import cache
 from symtape.codegen.lanes import LANES_MARK
@@ -231,6 +232,7 @@ def object_code(ir: str) -> bytes:
         STATS.bump("cache_hits")
         return obj
     STATS.bump("cache_misses")
+    progress.stage("native code (LLVM: optimising, emitting)")
     obj = compile_object(ir)
     cache.write(digest, obj)
     return obj

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import numpy as np
 
 from symtape.compile import batching
+from symtape.base import progress
 from symtape.base import nest
 from symtape.base import recording
 from symtape.compile import planner as loopnest
@@ -122,10 +123,12 @@ def compile_with(log: strategy.StrategyLog, outputs, inputs, *, dtype: str = "fl
         compiled = SparseFunction.of_atoms([t._atoms for t in flat], in_atoms, in_names,
                                            out_names, structure, opts)
     else:
+        progress.stage("planning loops")
         compiled = _loop_compiled(flat, nest.flatten(inputs), dict(
             input_names=in_names, output_names=out_names, structure=structure, **opts), log,
             points=True)
         if compiled is None:  # (the element view is built only now)
+            progress.stage("element view and straight-line code")
             compiled = compile_atoms([t._atoms for t in flat], in_atoms, input_names=in_names,
                                      output_names=out_names, structure=structure, **opts)
     compiled.strategies = log.taken
@@ -532,14 +535,16 @@ class Function:
                 "traces and compiles again. Pass numbers that change as arrays or floats, or "
                 "give input_signature with a None batch dimension", RetracingWarning,
                 stacklevel=3)
-        xs, flat, assigned, read, structure = self._record(specs, python)
-        start = len(self._log.taken)
-        outputs = flat + [t for _, t in assigned]
-        inputs = xs + read
-        compiled = _compile_tensors(outputs, inputs, dict(
-            input_names=[t._name for t in inputs], structure=tuple(range(len(outputs))),
-            dtype=self._dtype or common_dtype(specs), name=self.__name__, **self._opts),
-            self._log)
+        with progress.task(f"st.function {self.__name__}"):
+            progress.stage("tracing")
+            xs, flat, assigned, read, structure = self._record(specs, python)
+            start = len(self._log.taken)
+            outputs = flat + [t for _, t in assigned]
+            inputs = xs + read
+            compiled = _compile_tensors(outputs, inputs, dict(
+                input_names=[t._name for t in inputs], structure=tuple(range(len(outputs))),
+                dtype=self._dtype or common_dtype(specs), name=self.__name__, **self._opts),
+                self._log)
         compiled.strategies = self._log.taken[start:]
         return _Traced(compiled, read, [v for v, _ in assigned], structure, len(flat))
 
@@ -870,9 +875,11 @@ def _compile_tensors(outputs: list, inputs: list, opts: dict, log: strategy.Stra
     would be large (:func:`strategy.kernel`; ``points``, ``shared``: a function of one point
     run over chunks of points, some inputs the same for all), else the element view
     straight-line; the path taken recorded in ``log``."""
+    progress.stage("planning loops")
     looped = _loop_compiled(outputs, inputs, opts, log, points, shared)
     if looped is not None:
         return looped
+    progress.stage("element view and straight-line code")
     return compile_atoms([t._atoms for t in outputs], [t._atoms for t in inputs], **opts)
 
 

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from symtape import ops
+from symtape.base import progress
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.base.lazy import LazyModule
 from symtape.codegen import CompiledFunction, TensorSpec, c99, compile_atoms
@@ -360,6 +361,10 @@ def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
         raise InvalidArgumentError(f"{what}: the first argument must be a function")
 
     def tracer(specs: list[TensorSpec]) -> CompiledFunction:
+        with progress.task(f"{what} of {fn_name(fn)}"):
+            return traced(specs)
+
+    def traced(specs: list[TensorSpec]) -> CompiledFunction:
         nums, single = _argnums(argnums, len(specs))
         xs = placeholders(fn, specs)
         kw = {"dtype": common_dtype(specs), "name": f"{fn_name(fn)}_{what.split('.')[-1]}",
@@ -379,6 +384,7 @@ def _transform(fn, argnums, input_signature, order, scalar_only, what, opts,
                 compiled.strategies = log.taken
                 return compiled
             log.add(strategy.taylor_fallback(order, scalar_only), kw["name"])
+        progress.stage("tracing and derivatives")
         out = _derivatives(fn, xs, nums, single, order, scalar_only, what)
         return compile_with(log, out, xs, **kw)
 

@@ -1,4 +1,5 @@
-"""``st.config``: settings of the library as a whole.
+"""``st.config``: settings of the library as a whole -- compile progress, and
+``st.config.threading`` (TensorFlow's names) for the threads of eager ops' BLAS.
 
 >>> import symtape as st
 >>> st.config.set_compile_progress(False)  # no progress lines, even on a terminal
@@ -7,9 +8,12 @@
 
 from __future__ import annotations
 
-from symtape.base import progress
+import types
 
-__all__ = ["set_compile_progress"]
+from symtape.base import progress
+from symtape.base.errors import InvalidArgumentError, MissingDependencyError
+
+__all__ = ["set_compile_progress", "threading"]
 
 
 def set_compile_progress(enabled: bool | None) -> None:
@@ -25,3 +29,70 @@ def set_compile_progress(enabled: bool | None) -> None:
         raise TypeError(f"st.config.set_compile_progress: enabled must be True, False or None, "
                         f"got {enabled!r}")
     progress.enable(enabled)
+
+
+_threads = {"intra": 0, "inter": 0, "limiter": None}
+
+
+def _threadpoolctl():
+    try:
+        import threadpoolctl
+    except ImportError:
+        raise MissingDependencyError(
+            'st.config.threading.set_intra_op_parallelism_threads needs threadpoolctl: '
+            'pip install "symtape[threads]"', name="threadpoolctl") from None
+    return threadpoolctl
+
+
+def _count(n, what: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise InvalidArgumentError(f"st.config.threading.{what}: the number of threads must be "
+                                   f"an int >= 0 (0: the default), got {n!r}")
+    return n
+
+
+def set_intra_op_parallelism_threads(num_threads: int) -> None:
+    """Threads of the BLAS library behind eager ops (``st.matmul`` and the like run by
+    numpy): ``1`` keeps small eager steps from fighting other processes for a busy
+    machine's cores (an eager MLP step varied 5x with the default on a loaded 2-core
+    machine), ``0`` restores the library's default. Needs ``threadpoolctl`` (the extra
+    ``[threads]``). Compiled functions choose their threads with ``threads=``.
+
+    >>> import symtape as st
+    >>> st.config.threading.get_intra_op_parallelism_threads()
+    0
+    """
+    n = _count(num_threads, "set_intra_op_parallelism_threads")
+    tpc = _threadpoolctl()
+    if _threads["limiter"] is not None:
+        _threads["limiter"].restore_original_limits()
+        _threads["limiter"] = None
+    if n:
+        _threads["limiter"] = tpc.threadpool_limits(limits=n, user_api="blas")
+    _threads["intra"] = n
+
+
+def get_intra_op_parallelism_threads() -> int:
+    """The number given to :func:`set_intra_op_parallelism_threads` (0: the default)."""
+    return _threads["intra"]
+
+
+def set_inter_op_parallelism_threads(num_threads: int) -> None:
+    """Accepted for TensorFlow code: symtape runs one eager op at a time, so there is no
+    pool of independent ops to size; the number is kept and returned by
+    :func:`get_inter_op_parallelism_threads`."""
+    _threads["inter"] = _count(num_threads, "set_inter_op_parallelism_threads")
+
+
+def get_inter_op_parallelism_threads() -> int:
+    """The number given to :func:`set_inter_op_parallelism_threads` (0: the default)."""
+    return _threads["inter"]
+
+
+#: ``st.config.threading``, as ``tf.config.threading``.
+threading = types.SimpleNamespace(
+    set_intra_op_parallelism_threads=set_intra_op_parallelism_threads,
+    get_intra_op_parallelism_threads=get_intra_op_parallelism_threads,
+    set_inter_op_parallelism_threads=set_inter_op_parallelism_threads,
+    get_inter_op_parallelism_threads=get_inter_op_parallelism_threads,
+)

@@ -76,3 +76,34 @@ def test_a_quick_compile_prints_nothing_before_the_threshold():
 def test_the_setting_is_checked():
     with pytest.raises(TypeError, match="enabled must be True, False or None"):
         st.config.set_compile_progress("yes")
+
+
+def test_blas_threads_of_eager_ops_are_set_and_restored(monkeypatch):
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    blas = [i for i in threadpoolctl.threadpool_info() if i["user_api"] == "blas"]
+    if not blas:
+        pytest.skip("numpy's BLAS has no thread pool threadpoolctl can see")
+    before = [i["num_threads"] for i in blas]
+    st.config.threading.set_intra_op_parallelism_threads(1)
+    try:
+        assert st.config.threading.get_intra_op_parallelism_threads() == 1
+        now = [i["num_threads"] for i in threadpoolctl.threadpool_info()
+               if i["user_api"] == "blas"]
+        assert now == [1] * len(now)
+        a = np.arange(9.0).reshape(3, 3)
+        np.testing.assert_array_equal(st.matmul(a, a).numpy(), a @ a)
+    finally:
+        st.config.threading.set_intra_op_parallelism_threads(0)
+    assert [i["num_threads"] for i in threadpoolctl.threadpool_info()
+            if i["user_api"] == "blas"] == before
+    st.config.threading.set_inter_op_parallelism_threads(2)
+    assert st.config.threading.get_inter_op_parallelism_threads() == 2
+    st.config.threading.set_inter_op_parallelism_threads(0)
+    with pytest.raises(st.errors.InvalidArgumentError, match="int >= 0"):
+        st.config.threading.set_intra_op_parallelism_threads(-1)
+
+
+def test_blas_threads_without_threadpoolctl_name_the_extra(monkeypatch):
+    monkeypatch.setitem(__import__("sys").modules, "threadpoolctl", None)
+    with pytest.raises(ImportError, match=r"symtape\[threads\]"):
+        st.config.threading.set_intra_op_parallelism_threads(1)

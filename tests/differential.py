@@ -309,8 +309,8 @@ def check_mutation(rng: np.random.Generator, n_inputs: int = 2, size: int = 3) -
     """Eager values are snapshots. A random program whose variables are assigned between its
     ops: every value stays what it was when computed, whatever is assigned later; and each
     value computed from arguments of one time (no assignment between their making and its
-    own: README "One rule for values", under mutation) equals the value of the same program
-    over distinct variables, a new one for each value assigned (numpy's value on the
+    own: docs/tensorflow.md, "One rule for values", under mutation) equals the value of the
+    same program over distinct variables, a new one for each value assigned (numpy's value on the
     snapshots, with the element DAG's exact folds)."""
     fn, steps = program(rng)
     start = [random_values(rng, (size,)) for _ in range(n_inputs)]

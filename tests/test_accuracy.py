@@ -129,8 +129,8 @@ def test_derivatives_to_order_three_are_accurate(name):
 @pytest.mark.parametrize("name", ["tanh", "sigmoid", "softplus", "asin", "acos", "atanh",
                                   "acosh", "sce_label_1"])
 def test_eager_and_compiled_derivatives_agree_at_special_points(name):
-    """The new forms keep README's one rule for values: eager and compiled code agree,
-    infinities, nan and overflowing arguments included; the limits at +-inf are 0 (tanh,
+    """The new forms keep the one rule for values (docs/tensorflow.md): eager and compiled code
+    agree, infinities, nan and overflowing arguments included; the limits at +-inf are 0 (tanh,
     logistic) and past overflow of cosh the derivative underflows to 0, not nan."""
     fn = OPS[name][0]
     pts = np.array([np.inf, -np.inf, np.nan, 0.0, -0.0, 1.0, -1.0, 2.0, 360.0, -360.0,

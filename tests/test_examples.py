@@ -1,4 +1,5 @@
-"""The scripts in symtape/examples/ (``python -m symtape examples``) and the Python code blocks of README.md run and pass their checks."""
+"""The scripts in symtape/examples/ (``python -m symtape examples``) and the Python code blocks
+of README.md run and pass their checks (docs/ pages: tests/test_docs.py)."""
 
 from __future__ import annotations
 

@@ -76,7 +76,7 @@ def test_hvp_loop_plan_costs_a_few_times_the_function_at_every_size(f):
         hv, y, z, v = _hvp_tensors(f, n)
         ratios.append(_loop_ops([hv], [z, v]) / _loop_ops([y], [z]))
     # (about 7 for the tensordot, 21-23 for the broadcast and the product, whose adding
-    # scatters count their live terms to keep a select's zeros exact: README, Known limits)
+    # scatters count their live terms to keep a select's zeros exact: docs/limits.md)
     assert max(ratios) < 32, ratios
     assert ratios[1] < 1.5 * ratios[0], ratios
 

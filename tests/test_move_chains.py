@@ -4,7 +4,7 @@
 transpose, a tile then a reshape, a gather then a reshape), or through a scatter that adds
 several elements into one place (the gradient of a tile or a broadcast), and then multiplied
 by a partial that is infinite or nan where ``c`` is false, is exactly 0 there -- in eager
-values (README, "Exact derivatives: no ``where`` trap") and in the loop nests a large
+values (docs/tensorflow.md, "Exact derivatives: no ``where`` trap") and in the loop nests a large
 function compiles to. The references are numpy's ``np.where`` of the selected branch and the
 hand-written derivatives of the selected branch."""
 

@@ -1,5 +1,5 @@
 """Eager values are snapshots: assigning a variable never changes a value computed before,
-nor what later ops compute from it (README "One rule for values", under mutation)."""
+nor what later ops compute from it (docs/tensorflow.md, "One rule for values", under mutation)."""
 
 import numpy as np
 import pytest

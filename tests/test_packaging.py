@@ -73,3 +73,24 @@ def test_a_missing_optional_dependency_names_its_extra(monkeypatch, module, call
         call()
     assert isinstance(exc.value, st.errors.MissingDependencyError)
     assert f"symtape[{'plot' if module == 'matplotlib' else module}]" in str(exc.value)
+
+
+def test_an_installed_wheel_lists_and_runs_the_examples(tmp_path):
+    """``pip install .`` (not editable) into a fresh environment, then ``python -m symtape
+    examples`` from elsewhere: the examples come from the installed package."""
+    pytest.importorskip("setuptools")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)],
+                   check=True, timeout=300)
+    python = venv / ("Scripts" if sys.platform == "win32" else "bin") / "python"
+    done = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps",
+                           "--no-build-isolation", str(ROOT)], capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    run = subprocess.run([str(python), "-m", "symtape", "examples"], capture_output=True,
+                         text=True, timeout=300, cwd=tmp_path,
+                         env={k: v for k, v in __import__("os").environ.items()
+                              if k != "PYTHONPATH"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert str(venv) in run.stdout  # the example ran from the installed package
+    assert "A(theta, omega) = [[0, 1], [-9.81*cos(theta), -0.2]]" in run.stdout

@@ -16,10 +16,16 @@ from symtape import ops
 from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
 from symtape.core.tensor import true_divide
 from symtape.core.variables import Tensor, constant, convert_to_tensor
+from symtape.segments import *  # noqa: F403 - TensorFlow's segment and scatter ops
 
 __all__ = ["add_n", "reciprocal", "erfc", "xlogy", "multiply_no_nan", "log_sigmoid",
            "is_finite", "is_nan", "is_inf", "reduce_all", "reduce_any", "one_hot",
-           "sequence_mask", "l2_normalize"]
+           "sequence_mask", "l2_normalize",
+           "segment_sum", "segment_mean", "segment_max", "segment_min", "segment_prod",
+           "unsorted_segment_sum", "unsorted_segment_mean", "unsorted_segment_max",
+           "unsorted_segment_min", "unsorted_segment_prod", "scatter_nd",
+           "tensor_scatter_nd_add", "tensor_scatter_nd_sub", "tensor_scatter_nd_update",
+           "tensor_scatter_nd_max", "tensor_scatter_nd_min"]
 
 #: ``name -> composite`` of this module (``st.math.COMPOSITES`` holds them too).
 COMPOSITES: dict = {}

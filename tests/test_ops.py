@@ -257,6 +257,8 @@ row("strided_slice", lambda x: st.strided_slice(x, [1, -1, 0], [2, 0, 0], [1, -2
     lambda x: x[:2, -1:0:-2, None])
 row("gather_nd", lambda x: st.gather_nd(x, [[1, 2], [0, 0], [1, 2]]), [M23],
     lambda x: x[[1, 0, 1], [2, 0, 2]])
+row("segment_reduce", lambda x: st.math.unsorted_segment_sum(x, [2, 0, 2, -1], 3),
+    [Arg((4, 2))], lambda x: np.stack([x[1], 0 * x[1], x[0] + x[2]]))
 row("matrix_diag_part", st.linalg.diag_part, [Arg((2, 2, 3))],
     lambda x: np.diagonal(x, axis1=-2, axis2=-1))
 row("matrix_diag", st.linalg.diag, [M23], lambda x: x[..., None] * np.eye(3))

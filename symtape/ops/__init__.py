@@ -55,6 +55,7 @@ from symtape.ops.structural import (
 from symtape.ops.structural import (  # TensorFlow's moves
     MatrixDiag, Roll, gather_nd, matrix_diag, matrix_diag_part, roll, slice_,
 )
+from symtape.ops.segment import SegmentReduce, segment_reduce
 
 # The core applies this table's primitives by name; what else its eager path needs it is lent.
 from symtape.core.apply import lend  # noqa: E402

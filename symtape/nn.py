@@ -10,7 +10,7 @@ import numpy as np
 
 from symtape import Tensor, constant, ops, random
 from symtape import math as M
-from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
+from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError, UnboundLeafError
 from symtape.math import table_entry
 from symtape.math import sigmoid, softplus, tanh  # TensorFlow exposes these under tf.nn too
 from symtape.math import l2_normalize  # tf.nn.l2_normalize as well
@@ -18,7 +18,9 @@ from symtape.math import l2_normalize  # tf.nn.l2_normalize as well
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax",
            "sigmoid_cross_entropy_with_logits", "softmax_cross_entropy_with_logits", "l2_loss",
            "sigmoid", "softplus", "tanh", "conv2d", "max_pool2d", "avg_pool2d", "moments",
-           "dropout", "silu", "swish", "gelu", "softsign", "l2_normalize", "bias_add"]
+           "dropout", "silu", "swish", "gelu", "softsign", "l2_normalize", "bias_add", "conv1d",
+           "conv2d_transpose", "batch_normalization",
+           "sparse_softmax_cross_entropy_with_logits"]
 
 
 #: ``name -> composite`` of this module (the op-table test asks for a row per entry).
@@ -438,3 +440,212 @@ def dropout(x, rate, noise_shape=None, seed=None, name=None) -> Tensor:
         return x
     u = random.uniform(shape, dtype=x.dtype.name, seed=seed)
     return ops.dropout.bind(x, u, rate, 1.0 / (1.0 - rate))
+
+
+# --------------------------------------------------------------------------------------------
+# conv1d, conv2d_transpose, batch_normalization, sparse softmax cross-entropy
+# --------------------------------------------------------------------------------------------
+
+
+def _one_arg(value, what: str, name: str) -> int:
+    """One positive int from an int, ``[s]`` or TensorFlow's ``[1, s, 1]``."""
+    v = [value] if isinstance(value, (int, np.integer)) else list(value)
+    if len(v) == 3 and v[0] == 1 and v[2] == 1:
+        v = v[1:2]
+    if len(v) != 1 or int(v[0]) != v[0] or int(v[0]) < 1:
+        raise InvalidArgumentError(f"st.nn.{what}: {name} must be a positive int, [s] or "
+                                   f"[1, s, 1], got {value!r}")
+    return int(v[0])
+
+
+def conv1d(input, filters, stride=1, padding="VALID", data_format="NWC", dilations=None,
+           name=None):
+    """1-D convolution (cross-correlation, as ``tf.nn.conv1d``): ``out[n, i, o] = sum over
+    (p, c) of x[n, i*stride + p*dilation, c] * filters[p, c, o]`` for NWC ``input`` and WIO
+    ``filters``; ``padding`` ``'SAME'``, ``'VALID'`` or explicit ``[[0, 0], [left, right],
+    [0, 0]]``. It is :func:`conv2d` over a height of one (the table's ``conv2d``).
+
+    >>> import symtape as st
+    >>> x = st.reshape(st.range(1.0, 6.0), (1, 5, 1))
+    >>> st.nn.conv1d(x, st.ones((2, 1, 1)), 2, "SAME").numpy()[0, :, 0]
+    array([3., 7., 5.])
+    """
+    if data_format != "NWC":
+        raise InvalidArgumentError(f"st.nn.conv1d: data_format {data_format!r}: only NWC")
+    x = input if isinstance(input, Tensor) else constant(input)
+    k = filters if isinstance(filters, Tensor) else constant(filters)
+    if len(x.shape) != 3:
+        raise ShapeError(f"st.nn.conv1d: input must be NWC (rank 3), got shape {x.shape}")
+    if len(k.shape) != 3:
+        raise ShapeError(f"st.nn.conv1d: filters must be WIO (rank 3), got shape {k.shape}")
+    s = _one_arg(stride, "conv1d", "stride")
+    d = _one_arg(1 if dilations is None else dilations, "conv1d", "dilations")
+    if not isinstance(padding, str):
+        try:
+            pads = [[int(a), int(b)] for a, b in padding]
+        except (TypeError, ValueError):
+            pads = []
+        if len(pads) != 3:
+            raise InvalidArgumentError(f"st.nn.conv1d: padding must be 'SAME', 'VALID' or "
+                                       f"[[0, 0], [left, right], [0, 0]], got {padding!r}")
+        padding = [pads[0], [0, 0], pads[1], pads[2]]
+    n, w, c = x.shape
+    y = conv2d(M.reshape(x, (n, 1, w, c)), M.reshape(k, (1, *k.shape)), (1, s), padding,
+               dilations=(1, d))
+    return M.reshape(y, (n, y.shape[2], y.shape[3]))
+
+
+def _shape_arg(value, what: str, name: str, rank: int) -> tuple:
+    """A static shape of ``rank`` non-negative ints (a list, tuple, array or eager tensor)."""
+    if isinstance(value, Tensor):
+        value = value.numpy()
+    try:
+        v = tuple(int(s) for s in np.asarray(value).reshape(-1))
+    except (TypeError, ValueError):
+        v = ()
+    if len(v) != rank or min(v) < 1:
+        raise InvalidArgumentError(f"st.nn.{what}: {name} must be {rank} positive ints, got "
+                                   f"{value!r}")
+    return v
+
+
+def conv2d_transpose(input, filters, output_shape, strides, padding="SAME", data_format="NHWC",
+                     dilations=None, name=None):
+    """The transpose of :func:`conv2d` (``tf.nn.conv2d_transpose``): the gradient of
+    ``conv2d(x, filters, strides, padding)`` with respect to an ``x`` of ``output_shape``
+    (NHWC), contracted with ``input`` (NHWC, ``filters.shape[3]`` channels); ``filters`` is
+    ``[height, width, output_channels, in_channels]``. The table's ``conv2d_backprop_input``
+    on the padded extent, cropped to ``output_shape``; its derivatives are ``conv2d`` and
+    ``conv2d_backprop_filter``.
+
+    >>> import symtape as st
+    >>> y = st.nn.conv2d_transpose(st.ones((1, 2, 2, 1)), st.ones((2, 2, 1, 1)),
+    ...                            [1, 3, 3, 1], 1, "VALID")
+    >>> y.numpy()[0, :, :, 0]
+    array([[1., 2., 1.],
+           [2., 4., 2.],
+           [1., 2., 1.]])
+    """
+    if data_format != "NHWC":
+        raise InvalidArgumentError(f"st.nn.conv2d_transpose: data_format {data_format!r}: "
+                                   "only NHWC")
+    y = input if isinstance(input, Tensor) else constant(input)
+    k = filters if isinstance(filters, Tensor) else constant(filters)
+    if len(y.shape) != 4:
+        raise ShapeError(f"st.nn.conv2d_transpose: input must be NHWC (rank 4), got shape "
+                         f"{y.shape}")
+    if len(k.shape) != 4:
+        raise ShapeError(f"st.nn.conv2d_transpose: filters must be [height, width, "
+                         f"output_channels, in_channels] (rank 4), got shape {k.shape}")
+    n, h, w, c = _shape_arg(output_shape, "conv2d_transpose", "output_shape", 4)
+    kh, kw, kc, ko = k.shape
+    if (n, c) != (y.shape[0], kc) or ko != y.shape[3]:
+        raise ShapeError(f"st.nn.conv2d_transpose: output_shape {(n, h, w, c)}, filters "
+                         f"{k.shape} and input {y.shape} do not fit (batch, filters[2] "
+                         "output channels, filters[3] input channels)")
+    st_ = _pair_arg(strides, "conv2d_transpose", "strides")
+    dil = _pair_arg(1 if dilations is None else dilations, "conv2d_transpose", "dilations")
+    span = ((kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1)
+    # the forward convolution of an x of output_shape: its padding and output size
+    try:
+        _, oh, ow, pads = _windows(M.zeros((1, h, w, 1)), span, st_, padding,
+                                   "conv2d_transpose")
+    except ShapeError:
+        oh = ow = -1
+    if (oh, ow) != tuple(y.shape[1:3]):
+        raise ShapeError(f"st.nn.conv2d_transpose: output_shape {(n, h, w, c)} with filters "
+                         f"{kh}x{kw}, strides {st_} and padding {padding!r} convolves to "
+                         f"{oh}x{ow}, but the input is {y.shape[1]}x{y.shape[2]}")
+    hp, wp = h + sum(pads[1]), w + sum(pads[2])
+    x = ops.conv2d_backprop_input.bind(y, k, strides=st_, dilations=dil, size=(hp, wp))
+    if hp == h and wp == w:
+        return x
+    return x[:, pads[1][0]:pads[1][0] + h, pads[2][0]:pads[2][0] + w, :]
+
+
+def batch_normalization(x, mean, variance, offset, scale, variance_epsilon, name=None):
+    """``scale * (x - mean) / sqrt(variance + variance_epsilon) + offset``
+    (``tf.nn.batch_normalization``; ``offset`` or ``scale`` None: left out), in TensorFlow's
+    order: ``inv = rsqrt(variance + eps) * scale``, then ``x * inv + (offset - mean * inv)``.
+
+    >>> import symtape as st
+    >>> st.nn.batch_normalization(st.constant([1.0, 3.0]), 2.0, 1.0, 0.5, 2.0, 0.0).numpy()
+    array([-1.5,  2.5])
+    """
+    x = x if isinstance(x, Tensor) else constant(np.asarray(x))
+    if x.dtype.kind != "f":
+        raise DTypeError(f"st.nn.batch_normalization: x has dtype {x.dtype.name}; it needs "
+                         "floats")
+    args = {}
+    for label, v in (("mean", mean), ("variance", variance), ("offset", offset),
+                     ("scale", scale)):
+        if v is None:
+            args[label] = None
+            continue
+        v = v if isinstance(v, Tensor) else constant(np.asarray(v, dtype=x.dtype))
+        if v.dtype != x.dtype:
+            raise DTypeError(f"st.nn.batch_normalization: {label} has dtype {v.dtype.name}, "
+                             f"x {x.dtype.name}")
+        try:
+            np.broadcast_shapes(v.shape, x.shape)
+        except ValueError:
+            raise ShapeError(f"st.nn.batch_normalization: {label} of shape {v.shape} does not "
+                             f"broadcast to x's shape {x.shape}") from None
+        args[label] = v
+    if args["mean"] is None or args["variance"] is None:
+        raise InvalidArgumentError("st.nn.batch_normalization: mean and variance are required")
+    inv = ops.rsqrt.bind(ops.add.bind(args["variance"], float(variance_epsilon)))
+    if args["scale"] is not None:
+        inv = ops.multiply.bind(inv, args["scale"])
+    shift = ops.multiply.bind(args["mean"], inv)
+    shift = ops.negative.bind(shift) if args["offset"] is None else \
+        ops.subtract.bind(args["offset"], shift)
+    return ops.add.bind(ops.multiply.bind(x, inv), shift)
+
+
+def sparse_softmax_cross_entropy_with_logits(labels=None, logits=None, name=None):
+    """``-log softmax(logits)[label]`` for integer ``labels`` of shape ``logits.shape[:-1]``
+    (``tf.nn.sparse_softmax_cross_entropy_with_logits``): the table's softmax cross-entropy
+    against ``one_hot(labels)``, so the gradient in ``logits`` is ``softmax(logits) -
+    one_hot(labels)``, as TensorFlow's, and ``labels`` get none. A label outside
+    ``[0, classes)`` is an InvalidArgumentError when the labels have values (eager, as
+    TensorFlow's CPU kernel); in a traced function the loss there is nan (its GPU kernel).
+
+    >>> import symtape as st
+    >>> loss = st.nn.sparse_softmax_cross_entropy_with_logits(
+    ...     [1, 0], st.constant([[0.0, 0.0], [2.0, 0.0]]))
+    >>> loss.numpy().round(6)
+    array([0.693147, 0.126928])
+    """
+    if labels is None or logits is None:
+        raise InvalidArgumentError("st.nn.sparse_softmax_cross_entropy_with_logits: both "
+                                   "labels and logits are required")
+    what = "st.nn.sparse_softmax_cross_entropy_with_logits"
+    logits = logits if isinstance(logits, Tensor) else constant(np.asarray(logits))
+    if logits.dtype.kind != "f":
+        raise DTypeError(f"{what}: logits has dtype {logits.dtype.name}; it needs floats")
+    labels = labels if isinstance(labels, Tensor) else constant(np.asarray(labels))
+    try:
+        known = labels.numpy()
+    except UnboundLeafError:  # a traced input: its integers are float leaves there
+        known = None
+    if labels.dtype.kind not in "iu" and (known is not None or labels.dtype.kind != "f"):
+        raise DTypeError(f"{what}: labels must be integers, got {labels.dtype.name}")
+    if logits.ndim < 1 or tuple(labels.shape) != tuple(logits.shape[:-1]):
+        raise ShapeError(f"{what}: labels must have the shape of logits without its last axis "
+                         f"({tuple(logits.shape[:-1])}), got {tuple(labels.shape)}")
+    classes = logits.shape[-1]
+    if known is not None:
+        bad = (np.asarray(known) < 0) | (np.asarray(known) >= classes)
+        if bad.any():
+            raise InvalidArgumentError(f"{what}: labels {np.asarray(known)[bad].tolist()} are "
+                                       f"outside [0, {classes}) (the classes of logits)")
+        code = M.one_hot(labels, classes, dtype=logits.dtype)
+        return ops.softmax_cross_entropy_with_logits.bind(code, logits, axis=-1)
+    # labels known only at run time: compared with each class index; none matches out of range
+    index = constant(np.arange(classes, dtype=labels.dtype))
+    hits = M.equal(M.expand_dims(labels, -1), index)
+    code = M.cast(hits, logits.dtype)
+    loss = ops.softmax_cross_entropy_with_logits.bind(code, logits, axis=-1)
+    inside = M.reduce_any(hits, axis=-1)
+    return M.where(inside, loss, constant(np.asarray(np.nan, dtype=logits.dtype)))

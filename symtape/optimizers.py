@@ -25,13 +25,34 @@ def _pairs(grads_and_vars: Iterable) -> list[tuple]:
     return out
 
 
-def _slot(slots: dict, v: Variable) -> Variable:
+class Slots(dict):
+    """An optimizer's state per variable: ``variable id -> (variable, slot)``. It pickles as
+    its ``(variable, slot)`` pairs and is keyed again by the unpickled variables, so a model
+    pickled with its optimizer goes on training where it stopped.
+
+    >>> import pickle, symtape as st
+    >>> w = st.Variable([1.0]); slots = Slots(); slot(slots, w).assign([0.5])
+    <st.Variable 'Variable:0' shape=(1,) dtype=float64, numpy=[0.5]>
+    >>> w2, slots2 = pickle.loads(pickle.dumps((w, slots)))
+    >>> slot(slots2, w2).numpy()
+    array([0.5])
+    """
+
+    def __reduce__(self):
+        return (Slots.of_pairs, (list(self.values()),))
+
+    @staticmethod
+    def of_pairs(pairs: list) -> Slots:
+        return Slots({v._id: (v, s) for v, s in pairs})
+
+
+def slot(slots: Slots, v: Variable) -> Variable:
     """The optimizer's state for ``v`` (a variable, so that ``st.function`` steps carry it
     from call to call), zeros at first."""
-    slot = slots.get(v._id)
-    if slot is None:
-        slot = slots[v._id] = Variable(np.zeros(v.shape, dtype=v.dtype), trainable=False)
-    return slot
+    found = slots.get(v._id)
+    if found is None:
+        found = slots[v._id] = (v, Variable(np.zeros(v.shape, dtype=v.dtype), trainable=False))
+    return found[1]
 
 
 class SGD:
@@ -47,12 +68,12 @@ class SGD:
     def __init__(self, learning_rate: float = 0.01, momentum: float = 0.0) -> None:
         self.learning_rate = float(learning_rate)
         self.momentum = float(momentum)
-        self._velocity: dict[int, Variable] = {}
+        self._velocity: Slots = Slots()
 
     def apply_gradients(self, grads_and_vars: Iterable) -> None:
         for g, v in _pairs(grads_and_vars):
             if self.momentum:
-                vel = _slot(self._velocity, v)
+                vel = slot(self._velocity, v)
                 vel.assign(self.momentum * vel - self.learning_rate * g)
                 v.assign_add(vel)
             else:
@@ -74,8 +95,8 @@ class Adam:
                  epsilon: float = 1e-7) -> None:
         self.learning_rate = float(learning_rate)
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
-        self._m: dict[int, Variable] = {}
-        self._v: dict[int, Variable] = {}
+        self._m: Slots = Slots()
+        self._v: Slots = Slots()
         self.iterations = Variable(0.0, name="iterations", trainable=False)
 
     def apply_gradients(self, grads_and_vars: Iterable) -> None:
@@ -85,7 +106,7 @@ class Adam:
         b1, b2 = self.beta_1, self.beta_2
         lr = self.learning_rate * sqrt(1.0 - b2 ** t) / (1.0 - b1 ** t)
         for g, v in pairs:
-            m, s = _slot(self._m, v), _slot(self._v, v)
+            m, s = slot(self._m, v), slot(self._v, v)
             m.assign(b1 * m + (1.0 - b1) * g)
             s.assign(b2 * s + (1.0 - b2) * g * g)
             v.assign_sub(lr * m / (sqrt(s) + self.epsilon))
@@ -107,23 +128,23 @@ class RMSprop:
                  epsilon: float = 1e-7, centered: bool = False) -> None:
         self.learning_rate, self.rho = float(learning_rate), float(rho)
         self.momentum, self.epsilon, self.centered = float(momentum), float(epsilon), centered
-        self._s: dict[int, Variable] = {}
-        self._mean: dict[int, Variable] = {}
-        self._velocity: dict[int, Variable] = {}
+        self._s: Slots = Slots()
+        self._mean: Slots = Slots()
+        self._velocity: Slots = Slots()
 
     def apply_gradients(self, grads_and_vars: Iterable) -> None:
         rho = self.rho
         for g, v in _pairs(grads_and_vars):
-            s = _slot(self._s, v)
+            s = slot(self._s, v)
             s.assign(rho * s + (1.0 - rho) * g * g)
             denominator = s + self.epsilon
             if self.centered:
-                mean = _slot(self._mean, v)
+                mean = slot(self._mean, v)
                 mean.assign(rho * mean + (1.0 - rho) * g)
                 denominator = denominator - mean * mean
             step = self.learning_rate * g / sqrt(denominator)
             if self.momentum:
-                vel = _slot(self._velocity, v)
+                vel = slot(self._velocity, v)
                 vel.assign(self.momentum * vel + step)
                 step = vel
             v.assign_sub(step)

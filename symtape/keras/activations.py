@@ -7,7 +7,7 @@ from collections.abc import Callable
 from symtape import nn
 from symtape.base.errors import InvalidArgumentError
 
-__all__ = ["get", "linear"]
+__all__ = ["get", "linear", "serialize"]
 
 
 def linear(x):
@@ -37,3 +37,15 @@ def get(identifier) -> Callable:
         raise InvalidArgumentError(f"st.keras: unknown activation {identifier!r}; known: "
                                    f"{', '.join(sorted(_NAMED))}, or a callable")
     return fn
+
+
+def serialize(fn) -> str | None:
+    """The name :func:`get` knows ``fn`` by, or None (a function of the user's own).
+
+    >>> serialize(nn.relu), serialize(lambda x: x)
+    ('relu', None)
+    """
+    for name, known in _NAMED.items():
+        if known is fn:
+            return name
+    return None

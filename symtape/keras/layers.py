@@ -4,6 +4,7 @@ the input's shape), ``Dense``, ``BatchNormalization``, ``Activation``, ``Flatten
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 
@@ -55,6 +56,51 @@ class Layer(Module):
         self.input_shape = None if input_shape is None else tuple(input_shape)
         self.dtype = np.dtype(dtype or "float64")
 
+    def __init_subclass__(cls, **kwargs) -> None:
+        """Each layer class records the arguments it was made with (for :meth:`get_config`):
+        the most derived class's ``__init__`` is wrapped to bind them."""
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            return
+
+        @functools.wraps(init)
+        def recorded(self, *args, **kw):
+            if "_made_with" not in self.__dict__:
+                bound = inspect.signature(init).bind(self, *args, **kw)
+                made = dict(bound.arguments)
+                made.pop(next(iter(made)))  # self
+                made.update(made.pop("kwargs", {}) or {})
+                object.__setattr__(self, "_made_with", made)
+            init(self, *args, **kw)
+
+        cls.__init__ = recorded
+
+    def get_config(self) -> dict:
+        """The arguments the layer was made with, as names and numbers (Keras's config):
+        an activation function as its name; a function of the user's own (an initializer,
+        an activation) cannot be written and raises ``InvalidArgumentError`` naming it.
+
+        >>> import symtape as st
+        >>> st.keras.layers.Dense(3, activation=st.nn.relu, name="d").get_config()
+        {'units': 3, 'activation': 'relu', 'name': 'd', 'dtype': 'float64'}
+        """
+        out = {}
+        for key, value in self.__dict__.get("_made_with", {}).items():
+            if key == "activation" and callable(value):
+                named = activations.serialize(value)
+                if named is None:
+                    raise InvalidArgumentError(
+                        f"{self.name}: activation {value!r} is a function of your own; a "
+                        "saved model names its activations (activation='relu', ...)")
+                value = named
+            out[key] = _config_value(value, f"{self.name}: argument {key}")
+        out["name"] = self.name
+        out["dtype"] = self.dtype.name
+        if not self.trainable:
+            out["trainable"] = False
+        return out
+
     def build(self, input_shape: tuple) -> None:
         """Makes the weights for inputs of ``input_shape`` (batch first)."""
 
@@ -88,6 +134,7 @@ class Layer(Module):
         if not self.built:
             self.build(tuple(x.shape))
             self.built = True
+            self.build_input_shape = (None,) + tuple(x.shape[1:])
         if "training" in inspect.signature(self.call).parameters:
             kwargs["training"] = training
         return self.call(x, **kwargs)
@@ -146,6 +193,22 @@ class Layer(Module):
     def count_params(self) -> int:
         """The number of weights' elements."""
         return int(sum(v.size for v in self.variables))
+
+
+def _config_value(value, what: str):
+    """``value`` as JSON data (tuples as lists), or ``InvalidArgumentError`` naming it."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return [_config_value(v, what) for v in value]
+    if isinstance(value, np.dtype) or (isinstance(value, type) and issubclass(value, np.generic)):
+        return np.dtype(value).name
+    raise InvalidArgumentError(f"{what} is a {type(value).__name__}; a saved model holds "
+                               "names and numbers only")
 
 
 def _once(values: list) -> tuple:

@@ -23,7 +23,7 @@ from symtape.base.errors import InvalidArgumentError, ShapeError, UnboundLeafErr
 __all__ = ["categorical_crossentropy", "sparse_categorical_crossentropy",
            "mean_squared_error", "binary_crossentropy", "CategoricalCrossentropy",
            "SparseCategoricalCrossentropy", "MeanSquaredError", "BinaryCrossentropy",
-           "EPSILON", "get", "check_labels", "takes_labels"]
+           "EPSILON", "get", "check_labels", "takes_labels", "serialize"]
 
 #: Keras's fuzz factor: probabilities are clipped to ``[EPSILON, 1 - EPSILON]``.
 EPSILON = 1e-7
@@ -266,3 +266,15 @@ in [0, 3)), got 2.5 at index (1,); for one-hot or probability labels use categor
     if rule is not None:
         values = np.asarray(y_true)
         rule(values.shape, values, tuple(pred_shape), -1, what)
+
+
+def serialize(loss) -> str | None:
+    """The name :func:`get` knows the loss function ``loss`` by, or None.
+
+    >>> serialize(mean_squared_error)
+    'mean_squared_error'
+    """
+    if isinstance(loss, str):
+        return loss if loss in _BY_NAME else None
+    names = [n for n, fn in _BY_NAME.items() if fn is loss]
+    return max(names, key=len) if names else None

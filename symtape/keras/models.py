@@ -4,20 +4,29 @@ Keras's ``compile``/``fit``/``evaluate``/``predict``."""
 from __future__ import annotations
 
 import inspect
+import os
 import sys
 
 import numpy as np
 
-from symtape import GradientTape, Tensor, TensorSpec, function, random
+from symtape import GradientTape, Tensor, TensorSpec, Variable, function, random
+from symtape import optimizers as optimizers_base
 from symtape import math as M
-from symtape.base.errors import InvalidArgumentError, ShapeError
+from symtape.base.errors import InvalidArgumentError, ShapeError, SymtapeError
 from symtape.keras import callbacks as cbks
 from symtape.keras import losses, metrics, optimizers, weights as weight_files
 from symtape.keras.callbacks import History
+from symtape.keras import layers as layers_module
 from symtape.keras.layers import Layer
 from symtape.keras.metrics import get as _metric  # (compile's argument metrics hides the module)
 
-__all__ = ["Model", "Sequential", "History"]
+__all__ = ["Model", "Sequential", "History", "load_model"]
+
+#: The format of the files :meth:`Model.save` writes.
+FILE_FORMAT = "symtape.keras"
+FILE_VERSION = 1
+#: A loaded model is built on an example of its input shape: at most this many elements.
+MAX_EXAMPLE_ELEMENTS = 1 << 26
 
 
 class _Compiled:
@@ -28,6 +37,10 @@ class _Compiled:
         self.metrics = metric_list
         self.eager = eager
         self.steps: dict = {}  # (dtype, trailing shape) -> compiled step / prediction
+
+    def __getstate__(self) -> dict:
+        # the compiled steps are closures over the model: traced again after unpickling
+        return {**self.__dict__, "steps": {}}
 
 
 class Model(Layer):
@@ -70,6 +83,7 @@ class Model(Layer):
         loss_fn = losses.get(loss)
         found = [_metric(m, loss_fn) for m in (metrics or ())]
         self._compiled = _Compiled(loss_fn, found, bool(run_eagerly))
+        self._compiled.given = (loss, list(metrics or ()))  # what a saved model names
 
     @property
     def metrics_names(self) -> list:
@@ -345,6 +359,49 @@ class Model(Layer):
         for v, a in zip(variables, arrays):
             v.assign(a)
 
+    # -- whole-model files -------------------------------------------------------------------
+    def save(self, filepath, overwrite: bool = True) -> None:
+        """Writes the model to ``filepath`` (Keras's ``.keras`` idea: one zip file): its
+        architecture (a ``Sequential`` of ``st.keras.layers``, each as its
+        :meth:`~symtape.keras.layers.Layer.get_config`), its weights, and, once compiled, the
+        optimizer (class, arguments and state), the loss and the metrics by name -- names,
+        numbers and arrays only. :func:`load_model` reads it back, running nothing from the
+        file, and training goes on as if never interrupted. A subclassed ``Model`` has no
+        architecture to write: save its weights (:meth:`save_weights`) or pickle it.
+
+        >>> import os, tempfile, symtape as st
+        >>> model = st.keras.Sequential([st.keras.Input(shape=(2,)), st.keras.layers.Dense(1)])
+        >>> path = os.path.join(tempfile.mkdtemp(), "m.keras")
+        >>> model.save(path)
+        >>> st.keras.models.load_model(path).get_weights()[0].shape
+        (2, 1)
+        """
+        if not overwrite and os.path.exists(filepath):
+            raise InvalidArgumentError(f"{self.name}.save: {filepath!r} exists (overwrite=False)")
+        if type(self) is not Sequential:
+            raise InvalidArgumentError(
+                f"{self.name}.save: a subclassed Model's architecture is its Python code; save "
+                "its weights (save_weights) or pickle it, or build it as a Sequential")
+        layers = []
+        for k, layer in enumerate(self.layers):
+            if _LAYER_CLASSES.get(type(layer).__name__) is not type(layer):
+                raise InvalidArgumentError(
+                    f"{self.name}.save: layer {k} ({layer.name}) is a {type(layer).__name__}, "
+                    "a class of your own; a saved model holds st.keras.layers only (save "
+                    "its weights or pickle the model)")
+            layers.append({"class": type(layer).__name__, "config": layer.get_config()})
+        shape = getattr(self, "build_input_shape", None)
+        config = {"format": FILE_FORMAT, "version": FILE_VERSION, "class": "Sequential",
+                  "name": self.name, "layers": layers,
+                  "build_input_shape": None if shape is None else list(shape),
+                  "compile": None}
+        variables = list(self.variables)
+        groups = {"weights": [(v.name, v.numpy()) for v in variables]}
+        if self._compiled is not None:
+            config["compile"], state = _compile_config(self, variables)
+            groups.update(state)
+        weight_files.save_archive(filepath, config, groups)
+
     def _check_labels(self, x: np.ndarray, y: np.ndarray, what: str) -> None:
         """Every label checked against the model's output before any step: inside the
         compiled step the labels are inputs whose values no trace sees (one example's
@@ -433,3 +490,175 @@ class Sequential(Model):
             takes = "training" in inspect.signature(layer.call).parameters
             x = layer(x, training=training) if takes else layer(x)
         return x
+
+
+_LAYER_CLASSES = {name: getattr(layers_module, name) for name in layers_module.__all__
+                  if isinstance(getattr(layers_module, name), type)
+                  and getattr(layers_module, name) is not Layer}
+_OPTIMIZER_CLASSES = {"SGD": optimizers.SGD, "Adam": optimizers.Adam,
+                      "RMSprop": optimizers.RMSprop}
+
+
+def _optimizer_config(opt) -> dict:
+    """The arguments that make ``opt`` again: each ``__init__`` parameter along its class
+    chain that it holds as an attribute of plain data."""
+    out = {}
+    for cls in type(opt).__mro__:
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        for name in inspect.signature(init).parameters:
+            value = getattr(opt, name, None)
+            if name not in out and isinstance(value, (bool, int, float, str)):
+                out[name] = value
+    return out
+
+
+def _compile_config(model, variables: list) -> tuple:
+    """``(compile config, {group: arrays})``: the optimizer's class, arguments and state
+    (its per-variable slots by the index of the variable, its own variables), the loss and
+    the metrics by name."""
+    opt = model.optimizer
+    kind = type(opt).__name__
+    if _OPTIMIZER_CLASSES.get(kind) is not type(opt):
+        raise InvalidArgumentError(f"{model.name}.save: the optimizer is a {kind}; a saved "
+                                   "model holds st.keras.optimizers (SGD, Adam, RMSprop)")
+    loss, metric_list = model._compiled.given
+    loss_name = losses.serialize(loss)
+    if loss_name is None:
+        raise InvalidArgumentError(f"{model.name}.save: the loss {loss!r} is a function of "
+                                   "your own; a saved model names its loss (loss='mse', ...)")
+    names = []
+    for m in metric_list:
+        if not isinstance(m, str):
+            raise InvalidArgumentError(f"{model.name}.save: metric {m!r} is not a name; a "
+                                       "saved model names its metrics (metrics=['acc'])")
+        names.append(m)
+    index = {v._id: k for k, v in enumerate(variables)}
+    slots, groups = {}, {}
+    for attr, table in vars(opt).items():
+        if isinstance(table, dict) and table and all(
+                isinstance(pair, tuple) and len(pair) == 2 for pair in table.values()):
+            owned = [(index[v._id], s) for v, s in table.values() if v._id in index]
+            slots[attr] = [k for k, _ in owned]
+            groups[f"optimizer/{attr}"] = [(variables[k].name, s.numpy()) for k, s in owned]
+    own = {attr: float(v.numpy()) for attr, v in vars(opt).items()
+           if isinstance(v, Variable) and v.shape == ()}
+    config = {"optimizer": {"class": kind, "config": _optimizer_config(opt), "slots": slots,
+                            "variables": own},
+              "loss": loss_name, "metrics": names, "run_eagerly": model._compiled.eager}
+    return config, groups
+
+
+def load_model(filepath, compile: bool = True):  # noqa: A002 - Keras's name
+    """The model :meth:`Model.save` wrote to ``filepath``: layers made from their names and
+    arguments (``st.keras.layers`` only), weights and, with ``compile``, the optimizer and
+    its state, loss and metrics. Nothing in the file is run (no pickles, no code); every
+    name, number and array is checked, and anything else is an ``InvalidArgumentError``
+    naming the file and the fault.
+
+    >>> load_model("/nonexistent.keras")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    symtape.base.errors.InvalidArgumentError: load_model: cannot read '/nonexistent.keras': ...
+    """
+    archive = weight_files.Archive(filepath)
+    what = f"load_model: {archive.name}"
+    cfg = archive.config
+    if cfg.get("format") != FILE_FORMAT or cfg.get("version") != FILE_VERSION:
+        raise InvalidArgumentError(f"{what} is not a symtape Keras model of version "
+                                   f"{FILE_VERSION} (format {str(cfg.get('format'))[:40]!r}, "
+                                   f"version {str(cfg.get('version'))[:10]})")
+    if cfg.get("class") != "Sequential" or not isinstance(cfg.get("layers"), list):
+        raise InvalidArgumentError(f"{what}: the model must be a Sequential with a list of "
+                                   "layers")
+    made = [_layer_from(entry, k, what) for k, entry in enumerate(cfg["layers"])]
+    name = cfg.get("name")
+    model = Sequential(made, name=name if isinstance(name, str) else None)
+    shape = cfg.get("build_input_shape")
+    if shape is not None:
+        example = _example_shape(shape, what)
+        if not model.built:
+            model(np.zeros(example), training=False)
+    variables = list(model.variables)
+    values = archive.arrays("weights", [(v.name, v.shape, v.dtype) for v in variables])
+    for v, a in zip(variables, values):
+        v.assign(a)
+    if compile and cfg.get("compile") is not None:
+        _compile_from(model, cfg["compile"], archive, variables, what)
+    return model
+
+
+def _layer_from(entry, k: int, what: str):
+    if not isinstance(entry, dict) or not isinstance(entry.get("config"), dict):
+        raise InvalidArgumentError(f"{what}: layer {k} is not {{'class': ..., 'config': ...}}")
+    cls = _LAYER_CLASSES.get(entry.get("class"))
+    if cls is None:
+        raise InvalidArgumentError(f"{what}: layer {k} has class "
+                                   f"{str(entry.get('class'))[:40]!r}, not one of "
+                                   f"st.keras.layers ({', '.join(sorted(_LAYER_CLASSES))})")
+    config = entry["config"]
+    _plain(config, f"{what}: layer {k}")
+    try:
+        return cls(**config)
+    except (TypeError, ValueError, SymtapeError) as exc:
+        raise InvalidArgumentError(f"{what}: layer {k} ({cls.__name__}) cannot be made from "
+                                   f"its config: {str(exc)[:200]}") from None
+
+
+def _plain(value, where: str, depth: int = 0) -> None:
+    """Raises unless ``value`` is JSON data of names, numbers, lists and dicts (depth 8)."""
+    if depth > 8:
+        raise InvalidArgumentError(f"{where}: nested too deeply")
+    if isinstance(value, dict):
+        for key, v in value.items():
+            _plain(v, f"{where}: {str(key)[:40]}", depth + 1)
+    elif isinstance(value, list):
+        for v in value:
+            _plain(v, where, depth + 1)
+    elif not (value is None or isinstance(value, (bool, int, float, str))):
+        raise InvalidArgumentError(f"{where}: {type(value).__name__} is not plain data")
+
+
+def _example_shape(shape, what: str) -> tuple:
+    if not isinstance(shape, list) or not shape or shape[0] is not None or any(
+            isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in shape[1:]):
+        raise InvalidArgumentError(f"{what}: build_input_shape {str(shape)[:60]} is not "
+                                   "[None, sizes...]")
+    example = (1,) + tuple(shape[1:])
+    if len(example) > 8 or int(np.prod(example, dtype=object)) > MAX_EXAMPLE_ELEMENTS:
+        raise InvalidArgumentError(f"{what}: build_input_shape {shape[:9]} is too large")
+    return example
+
+
+def _compile_from(model, cfg, archive, variables: list, what: str) -> None:
+    _plain(cfg, f"{what}: compile")
+    opt_cfg = cfg.get("optimizer") if isinstance(cfg, dict) else None
+    if not isinstance(opt_cfg, dict) or opt_cfg.get("class") not in _OPTIMIZER_CLASSES or \
+            not isinstance(opt_cfg.get("config"), dict):
+        raise InvalidArgumentError(f"{what}: the optimizer is not one of "
+                                   f"{', '.join(_OPTIMIZER_CLASSES)} with its config")
+    try:
+        opt = _OPTIMIZER_CLASSES[opt_cfg["class"]](**opt_cfg["config"])
+        model.compile(optimizer=opt, loss=cfg.get("loss"), metrics=cfg.get("metrics") or [],
+                      run_eagerly=bool(cfg.get("run_eagerly", False)))
+    except (TypeError, ValueError, SymtapeError) as exc:
+        raise InvalidArgumentError(f"{what}: cannot compile the model as saved: "
+                                   f"{str(exc)[:200]}") from None
+    for attr, value in (opt_cfg.get("variables") or {}).items():
+        target = getattr(opt, attr, None) if isinstance(attr, str) else None
+        if not isinstance(target, Variable) or isinstance(value, bool) or \
+                not isinstance(value, (int, float)):
+            raise InvalidArgumentError(f"{what}: optimizer variable {str(attr)[:40]!r}")
+        target.assign(float(value))
+    for attr, indices in (opt_cfg.get("slots") or {}).items():
+        table = getattr(opt, attr, None) if isinstance(attr, str) else None
+        if not isinstance(table, dict) or not isinstance(indices, list) or any(
+                isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(variables)
+                for k in indices):
+            raise InvalidArgumentError(f"{what}: optimizer slots {str(attr)[:40]!r}")
+        owners = [variables[k] for k in indices]
+        values = archive.arrays(f"optimizer/{attr}", [(v.name, v.shape, v.dtype)
+                                                      for v in owners])
+        for v, a in zip(owners, values):
+            optimizers_base.slot(table, v).assign(a)

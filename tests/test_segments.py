@@ -374,6 +374,23 @@ def test_a_large_segment_sum_compiles_to_a_loop_nest_not_its_element_view():
     np.testing.assert_allclose(got, np.sin(x0).reshape(-1, 4).sum(axis=1), rtol=1e-13)
 
 
+@pytest.mark.parametrize("name, ids, k", [
+    ("unsorted_segment_max", np.arange(6000) // 4, 1500),
+    ("unsorted_segment_min", np.repeat([0, 4, 9, 2], 1500), 11),   # runs, empty segments
+    ("unsorted_segment_prod", (np.arange(6000) // 4) * 2, 3000),   # every other one empty
+    ("segment_max", np.repeat([0, 2, 5, 9], 1500), None),          # sorted: empty ones are 0
+])
+def test_loop_plans_over_chunks_of_points_equal_eager_values(name, ids, k):
+    fn = getattr(st.math, name)
+    args = () if k is None else (k,)
+    x = st.symbol("x", shape=(len(ids),))
+    plan = loopnest.plan_loops([(fn(st.sin(x), ids, *args) * 2.0)._node], [x._node], points=8)
+    pts = RNG.uniform(0.9, 1.1, (5, len(ids)))
+    got = compile_plan(plan)(pts)
+    want = np.stack([(fn(st.sin(st.constant(p)), ids, *args) * 2.0).numpy() for p in pts])
+    np.testing.assert_array_equal(got, want)
+
+
 def test_ids_without_affine_runs_are_unplannable_at_size_naming_the_missing_access():
     ids = RNG.integers(0, 100, 10_000)
     xs = st.symbol("x", shape=(10_000,))

@@ -749,3 +749,75 @@ def test_blocks_alike_but_for_their_buffers_share_one_function(monkeypatch):
     x, y, z = np.linspace(-2, 2, 50), np.linspace(0, 1, 50), np.linspace(-1, 3, 60)
     for got, want in zip(f(x, y, z), (x, y, z)):
         np.testing.assert_allclose(got, np.tanh(want) * 3.0, rtol=1e-15)
+
+
+def test_an_elementwise_argument_of_a_sum_is_computed_in_its_loop():
+    """A reduction (and an adding scatter, the transpose of a broadcast) accumulates its
+    elementwise argument's template directly: no temporary of the argument's size."""
+    rng = np.random.default_rng(5)
+    x = st.symbol("x", shape=(40, 30))
+    y = st.reduce_sum(st.exp(x) * x + 1.0, axis=0)
+    with st.GradientTape() as t:
+        t.watch(x)
+        b = st.broadcast_to(st.reduce_sum(x, axis=0), (40, 30))
+        z = st.reduce_sum(st.sin(b) * b)
+    g = t.gradient(z, x)
+    for out, want in ((y, lambda v: (np.exp(v) * v + 1.0).sum(axis=0)),
+                      (g, lambda v: np.broadcast_to(  # z = 40 sum_j s_j sin(s_j)
+                          40.0 * (np.sin(v.sum(0)) + v.sum(0) * np.cos(v.sum(0))), v.shape))):
+        f, plan = _loop_compiled([out], [x], points=8)
+        assert max((b.size for b in plan.buffers if b.kind == "temp"), default=0) < 8 * x.size
+        v = rng.standard_normal((5, 40, 30))
+        np.testing.assert_allclose(f(v), [want(p) for p in v], rtol=1e-12, atol=1e-12)
+
+
+def _nbody(x):
+    """The softened potential of len(x) / 3 bodies (masses 1, 2, ...), as array code."""
+    k = x.shape[0] // 3
+    ms = np.arange(1.0, k + 1.0)
+    q = st.reshape(x, (k, 3))
+    d = q[:, None, :] - q[None, :, :]
+    r = st.sqrt(st.reduce_sum(d * d, axis=-1) + 0.01)
+    return -st.reduce_sum(st.constant(np.triu(np.outer(ms, ms), 1)) / r)
+
+
+def _nbody_hessian(p: np.ndarray) -> np.ndarray:
+    """By hand: each pair's potential -w / s(d), d = q_i - q_j, has the Hessian in d
+    w (I / s^3 - 3 d d^T / s^5), added to the blocks ii and jj, subtracted from ij, ji."""
+    k = p.size // 3
+    q, ms, h = p.reshape(k, 3), np.arange(1.0, k + 1.0), np.zeros((k, 3, k, 3))
+    for i in range(k):
+        for j in range(i + 1, k):
+            d = q[i] - q[j]
+            s = np.sqrt(d @ d + 0.01)
+            block = ms[i] * ms[j] * (np.eye(3) / s ** 3 - 3.0 * np.outer(d, d) / s ** 5)
+            h[i, :, i] += block
+            h[j, :, j] += block
+            h[i, :, j] -= block
+            h[j, :, i] -= block
+    return h.reshape(3 * k, 3 * k)
+
+
+def test_a_batched_sweeps_one_hot_tangents_are_computed_where_they_are_read():
+    """The N-body Hessian's batched sweep (one-hot seeds broadcast over the pairs): the
+    tangents the points share are computed inside each loop reading them, not held in a
+    temporary of seeds x pairs, and the plan over chunks of points equals the Hessian by
+    hand."""
+    k = 6
+    x = st.symbol("x", shape=(3 * k,))
+    with st.GradientTape(persistent=True) as outer:
+        outer.watch(x)
+        with st.GradientTape() as inner:
+            inner.watch(x)
+            u = _nbody(x)
+        g = inner.gradient(u, x)
+    h = outer.jacobian(g, x)
+    f, plan = _loop_compiled([h], [x], points=4)
+    seeds_pairs = 3 * k * k * k * 3  # seeds x pairs x 3 coordinates
+    temps = [b.size for b in plan.buffers if b.kind == "temp"]
+    assert seeds_pairs not in temps  # (the one-hot tangents of the differences, shared)
+    # one per point of the chunk: the cotangent of the differences, read by two sums
+    assert [n for n in temps if n >= 4 * seeds_pairs] == [4 * seeds_pairs]
+    pts = np.random.default_rng(6).standard_normal((5, 3 * k)) * 2.0
+    np.testing.assert_allclose(f(pts), [_nbody_hessian(p) for p in pts], rtol=1e-10,
+                               atol=1e-10)

@@ -96,6 +96,33 @@ def test_sparse_compile_is_its_own_path():
 # --------------------------------------------------------------------------------------------
 
 
+def _nbody_hessian_nodes(k: int) -> list:
+    """The traced Hessian of the softened potential of ``k`` bodies (3 k inputs)."""
+    ms = 1.0 + 0.25 * (np.arange(k) % 4)
+    x = st.symbol("x", shape=(3 * k,))
+    with st.GradientTape(persistent=True) as outer:
+        outer.watch(x)
+        with st.GradientTape() as inner:
+            inner.watch(x)
+            q = st.reshape(x, (k, 3))
+            d = q[:, None, :] - q[None, :, :]
+            r = st.sqrt(st.reduce_sum(d * d, axis=-1) + 0.01)
+            u = -st.reduce_sum(st.constant(np.triu(np.outer(ms, ms), 1)) / r)
+        g = inner.gradient(u, x)
+    return [outer.jacobian(g, x)._node]
+
+
+@pytest.mark.parametrize("k, name", [(20, "element-kernel"), (50, "point-loop")])
+def test_n_body_hessians_on_each_side_of_loop_always_atoms(k, name):
+    """A batched sweep keeps the element view (what each one-hot seed reaches) up to
+    LOOP_ALWAYS_ATOMS of its dense estimate: 20 bodies, about 1.2 million; 50 bodies (150
+    inputs), about 18 million, run as loop nests over chunks of points."""
+    path = strategy.kernel(_nbody_hessian_nodes(k), points=True)
+    assert path.name == name
+    assert "LOOP_ALWAYS_ATOMS=" in path.reason
+    assert (path.points >= 4) == (name == "point-loop")
+
+
 def test_gradients_jacobians_hessians_and_hvps_name_their_sweeps():
     sig = [st.TensorSpec((2,))]
 

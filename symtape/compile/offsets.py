@@ -24,12 +24,17 @@ def cuts_along(places: np.ndarray, d: int, most: int) -> set | None:
     [3, 5]
     """
     n = places.shape[d]
-    if n < 2:
+    if n < 2 or places.strides[d] == 0:  # (broadcast along d: every line the same)
         return set()
+    # the other broadcast axes hold copies of one line each: only one of them is looked at
+    places = places[tuple(slice(0, 1) if e != d and step == 0 else slice(None)
+                          for e, step in enumerate(places.strides))]
     lines = np.moveaxis(places, d, 0).reshape(n, -1)
     hole = lines < 0
-    lines = np.where(hole, 0, lines)
-    starts = set((np.flatnonzero((hole[1:] != hole[:-1]).any(axis=1)) + 1).tolist())
+    starts: set = set()
+    if hole.any():
+        lines = np.where(hole, 0, lines)
+        starts = set((np.flatnonzero((hole[1:] != hole[:-1]).any(axis=1)) + 1).tolist())
     steps = lines[1:] - lines[:-1]  # steps[p - 1]: the step into p
     uneven = np.flatnonzero((steps[1:] != steps[:-1]).any(axis=1)) + 2
     if len(starts) + len(uneven) > most:
@@ -56,25 +61,45 @@ def affine(offsets: np.ndarray) -> tuple | None:
 
     >>> affine(np.array([[1, 3], [5, 7]])), affine(np.array([0, 1, 3]))
     ((1, (4, 2)), None)
+    >>> affine(np.broadcast_to(np.array([[2], [5]]), (2, 3)))
+    (2, (3, 0))
     """
     shape = offsets.shape
     if offsets.size == 0:
         return 0, (0,) * len(shape)
-    first = int(offsets.flat[0])
-    strides = []
-    expected = np.full((1,) * len(shape), first, dtype=np.int64)
-    for d, n in enumerate(shape):
-        step = 0
-        if n > 1:
-            at = [0] * len(shape)
-            at[d] = 1
-            step = int(offsets[tuple(at)]) - first
-        strides.append(step)
-        line = (np.arange(n, dtype=np.int64) * step).reshape(
-            tuple(n if e == d else 1 for e in range(len(shape))))
-        expected = expected + line
-    return (first, tuple(strides)) if np.array_equal(np.broadcast_to(expected, shape),
-                                                     offsets) else None
+    # a broadcast axis (no stride in memory: the offsets of a node read broadcast) steps by
+    # 0: only the rest is checked, one element per broadcast line (planning a batched
+    # sweep checks arrays of millions of offsets, mostly broadcasts)
+    compact = offsets[tuple(0 if step == 0 and n > 1 else slice(None)
+                            for step, n in zip(offsets.strides, shape))]
+    first = int(compact.flat[0])
+    strides = [0] * len(shape)
+    kept = [d for d, n in enumerate(shape) if not (offsets.strides[d] == 0 and n > 1)]
+    for e, d in enumerate(kept):
+        if shape[d] > 1:
+            at = [0] * compact.ndim
+            at[e] = 1
+            strides[d] = int(compact[tuple(at)]) - first
+    if compact.ndim == 0 or compact.size == 1:
+        return first, tuple(strides)
+    # the trailing axes' offsets (a small table) against every leading index at once: one
+    # pass with long inner loops, no full-size sums
+    cshape = compact.shape
+    split = len(cshape) - 1
+    while split > 0 and math.prod(cshape[split:]) < 512:
+        split -= 1
+
+    def ramp(axes: range):
+        out = np.zeros((), dtype=np.int64)
+        for e in axes:
+            out = np.add.outer(out, np.arange(cshape[e], dtype=np.int64) * strides[kept[e]])
+        return out.reshape(-1)
+
+    rows = compact.reshape(-1, math.prod(cshape[split:]))
+    lead = ramp(range(split)) + first
+    return (first, tuple(strides)) if np.array_equal(
+        rows - ramp(range(split, len(cshape))), np.broadcast_to(lead[:, None], rows.shape)) \
+        else None
 
 
 def finer_affine(offsets: np.ndarray):

@@ -98,9 +98,9 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     >>> import symtape as st
     >>> x = st.Variable(np.arange(6.0).reshape(2, 3))
     >>> y = st.reduce_sum(st.exp(x) * 2.0, axis=0)
-    >>> lp = plan_loops([y._node], [x._node])
+    >>> lp = plan_loops([y._node], [x._node])  # zeros, then one loop adding exp(x) * 2
     >>> len(lp.blocks), lp.outputs[0].shape
-    (3, (3,))
+    (2, (3,))
     """
     if points and (points < 0 or points % POINT_ALIGN):
         raise ValueError(f"points must be a positive multiple of {POINT_ALIGN}, got {points}")
@@ -230,16 +230,42 @@ def _destinations(outputs: Sequence[N.Node], totals: Sequence[str], users: dict,
 
 
 def _fused(order: list, users: dict, placed: dict) -> set:
-    """Elementwise nodes computed inside their one user's loop body (a chain ``a * m + b *
-    g`` is one loop): float nodes read once, by an elementwise op of the same shape, and not
-    outputs."""
-    out = set()
+    """Elementwise nodes computed inside their readers' loop body (a chain ``a * m + b * g``
+    is one loop): float nodes, not outputs, all of whose readers are elementwise ops of
+    their shape or ops accumulating their argument's elements (:func:`_takes_operand`),
+    computed in one loop -- one reader, or several that are themselves computed inside the
+    same one (``x * x``, ``u + x`` with ``u = x * c``: the template reads ``x`` twice).
+    A node the points share (computed from constants alone: one-hot seeds broadcast over
+    a batched sweep's tensors) of a template of at most :data:`THROUGH_NODES` nodes is
+    computed in each of up to :data:`THROUGH_USERS` such loops: reading it back from a
+    temporary costs more than computing it from the small tensors it broadcasts."""
+    varying = set(placed)  # ids of nodes that differ between points
     for node in order:
+        if any(id(a) in varying for a in node.inputs):
+            varying.add(id(node))
+    out, loops = set(), {}  # loops: id(node) -> ids of the readers whose loops compute it
+    for node in reversed(order):  # (readers before their arguments)
         use = users.get(id(node), [])
-        if (len(use) == 1 and use[0] is not None and id(node) not in placed
-                and _pointwise(node) and _pointwise(use[0]) and use[0].shape == node.shape):
+        if (not use or None in use or id(node) in placed or not _pointwise(node)
+                or not all(_pointwise(u) and u.shape == node.shape or _takes_operand(u)
+                           for u in use)):
+            continue
+        into = set().union(*(loops.get(id(u), {id(u)}) for u in use))
+        if len(into) == 1 or (id(node) not in varying and len(into) <= THROUGH_USERS):
             out.add(id(node))
+            loops[id(node)] = into
+    for node in order:  # (arguments first: a template too large is computed once after all)
+        if len(loops.get(id(node), ())) > 1 and fused_size(node, out) > THROUGH_NODES:
+            out.discard(id(node))
     return out
+
+
+def _takes_operand(node: N.Node) -> bool:
+    """Whether ``node``'s loop rule reads its one argument's elements through
+    :meth:`_Planner.operand` (a reduction, an adding scatter: ``reads_operand``), so an
+    elementwise argument is computed inside its accumulating loop."""
+    reads = getattr(node.prim, "reads_operand", None) if node.kind == "op" else None
+    return len(node.inputs) == 1 and reads is not None and bool(reads(node))
 
 
 def _used(atom) -> set:
@@ -475,7 +501,7 @@ class _Planner:
         if len(args) == 1 and id(args[0]) in self.through:  # computed where it is read
             self.inline[id(node)] = (args[0], maps[0])
             return -1, None
-        locs = [self.loc[id(a)] for a in args]
+        locs = [self.located(a) for a in args]
         bufs = {loc[0] for loc, m in zip(locs, maps) if (m >= 0).any()}
         covered = np.zeros(node.shape, dtype=bool)
         for m in maps:
@@ -755,10 +781,12 @@ class _Planner:
             self.zero = self.add_buffer(Buffer("const", -1, 1, False, (0.0,)))
         return self.zero
 
-    def fused_atom(self, node: N.Node, stand: dict, swap: dict | None = None):
+    def fused_atom(self, node: N.Node, stand: dict, swap: dict | None = None,
+                   memo: dict | None = None):
         """The node's template applied to its arguments' atoms: one constant for a uniform
-        argument, the built template of a fused one, else the argument's stand-in (or its
-        atom in ``swap``, by id)."""
+        argument, the built template of a fused one (once, however often it is read), else
+        the argument's stand-in (or its atom in ``swap``, by id)."""
+        memo = {} if memo is None else memo
         atoms = []
         for a in node.inputs:
             if a.uniform is not None:
@@ -766,7 +794,9 @@ class _Planner:
             elif swap and id(a) in swap:
                 atoms.append(swap[id(a)])
             elif id(a) in self.fused:
-                atoms.append(self.fused_atom(a, stand, swap))
+                if id(a) not in memo:
+                    memo[id(a)] = self.fused_atom(a, stand, swap, memo)
+                atoms.append(memo[id(a)])
             else:
                 atoms.append(stand.setdefault(id(a), (G.Leaf.new(f"p{len(stand)}"), a))[0])
                 if id(a) in self.counts:  # a sum of selects: a select of the sum
@@ -775,6 +805,45 @@ class _Planner:
                         f"p{len(stand)}"), c))[0], G.ZERO)
                     atoms[-1] = G.piecewise((atoms[-1], c), (G.ZERO, sp.S.true))
         return node.prim.build_atom(*atoms)
+
+    def operand(self, x: N.Node, space: tuple | None = None) -> tuple:
+        """The elements of ``x`` as a loop over ``space`` (its shape, or a finer one of its
+        size) reads them to accumulate them: ``(atom, stand_ins, accesses, batched)`` -- a
+        stand-in read at ``x``'s place or, when ``x`` is computed inside this loop
+        (:func:`_fused`), its template over its arguments' stand-ins (placed apart after
+        all when an argument is partly zeros read in place)."""
+        space = tuple(x.shape if space is None else space)
+        if id(x) in self.fused:
+            stand: dict = {}
+            with np.errstate(all="ignore"):  # constant folding follows IEEE, silently
+                atom = self.fused_atom(x, stand)
+            used = _used(atom)
+            reads = [(leaf, a) for leaf, a in stand.values() if leaf in used]
+            if not any(id(a) in self.holes or id(a) in self.inline for _, a in reads):
+                batched = any(self.batched(self.loc[id(a)]) for _, a in reads)
+                ins = [self.access(self.over(self.loc[id(a)], x.shape, space, batched), space,
+                                   batched) for _, a in reads]
+                return atom, [leaf for leaf, _ in reads], ins, batched
+        loc = self.located(x)
+        batched, leaf = self.batched(loc), G.Leaf.new("x")
+        return leaf, [leaf], [self.access(self.over(loc, x.shape, space, batched), space,
+                                          batched)], batched
+
+    def over(self, loc: tuple, shape: tuple, space: tuple, batched: bool) -> tuple:
+        """``loc`` of a node of ``shape`` (broadcast to it) read over ``space``, a shape of
+        the same size."""
+        if tuple(shape) == tuple(space):
+            return loc
+        offsets = self.spread(loc, shape, batched)
+        return loc[0], offsets.reshape(self.shape(space, batched))
+
+    def located(self, node: N.Node) -> tuple:
+        """``node``'s location; a node that was to be computed inside its reader's loop is
+        placed now when that reader reads it placed after all."""
+        if id(node) not in self.loc and id(node) in self.fused:
+            self.fused.discard(id(node))
+            self.loc[id(node)] = self.place(node)
+        return self.loc[id(node)]
 
     def fill(self, loc: tuple, shape: tuple, value: float, batched: bool = False) -> None:
         body = build_plan([np.asarray(G.number(value), dtype=object)], [])
@@ -791,7 +860,7 @@ class _Planner:
         if node.size + sum(a.size for a in args) > UNROLL_LIMIT:
             raise Unplannable(f"{node.prim.name} of {node.size} elements")
         small = [a.constant and a.small() for a in args]
-        batched = any(self.batched(self.loc[id(a)]) for a, s in zip(args, small) if not s)
+        batched = any(self.batched(self.located(a)) for a, s in zip(args, small) if not s)
         arrays, stand_ins, ins = [], [], []
         for i, (a, s) in enumerate(zip(args, small)):
             if s:

@@ -97,14 +97,19 @@ class Reduction(Primitive):
     total: str | None = None
     averages = False
 
+    def reads_operand(self, node) -> bool:
+        """Its loop reads its argument's elements through ``planner.operand`` (an
+        elementwise argument is computed inside the accumulating loop)."""
+        return self.loop_form is not None and node.dtype.kind in "fiu"
+
     def loop(self, planner, node):
         """The output filled with the start value, then one accumulating loop over the
-        argument's shape adding each element into its place, elements in order."""
+        argument's shape adding each element into its place, elements in order (an
+        elementwise argument read once computed in that loop)."""
         if self.loop_form is None or not planner.numeric(node):
             return planner.unrolled(node)
         (x,) = node.inputs
-        xloc = planner.loc[id(x)]
-        batched = planner.batched(xloc)
+        term, leaves, ins, batched = planner.operand(x)
         axes = node.params["axis"]
         start, step, empty = self.loop_form
         n = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
@@ -115,10 +120,10 @@ class Reduction(Primitive):
         kept = tuple(1 if i in axes else s for i, s in enumerate(x.shape))
         out_offsets = np.broadcast_to(loc[1].reshape(planner.shape(kept, batched)),
                                       planner.shape(x.shape, batched))
-        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
+        acc = G.Leaf.new("acc")
         out = planner.at(loc[0], 0, planner.affine(out_offsets)[1])
-        planner.accumulate(x.shape, step(acc, term, n), [acc, term],
-                           [out, planner.access(xloc, x.shape, batched)], out, batched)
+        planner.accumulate(x.shape, step(acc, term, n), [acc] + leaves, [out] + ins, out,
+                           batched)
         return loc
 
     def total_from_args(self, node, kind):

@@ -315,6 +315,11 @@ class ScatterAdd(Primitive):
         idx = node.params["idx"]
         return inverse_places(idx, node.shape) if distinct_places(idx) else None
 
+    def reads_operand(self, node) -> bool:
+        """Adding several elements into one place, its loop reads its argument's elements
+        through ``planner.operand`` (an elementwise argument computed inside it)."""
+        return node.dtype.kind in "fiu" and not distinct_places(node.params["idx"])
+
     def loop(self, planner, node):
         """To distinct places: a view of the argument (zeros elsewhere); adding several
         elements into one place: one accumulating loop (:meth:`summed`), else unrolled."""
@@ -334,24 +339,21 @@ class ScatterAdd(Primitive):
         idx = node.params["idx"]
         if (idx < 0).any():
             return None
-        xloc = planner.loc[id(x)]
-        batched = planner.batched(xloc)
         # in a fresh buffer, element j is at place j: the places, affine over x's shape or
         # over a finer one (a tile's: (copies, n), stepping back to 0 at each copy)
         found = planner.finer(idx.reshape(x.shape))
         if found is None:
             return None
         space, (start, strides) = found
+        term, leaves, ins, batched = planner.operand(x, space)  # (x computed here, maybe)
         aff = (start, ((node.size,) if batched else ()) + strides)
         loc = planner.fresh(node, batched)
         planner.fill(loc, node.shape, 0.0, batched)
         if x.size == 0:
             return loc
-        acc, term = G.Leaf.new("acc"), G.Leaf.new("x")
+        acc = G.Leaf.new("acc")
         out = planner.at(loc[0], aff[0], aff[1])
-        xs = (xloc[0], xloc[1].reshape(planner.shape(space, batched)))
-        planner.accumulate(space, G.add(acc, term), [acc, term],
-                           [out, planner.access(xs, space, batched)], out, batched)
+        planner.accumulate(space, G.add(acc, term), [acc] + leaves, [out] + ins, out, batched)
         ScatterAdd.live_count(planner, node, x, space, aff, batched)
         return loc
 

@@ -49,7 +49,7 @@ def _ints(value, what: str) -> np.ndarray:
     arr = np.asarray(value)
     if arr.dtype.kind not in "iu" and not (arr.size == 0 and arr.dtype.kind == "f"):
         raise DTypeError(f"{what} must be integers, got {arr.dtype.name}")
-    return arr.astype(np.int64)
+    return arr.astype(np.int64, copy=False)
 
 
 def _lowest(dtype: np.dtype):
@@ -105,7 +105,9 @@ def _unsorted_ids(data, segment_ids, num_segments, what: str) -> tuple:
         at = [int(i) for i in np.unravel_index(int(np.argmax(ids)), ids.shape)]
         raise InvalidArgumentError(f"{what}: segment_ids{at} = {int(ids.max())} is out "
                                    f"of range [0, num_segments={k})")
-    return data, np.where(ids < 0, -1, ids), k
+    if ids.size and ids.min() < -1:  # (every negative id drops its row)
+        ids = np.where(ids < 0, -1, ids)
+    return data, ids, k
 
 
 def _floats(data: Tensor, what: str) -> Tensor:

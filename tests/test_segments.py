@@ -108,6 +108,19 @@ def test_a_million_elements_evaluate_eagerly_in_milliseconds():
         data[np.argsort(ids, kind="stable")], np.r_[0, np.cumsum(np.bincount(ids))[:-1]]))
 
 
+def test_ids_are_read_when_the_op_is_applied():
+    ids = np.array([0, 1, 1])
+    y = st.math.unsorted_segment_sum(st.constant([1.0, 2.0, 4.0]), ids, 2)
+    ids[:] = 0  # (a later change of the caller's array changes nothing)
+    assert y.numpy().tolist() == [1.0, 6.0]
+    x = st.Variable([1.0, 2.0, 4.0])
+    with st.GradientTape() as t:
+        z = st.math.unsorted_segment_sum(x, ids, 2)
+    ids[:] = 1
+    assert t.gradient(z, x, output_gradients=st.constant([1.0, 3.0])).numpy().tolist() == \
+        [1.0, 1.0, 1.0]
+
+
 # -- TensorFlow's semantics -------------------------------------------------------------------
 
 

@@ -94,7 +94,9 @@ class SegmentReduce(Primitive):
         if ids.size and (ids.min() < -1 or ids.max() >= k):
             raise InvalidArgumentError(f"st.segment_reduce: ids must lie in [-1, {k}), got "
                                        f"values from {ids.min()} to {ids.max()}")
-        params = dict(params, ids=ids.astype(np.int64), num_segments=int(k))
+        ids = np.array(ids, dtype=np.int64)  # (owned: the caller's array may change later)
+        ids.flags.writeable = False
+        params = dict(params, ids=ids, num_segments=int(k))
         return Aval((int(k),) + tuple(a.shape[1:]), t), params
 
     def element_cost(self, node) -> int:
@@ -148,22 +150,6 @@ class SegmentReduce(Primitive):
         for s, rows in groups.items():
             for c in np.ndindex(*rest):
                 out[(s,) + c] = combine([data[(j,) + c] for j in rows])
-        return out
-
-    def unsettled(self, atoms, params, shape, args=()):
-        """Segments that take a constant or the same atom twice (folded or merged terms)."""
-        (data,) = atoms
-        ids = params["ids"]
-        out = np.zeros(shape, dtype=bool)
-        seen: dict = {}
-        for j, s in enumerate(ids.tolist()):
-            if s < 0:
-                continue
-            for c in np.ndindex(*data.shape[1:]):
-                a, parts = data[(j,) + c], seen.setdefault((s,) + c, set())
-                if G.is_const(a) or a in parts:
-                    out[(s,) + c] = True
-                parts.add(a)
         return out
 
     # -- derivatives (table ops, so every order is another sweep) -----------------------------

@@ -268,6 +268,26 @@ def test_second_derivatives_equal_finite_differences_of_the_gradient(name):
     np.testing.assert_allclose(hv, want, rtol=1e-6, atol=1e-6)
 
 
+def test_third_derivatives_equal_hand_formulas():
+    """d^3/dx0 dx1 dx2 of x0 x1 x2 is 1; of max(x0^3, x1^3) at x1 > x0, d^3/dx1^3 is 6."""
+    x = st.Variable([2.0, 3.0, 5.0, 7.0])
+    with st.GradientTape() as t3:
+        with st.GradientTape() as t2:
+            with st.GradientTape() as t1:
+                z = st.reduce_sum(st.math.segment_prod(x, [0, 0, 0, 1]))
+            g0 = t1.gradient(z, x)[0]
+        h01 = t2.gradient(g0, x)[1]
+    np.testing.assert_allclose(t3.gradient(h01, x).numpy(), [0.0, 0.0, 1.0, 0.0], atol=1e-15)
+    x = st.Variable([2.0, 3.0, 5.0])
+    with st.GradientTape() as t3:
+        with st.GradientTape() as t2:
+            with st.GradientTape() as t1:
+                z = st.reduce_sum(st.math.unsorted_segment_max(x * x * x, [0, 0, 1], 2))
+            g1 = t1.gradient(z, x)[1]
+        h11 = t2.gradient(g1, x)[1]
+    assert t3.gradient(h11, x).numpy().tolist() == [0.0, 6.0, 0.0]
+
+
 def test_segment_sum_gradient_is_a_gather():
     x = st.Variable(RNG.standard_normal((5, 2)))
     g = RNG.standard_normal((4, 2))

@@ -2,8 +2,9 @@
 
 Applying a primitive (:func:`apply`, what :meth:`Primitive.bind` calls) converts the
 arguments to tensors (``tensor.py``), checks them, makes the result's node, evaluates it
-with numpy on whole arrays when every argument has a value -- settled so that it agrees with
-the element DAG, hence with formulas and compiled code -- and records it on the active tapes.
+with numpy on whole arrays when every argument has a value -- a small node that folds
+beyond the template is its element DAG evaluated on its arguments' values, so it agrees with
+formulas and compiled code -- and records it on the active tapes.
 The op table is a level above: its primitives are applied by name, and what else the eager
 path needs from it the table lends when it is imported (:func:`lend`).
 """
@@ -19,7 +20,7 @@ from symtape.element.numeric import ERRSTATE, IGNORE, quiet
 from symtape.core import node as N
 from symtape.base import recording
 from symtape.base.errors import DTypeError, InvalidArgumentError, SymtapeError
-from symtape.core.primitive import Aval, Primitive, Zero, const_atom
+from symtape.core.primitive import Aval, Primitive, Zero
 from symtape.core.tensor import (
     Tensor, const_node, constant, read_only, read_only_copy, read_operand, table_op,
 )
@@ -230,37 +231,19 @@ def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
                                                                   dtype=dtype)), dtype)
 
 
-def _settle(value: np.ndarray, atoms: np.ndarray, inputs, unsettled,
-            exact_elsewhere: bool) -> np.ndarray:
-    """Eager values that agree with the element DAG, hence with formulas and compiled code.
-
-    numpy computes each op on whole arrays; the DAG folds identities exactly (``x * 0 = 0``,
-    ``x - x = 0``, a select's zero branch times anything is zero, ``x + 0 = x``), and where
-    the two can differ the DAG's value is taken:
-    - an element whose atom folded to a constant takes the constant's value;
-    - an element the op marks ``unsettled`` (and, unless the op is ``exact_elsewhere``, a
-      zero, nan or infinite one) is evaluated through its definition, reading the inputs'
-      elements (their values already settled the same way, so one level of definitions is
-      enough): ``x + 0`` folded to
-      ``x`` keeps the sign of a zero ``x``, a select's zero branch times ``1/x`` is 0 where
-      numpy gives nan, ``-g*x/x**2`` is computed as the ``-g/x`` it folded to.
-    """
-    if atoms.size == 0 or value.dtype.kind != "f":
+def _interpret(value: np.ndarray, atoms: np.ndarray, inputs) -> np.ndarray:
+    """The value of a small node that folds beyond the template: its element DAG evaluated
+    on its inputs' values, one semantics with formulas and compiled code (``x * 0`` is 0,
+    ``x - x`` is 0, a select's zero branch times ``1/x`` is 0, ``x + 0`` keeps the sign of a
+    zero ``x``, ``-g*x/x**2`` is the ``-g/x`` it folded to). ``value`` (numpy's, of the same
+    shape) stands only where an element needs a leaf without a value."""
+    if atoms.size == 0:
         return value
-    flat_atoms = atoms.reshape(-1)
     flat = np.array(value, copy=True).reshape(-1)
-    const = const_atom(flat_atoms).astype(bool)
-    for i in np.flatnonzero(const):
-        flat[i] = G.const_value(flat_atoms[i])
-    odd = np.zeros(flat.shape, dtype=bool) if unsettled is None else np.reshape(unsettled, -1)
-    if not exact_elsewhere:
-        odd = odd | (flat == 0) | ~np.isfinite(flat)
-    odd = np.flatnonzero(~const & odd)
-    if odd.size:
-        known = _known_values(inputs)
-        for i, v in zip(odd, E.evaluate_from([flat_atoms[i] for i in odd], known)):
-            if v is not None:
-                flat[i] = v
+    got = E.evaluate_from(list(atoms.flat), _known_values(inputs))
+    for i, v in enumerate(got):
+        if v is not None:
+            flat[i] = v
     return flat.reshape(value.shape)
 
 
@@ -360,7 +343,8 @@ def _result_node(prim: Primitive, plan: _Plan, args: list) -> N.Node:
 def _eager(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
            values: list, stale: bool = False) -> tuple:
     """The numeric value of the result from the arguments' ``values``, with numpy on whole
-    arrays (see :func:`_settle`), and its fusion (a zero-branched select later elementwise
+    arrays, or for a small node that folds beyond the template its element DAG's (see
+    :func:`_interpret`), and its fusion (a zero-branched select later elementwise
     ops fold into), or None. ``stale``: an argument was computed before a leaf's value was
     assigned (see :func:`assigned`), so the element DAG's folds are not taken."""
     if plan.alias is not None:
@@ -382,7 +366,8 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
               values: list, stale: bool) -> tuple:
     dtype = plan.dtype
     floating = plan.floating
-    settles = floating and not stale and node.small()
+    # (a large node follows the template even when its element view happens to be built)
+    settles = floating and not stale and node.size <= N.ELEMENT_LIMIT and node.small()
     if settles and prim.settles_alone and not (plan.regular or plan.constant):
         settled = prim.settle_folds(None, values, [t._node for t in tensors], plan.params,
                                     plan.memo)
@@ -419,17 +404,13 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
     if plan.constant:
         value = value + 0.0  # constants have no -0: -0 + 0 is +0 (the dtype stays)
     elif settles:
-        args = [t._node for t in tensors]
-        settled = None if prim.settles_alone else prim.settle_folds(value, values, args,
-                                                                     plan.params, plan.memo)
+        settled = None if prim.settles_alone else prim.settle_folds(
+            value, values, [t._node for t in tensors], plan.params, plan.memo)
         if settled is not None:
             value, folds, regular, fid = settled
             node.settle(regular, None, folds, fid)
             return read_only(value), fusion
-        atoms = [t._atoms for t in tensors]
-        unsettled = prim.unsettled(atoms, plan.params, plan.shape, args)
-        value = _settle(value, node.atoms(), tensors, unsettled,
-                        getattr(prim, "exact_elsewhere", False))
+        value = _interpret(value, node.atoms(), tensors)
     return read_only(value), fusion
 
 

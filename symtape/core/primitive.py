@@ -197,18 +197,12 @@ class Primitive:
         the result *is* (or None)."""
         return False, None, None
 
-    #: Whether :meth:`evaluator` gives exactly the definitions' values outside
-    #: :meth:`unsettled`, zeros and non-finite values included; when False the binder also
-    #: settles the zero and non-finite elements, where folding (``x * 0``, ``x - x``, dropped
-    #: zero terms) can change a value.
-    exact_elsewhere = False
-
     def settle_folds(self, value: np.ndarray, values: Sequence, args: Sequence,
                      params: dict, memo: dict | None = None) -> tuple | None:
         """Exact values without the element view, for arguments that are regular except at
         constant elements (``Node.fold_view``): ``(value, folds, regular, fid)`` of the
         result (``fid``: its ``Node.fold_id`` when known, else None), or None when the op
-        cannot tell (the binder then uses the element view). ``value`` is
+        cannot tell (the binder then evaluates the element view). ``value`` is
         :meth:`evaluator`'s, or None for an op that :attr:`settles_alone`; ``memo`` is a
         dict the binder keeps for applications of one signature (shapes, dtypes, node
         facts, params), for the op to cache what depends only on those.
@@ -221,13 +215,6 @@ class Primitive:
     #: Whether :meth:`settle_folds` computes its value without the evaluator's (the binder
     #: then tries it first).
     settles_alone = False
-
-    def unsettled(self, atoms: Sequence[np.ndarray], params: dict, shape: tuple,
-                  args: Sequence = ()) -> np.ndarray | None:
-        """Which elements of :meth:`evaluator`'s value may differ from their definitions (the
-        binder evaluates those through the DAG); None: none beyond ``exact_elsewhere``.
-        ``args`` are the arguments' nodes, as :meth:`evaluator` saw them."""
-        return None
 
     def notation(self, args: Sequence, params: dict):
         """This op applied to the tensor-notation expressions ``args`` (``notation.py``)."""
@@ -430,15 +417,6 @@ def lanes(atoms: np.ndarray, axes: tuple) -> np.ndarray:
     return moved.reshape(int(np.prod(moved.shape[:len(keep)], dtype=np.int64)), size)
 
 
-def irregular_anywhere(self, atoms, params, shape, args=()):
-    """``unsettled`` of ops whose elements mix all their inputs: every element when some input
-    holds a constant or a repeated atom, else the zero and non-finite ones."""
-    flat = np.concatenate([a.reshape(-1) for a in atoms]) if atoms else np.empty(0, object)
-    if irregular_rows(flat.reshape(1, -1)).any():
-        return np.ones(shape, dtype=bool)
-    return None
-
-
 def distinct_places(idx: np.ndarray) -> bool:
     """Whether the places ``idx`` (-1: none) are all different (a scatter that adds
     nothing up).
@@ -472,10 +450,6 @@ def register_primitive(prim: Primitive) -> Primitive:
 def is_zero(atoms):
     """Elementwise: whether each atom is the constant 0."""
     return _atom_ufunc("is_zero")(atoms)
-
-
-special_atom = np.frompyfunc(lambda a: G.is_const(a) or G.absorbs_products(a), 1, 1)
-same_atom = np.frompyfunc(lambda a, b: a is b or (G.is_const(a) and a == b), 2, 1)
 
 
 def obj(shape: tuple, fill=None) -> np.ndarray:

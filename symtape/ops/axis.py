@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.core.primitive import (
-    Aval, Primitive, Unplannable, as_obj, fmt, lanes, obj, register_primitive, batch_size,
-    irregular_rows, spread, union,
+    Aval, Primitive, Unplannable, as_obj, fmt, obj, register_primitive, batch_size, spread,
+    union,
 )
 from symtape.ops.elementwise import exp, expm1, greater, multiply, negative, subtract, where
 from symtape.ops.contraction import sum_of_products
@@ -72,14 +71,6 @@ class AxisOp(Primitive):
             else:
                 out[idx] = np.asarray(res, dtype=object)
         return out if self.reduces else np.moveaxis(out, -1, axis)
-
-    def unsettled(self, atoms, params, shape, args=()):
-        """Slices (of any argument) with a constant or a repeated atom."""
-        axis = params["axis"]
-        bad = functools.reduce(np.logical_or, [irregular_rows(lanes(a, (axis,))) for a in atoms])
-        lead = tuple(n for i, n in enumerate(atoms[-1].shape) if i != axis)
-        bad = bad.reshape(lead)
-        return bad if self.reduces else np.broadcast_to(np.expand_dims(bad, axis), shape)
 
     def numeric(self, values, params):
         with np.errstate(all="ignore"):
@@ -247,8 +238,6 @@ softmax_cross_entropy_with_logits = register_primitive(AxisOp(
 
 class StopGradient(Primitive):
     """The identity with no derivative: ``stop_gradient(x)`` in formulas, ``x`` in code."""
-
-    exact_elsewhere = True  # values are copies (or casts) of input values
 
     def __init__(self) -> None:
         super().__init__("stop_gradient", ("T",), "fib", rules=(None,))

@@ -13,7 +13,7 @@ import numpy as np
 
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.core.primitive import (
-    Aval, Primitive, fmt, irregular_anywhere, obj, register_primitive, aligned, row_flags, union,
+    Aval, Primitive, fmt, obj, register_primitive, aligned, union,
     zero_factor,
 )
 from symtape.ops.elementwise import unbroadcast
@@ -158,17 +158,6 @@ class MatMul(Primitive):
         folded = np.empty(out.shape, dtype=object)
         folded[empty] = G.ZERO
         return np.where(empty, 0.0, out), (empty.copy(), folded), False, None
-
-    def unsettled(self, atoms, params, shape, args=()):
-        """Elements whose row of ``a`` or column of ``b`` holds a repeated atom, or both a
-        constant (products of constants fold into the constant term)."""
-        a = self._operands(atoms[0], params["transpose_a"])
-        b = np.swapaxes(self._operands(atoms[1], params["transpose_b"]), -1, -2)
-        (ca, ra), (cb, rb) = (row_flags(m.reshape(-1, m.shape[-1])) for m in (a, b))
-        ca, ra = ca.reshape(a.shape[:-1]), ra.reshape(a.shape[:-1])
-        cb, rb = cb.reshape(b.shape[:-1]), rb.reshape(b.shape[:-1])
-        out = ra[..., :, None] | rb[..., None, :] | (ca[..., :, None] & cb[..., None, :])
-        return np.broadcast_to(out, shape)
 
     def numeric(self, values, params):
         a = self._operands(np.asarray(values[0]), params["transpose_a"])
@@ -389,8 +378,6 @@ class Einsum(Primitive):
                 terms.append(factors)
             result[oidx] = sum_of_products(terms)
         return result
-
-    unsettled = irregular_anywhere
 
     def structure(self, args, params, shape):
         return False, zero_factor(args), None

@@ -26,7 +26,7 @@ import numpy as np
 
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.core.primitive import (
-    Aval, Primitive, fmt, irregular_anywhere, obj, register_primitive, union, zero_factor,
+    Aval, Primitive, fmt, obj, register_primitive, union, zero_factor,
 )
 from symtape.ops.contraction import dot_atoms, in_order_sum, tiled
 from symtape.ops.reductions import ORDERED_TERMS
@@ -169,8 +169,6 @@ class Conv(Primitive):
                                       or bool(reached(d).all()))
         regular = a.regular and b.regular and full and a.dtype.kind == "f"
         return regular and not (a.constant and b.constant), None, None
-
-    unsettled = irregular_anywhere
 
     # -- values ----------------------------------------------------------------------------
     def numeric(self, values, params):

@@ -14,8 +14,7 @@ from symtape.base.errors import NonDifferentiableError, ShapeError
 from symtape.element import numeric
 from symtape.element.numeric import quiet
 from symtape.core.primitive import (
-    OPS, P, Primitive, Zero, as_obj, fmt, is_zero, obj, register_primitive, same_atom, special_atom,
-    aligned,
+    OPS, P, Primitive, Zero, as_obj, fmt, is_zero, obj, register_primitive, aligned,
 )
 from symtape.base.lazy import LazyModule
 
@@ -196,8 +195,8 @@ class Elementwise(Primitive):
         graph's own builders on stand-in leaves, so values round exactly as the built
         definitions (and compiled code) do; arguments that are one constant (an exponent,
         a slope) fold as they do in the graph (``x**(y - 2)`` at ``y = 2`` is 1, also at
-        ``x = 0``), and an argument given twice is one stand-in (``x - x`` is 0). Elements
-        whose own atoms fold further are left to :meth:`unsettled`."""
+        ``x = 0``), and an argument given twice is one stand-in (``x - x`` is 0). A small
+        result whose own atoms fold further is its element view's value (``core.apply``)."""
         if self._hand_numeric and (self.out != "T" or any(a.dtype.kind != "f" for a in args)):
             fn = self._numeric
             return lambda values: fn(*values)
@@ -246,22 +245,6 @@ class Elementwise(Primitive):
             s = tuple(args[i].shape)
             covered[len(shape) - len(s):] |= np.array([n > 1 for n in s], dtype=bool)
         return bool(all(c or n <= 1 for c, n in zip(covered, shape))), None, None
-
-    exact_elsewhere = True
-
-    def unsettled(self, atoms, params, shape, args=()):
-        """Elements where the builders fold differently from the prototype: an argument is
-        a constant (that is not the whole argument), two arguments are the same atom, or an
-        argument is a select with a zero branch (products fold into it)."""
-        consts, same = self._specialisation(args)
-        skip = {i for i, _ in consts} | {i for i, j in enumerate(same) if j != i}
-        rest = [np.broadcast_to(a, shape) for i, a in enumerate(atoms) if i not in skip]
-        mask = np.zeros(shape, dtype=bool)
-        for k, a in enumerate(rest):
-            mask |= np.asarray(special_atom(a), dtype=bool)
-            for b in rest[k + 1:]:
-                mask |= np.asarray(same_atom(a, b), dtype=bool)
-        return mask
 
     @functools.lru_cache(maxsize=256)  # noqa: B019 - ops live for the whole program
     def _prototype(self, consts: tuple, same: tuple | None = None):

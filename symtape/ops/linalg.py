@@ -10,7 +10,7 @@ import numpy as np
 
 from symtape.base.errors import ShapeError
 from symtape.core.primitive import (
-    Aval, Primitive, fmt, irregular_anywhere, register_primitive, batch_size, spread, union,
+    Aval, Primitive, fmt, register_primitive, batch_size, spread, union,
 )
 from symtape.ops.contraction import matmul
 from symtape.ops.elementwise import multiply, negative
@@ -272,8 +272,6 @@ class _Linalg(Primitive):
             res = fn(*[a[idx].tolist() for a in arrays], ring)
             out[idx] = np.asarray(res, dtype=out.dtype) if out_core else res
         return out
-
-    unsettled = irregular_anywhere
 
     def batch(self, args, batched, params, shape):
         n = batch_size(args, batched)  # leading axes are batches of matrices already

@@ -32,7 +32,7 @@ import numpy as np
 from symtape.base.errors import ShapeError
 from symtape.ops.conv import Dims, fill_unreached, positive_pair, reached, windows
 from symtape.core.primitive import (
-    Aval, P, Primitive, Zero, fmt, irregular_anywhere, obj, register_primitive, spread, union,
+    Aval, P, Primitive, Zero, fmt, obj, register_primitive, spread, union,
 )
 from symtape.ops.elementwise import maximum
 from symtape.ops.structural import reshape
@@ -176,8 +176,6 @@ class Pooling(Primitive):
         x = args[0]
         regular = self.name == self.forward and x.regular and x.dtype.kind == "f"
         return regular and not x.constant, None, None
-
-    unsettled = irregular_anywhere
 
     def batch(self, args, batched, params, shape):
         """Every argument with the batch in front (shared ones repeated), merged into the

@@ -9,7 +9,7 @@ import numpy as np
 from symtape.core import node as N
 from symtape.base.errors import InvalidArgumentError
 from symtape.core.primitive import (
-    Aval, Primitive, lanes, obj, register_primitive, irregular_rows, union, zero_factor,
+    Aval, Primitive, obj, register_primitive, union, zero_factor,
 )
 from symtape.ops.elementwise import divide, equal, exp, multiply, subtract, where
 from symtape.ops.structural import (
@@ -234,10 +234,6 @@ class Reduction(Primitive):
             if zero is not None:
                 return False, zero, None
         return x.regular and lane >= 2 and x.dtype.kind == "f", None, None
-
-    def unsettled(self, atoms, params, shape, args=()):
-        """Results over a slice with a constant or a repeated atom (folded or merged terms)."""
-        return irregular_rows(lanes(atoms[0], params["axis"])).reshape(shape)
 
     def numeric(self, values, params):
         with np.errstate(all="ignore"):

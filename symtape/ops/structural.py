@@ -26,8 +26,6 @@ G = LazyModule("G", globals(), "symtape.element.graph")
 class Cast(Primitive):
     """``cast(x, dtype)``: float -> int truncates, anything -> bool is ``x != 0``."""
 
-    exact_elsewhere = True  # values are copies (or casts) of input values
-
     def __init__(self) -> None:
         super().__init__("cast", ("*",), "fib", rules=(self._rule,))
 
@@ -92,8 +90,6 @@ class Structural(Primitive):
     Its derivative is generic: apply ``fn`` to an array of flat indices to learn where each
     output element comes from, and scatter-add the cotangent back (:data:`scatter_add`).
     """
-
-    exact_elsewhere = True  # values are copies (or casts) of input values
 
     def __init__(self, name: str, fn: Callable, variadic: bool = False,
                  batch: Callable | None = None) -> None:
@@ -187,8 +183,6 @@ class Structural(Primitive):
 class GatherFlat(Primitive):
     """``out[i] = x.flat[idx[i]]``, zero where ``idx[i] == -1``."""
 
-    exact_elsewhere = True  # values are copies (or casts) of input values
-
     def __init__(self) -> None:
         super().__init__("gather_flat", ("T",), "fib",
                          rules=(lambda g, ans, x, idx: scatter_add.bind(g, idx=idx,
@@ -273,21 +267,6 @@ class ScatterAdd(Primitive):
         for j, parts in groups.items():
             flat[j] = parts[0] if len(parts) == 1 else G.add(*parts)
         return out
-
-    def unsettled(self, atoms, params, shape, args=()):
-        """Targets that receive a constant or the same atom twice (merged terms)."""
-        idx = params["idx"].reshape(-1)
-        src = atoms[0].reshape(-1)
-        out = np.zeros(int(np.prod(shape, dtype=np.int64)), dtype=bool)
-        seen: dict = {}
-        for i, j in enumerate(idx.tolist()):
-            if j < 0:
-                continue
-            a, parts = src[i], seen.setdefault(j, set())
-            if G.is_const(a) or a in parts:
-                out[j] = True
-            parts.add(a)
-        return out.reshape(shape)
 
     def numeric(self, values, params):
         v = np.asarray(values[0])

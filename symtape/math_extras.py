@@ -1,5 +1,6 @@
-"""More of ``st.math``: sums of lists, safe products and logarithms, erfc, log-sigmoid, float
-tests, bool reductions, one-hot codes, sequence masks and ``l2_normalize``.
+"""More of ``st.math``: sums of lists, safe products and logarithms, erfc, the scaled Bessel
+functions, the Hurwitz zeta, polyval, log-sigmoid, float tests, bool reductions, one-hot codes,
+sequence masks and ``l2_normalize``.
 
 They live apart from ``symtape/math.py`` for its size only; ``st.math`` (and so ``st``)
 re-exports every name, and ``st.math.COMPOSITES`` takes this module's composites in too.
@@ -25,7 +26,8 @@ __all__ = ["add_n", "reciprocal", "erfc", "xlogy", "multiply_no_nan", "log_sigmo
            "unsorted_segment_sum", "unsorted_segment_mean", "unsorted_segment_max",
            "unsorted_segment_min", "unsorted_segment_prod", "scatter_nd",
            "tensor_scatter_nd_add", "tensor_scatter_nd_sub", "tensor_scatter_nd_update",
-           "tensor_scatter_nd_max", "tensor_scatter_nd_min"]
+           "tensor_scatter_nd_max", "tensor_scatter_nd_min", "bessel_i0e", "bessel_i1e",
+           "zeta", "polyval"]
 
 #: ``name -> composite`` of this module (``st.math.COMPOSITES`` holds them too).
 COMPOSITES: dict = {}
@@ -65,16 +67,6 @@ def _add_n(inputs):
 @_composite("reciprocal")
 def _reciprocal(x):
     return true_divide(_scalar(1, x.dtype), x)
-
-
-# erfc(x) = 1 - erf(x): the lowering table has erf alone (its IR computes erfc only inside
-# erf, on 1 <= |x| < 6), so for x > 0 the absolute error is that of erf (about 1e-16) and the
-# relative error grows like 1e-16 / erfc(x): 1e-13 at x = 2.5, 1e-6 at x = 4.8; from x = 5.9
-# on, where erf rounds to 1, the value is 0 (the true one is below 1e-16). For x <= 0 the value
-# lies in [1, 2] and keeps full precision. The derivative, -2/sqrt(pi) exp(-x**2), is exact.
-@_composite("erfc")
-def _erfc(x):
-    return ops.subtract.bind(_scalar(1, x.dtype), ops.erf.bind(x))
 
 
 @_composite("xlogy")
@@ -192,14 +184,89 @@ def reciprocal(x, name=None) -> Tensor:
 
 
 def erfc(x, name=None) -> Tensor:
-    """``1 - erf(x)``, the complementary error function. Accuracy: absolute error about
-    1e-16, so relative precision is lost as ``erfc(x)`` gets small; it is 0 from x = 5.9.
+    """``1 - erf(x)``, the complementary error function, accurate in its tail too (its own
+    head: the C library's ``erfc`` eagerly, ``codegen/special.py`` compiled; it underflows to
+    0 past x = 27.2). Derivative ``-2/sqrt(pi) exp(-x**2)``.
 
     >>> import symtape as st
-    >>> st.math.erfc(st.constant([0.0, -1.0])).numpy()
-    array([1.        , 1.84270079])
+    >>> st.math.erfc(st.constant([0.0, -1.0, 10.0])).numpy()
+    array([1.00000000e+00, 1.84270079e+00, 2.08848758e-45])
     """
-    return _erfc(_floats(x, "st.math.erfc: x"))
+    return ops.OPS["erfc"].bind(_floats(x, "st.math.erfc: x"))
+
+
+def bessel_i0e(x, name=None) -> Tensor:
+    """``exp(-|x|) I0(x)``, the exponentially scaled modified Bessel function of order 0
+    (``tf.math.bessel_i0e``); derivative ``bessel_i1e(x) - sign(x) bessel_i0e(x)``.
+
+    >>> import symtape as st
+    >>> st.math.bessel_i0e(st.constant([0.0, 1.0, -1.0])).numpy()
+    array([1.        , 0.46575961, 0.46575961])
+    """
+    return ops.OPS["bessel_i0e"].bind(_floats(x, "st.math.bessel_i0e: x"))
+
+
+def bessel_i1e(x, name=None) -> Tensor:
+    """``exp(-|x|) I1(x)``, the exponentially scaled modified Bessel function of order 1
+    (``tf.math.bessel_i1e``); derivative ``bessel_i0e(x) - bessel_i1e(x) (sign(x) + 1/x)``,
+    1/2 at 0 (TensorFlow's rule).
+
+    >>> import symtape as st
+    >>> st.math.bessel_i1e(st.constant([0.0, 1.0, -1.0])).numpy()
+    array([ 0.        ,  0.20791042, -0.20791042])
+    """
+    return ops.OPS["bessel_i1e"].bind(_floats(x, "st.math.bessel_i1e: x"))
+
+
+def zeta(x, q, name=None) -> Tensor:
+    """The Hurwitz zeta function ``sum over k >= 0 of (q + k) ** -x`` (``tf.math.zeta``):
+    inf at ``x = 1`` and at ``q = 0, -1, -2, ...``; nan for ``x < 1`` and for ``q < 0`` with
+    ``x`` not an integer (and, to bound the direct sum, below ``q = -1e6``). Its gradient in
+    ``q`` is ``-x zeta(x + 1, q)``; in ``x`` there is none (None, as TensorFlow's).
+
+    >>> import symtape as st
+    >>> st.math.zeta(st.constant([2.0, 3.0]), st.constant([1.0, 2.0])).numpy()
+    array([1.64493407, 0.2020569 ])
+    """
+    x, q = _floats(x, "st.math.zeta: x"), _floats(q, "st.math.zeta: q")
+    try:
+        np.broadcast_shapes(x.shape, q.shape)
+    except ValueError:
+        raise ShapeError(f"st.math.zeta: x of shape {x.shape} and q of shape {q.shape} do not "
+                         "broadcast") from None
+    return ops.OPS["zeta"].bind(x, q)
+
+
+def polyval(coeffs, x, name=None) -> Tensor:
+    """``coeffs[0] x**(n-1) + ... + coeffs[n-1]`` by Horner's rule (``tf.math.polyval``):
+    ``coeffs`` a list of tensors, highest power first, each broadcast with ``x``; an empty
+    list gives zeros like ``x``.
+
+    >>> import symtape as st
+    >>> st.math.polyval([1.0, -2.0, 3.0], st.constant([0.0, 2.0])).numpy()
+    array([3., 3.])
+    """
+    if not isinstance(coeffs, (list, tuple)):
+        raise InvalidArgumentError(f"st.math.polyval: coeffs must be a list of tensors, got "
+                                   f"{type(coeffs).__name__}")
+    x = convert_to_tensor(x)
+    if not coeffs:
+        return ops.multiply.bind(x, _scalar(0, x.dtype))
+    terms = [c if isinstance(c, Tensor) else constant(np.asarray(c, dtype=x.dtype))
+             for c in coeffs]
+    for i, c in enumerate(terms):
+        if c.dtype != x.dtype:
+            raise DTypeError(f"st.math.polyval: coeffs[{i}] has dtype {c.dtype.name}, x "
+                             f"{x.dtype.name}")
+        try:
+            np.broadcast_shapes(c.shape, x.shape)
+        except ValueError:
+            raise ShapeError(f"st.math.polyval: coeffs[{i}] of shape {c.shape} does not "
+                             f"broadcast with x of shape {x.shape}") from None
+    acc = terms[0]
+    for c in terms[1:]:
+        acc = ops.add.bind(c, ops.multiply.bind(acc, x))
+    return acc if len(terms) > 1 else ops.add.bind(acc, ops.multiply.bind(x, _scalar(0, x.dtype)))
 
 
 def xlogy(x, y, name=None) -> Tensor:

@@ -184,6 +184,12 @@ row("stop_gradient", st.stop_gradient, [S3], lambda x: x, nograd=(0,))
 row("add_n", lambda a, b, c: st.add_n([a, b, c]), [S3, S3, S3], lambda a, b, c: a + b + c)
 row("reciprocal", st.math.reciprocal, [u((3,), 0.5, 2.0)], lambda x: 1 / x, scalar=True)
 row("erfc", st.math.erfc, [S3], np.vectorize(lambda v: float(mpmath.erfc(v))), scalar=True)
+row("bessel_i0e", st.math.bessel_i0e, [u((3,), -9.0, 9.0, avoid=(0,))],
+    np.vectorize(lambda v: float(mpmath.besseli(0, v) * mpmath.exp(-abs(v)))), scalar=True)
+row("bessel_i1e", st.math.bessel_i1e, [u((3,), -9.0, 9.0, avoid=(0,))],
+    np.vectorize(lambda v: float(mpmath.besseli(1, v) * mpmath.exp(-abs(v)))), scalar=True)
+row("zeta", st.math.zeta, [Arg((3,), 1.5, 4.0), Arg((3,), 0.5, 3.0)],
+    np.vectorize(lambda s, q: float(mpmath.zeta(s, q))), scalar=True, nograd=(0,))
 row("xlogy", st.math.xlogy, [Arg((3,), values=[0.5, 1.5, -0.7]), P],
     lambda x, y: x * np.log(y), scalar=True)  # (x = 0, where TF's rules cut, in its own tests)
 row("multiply_no_nan", st.math.multiply_no_nan, [S3, Arg((3,), values=[2.0, 0.0, -0.5])],

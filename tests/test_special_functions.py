@@ -1,7 +1,8 @@
-"""lgamma, digamma and polygamma: values (eager, compiled one point at a time and in lane
-mode, exported C) against mpmath at small, large, negative, pole, infinite and nan points with
-TensorFlow's conventions; derivatives to order 3 (sweeps and Taylor mode) against mpmath and
-finite differences; formulas; SymPy interop."""
+"""lgamma, digamma, polygamma, erfc, bessel_i0e, bessel_i1e and zeta: values (eager,
+compiled one point at a time and in lane mode, exported C) against mpmath and scipy at small,
+large, negative, pole, infinite and nan points with TensorFlow's conventions; derivatives to
+order 3 (sweeps and Taylor mode) against mpmath and finite differences; formulas; SymPy
+interop."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import symtape as st
 from symtape.base.errors import SymtapeError
 from symtape.codegen import compile_atoms, kernel
 from symtape.derivatives import taylor
+from symtape.element import added_heads as F
 from symtape.element import graph as G
 from symtape.element import numeric
 
@@ -295,3 +297,255 @@ def test_saved_programs_keep_the_family_and_its_gradients(tmp_path):
     want = [p + float(mpmath.polygamma(3, v)) * q + float(mpmath.polygamma(2, v)) *
             float(mpmath.polygamma(1, v)) for v, p, q in zip(xs, psi, psi)]
     np.testing.assert_allclose(tape.gradient(y, x).numpy(), want, rtol=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# erfc, bessel_i0e, bessel_i1e and zeta: values against scipy.special, compiled code,
+# exported C, derivatives, coefficients
+# --------------------------------------------------------------------------------------------
+
+special = pytest.importorskip("scipy.special")
+
+WIDE = np.concatenate([np.linspace(-30.0, 30.0, 1201), np.geomspace(1e-300, 1e300, 121),
+                       -np.geomspace(1e-12, 1e12, 25), [0.0, -0.0, 7.999, 8.0, 8.001, 5.9999,
+                                                         6.0, 26.5, 27.2, 27.3]])
+EDGES = np.array([np.inf, -np.inf, np.nan])
+MP_POINTS = np.concatenate([np.linspace(-28.0, 28.0, 113), [1e-9, -1e-300, 7.999, 8.001, 1e5]])
+MP_REF = {"erfc": [float(mpmath.erfc(v)) for v in MP_POINTS],
+          **{f"bessel_i{n}e": [float(mpmath.besseli(n, v) * mpmath.exp(-abs(v)))
+                               for v in MP_POINTS] for n in (0, 1)}}
+# name -> (st function, scipy reference, leaf head, relative tolerance of compiled values)
+UNARY = {"erfc": (st.math.erfc, special.erfc, sp.erfc, 1.2e-15),
+         "bessel_i0e": (st.math.bessel_i0e, special.i0e, F.BesselI0e, 1.2e-15),
+         "bessel_i1e": (st.math.bessel_i1e, special.i1e, F.BesselI1e, 1.2e-15)}
+
+
+def near(got, want, rtol, tiny=1e-300):
+    """Equal to ``rtol`` relative, nan and infinities in place, values below ``tiny``
+    (subnormal results) to an absolute ``tiny * rtol``."""
+    got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg="nan positions")
+    inf = np.isinf(want)
+    np.testing.assert_array_equal(got[inf], want[inf], err_msg="infinities")
+    fin = np.isfinite(want)
+    np.testing.assert_allclose(got[fin], want[fin], rtol=rtol, atol=tiny)
+
+
+@pytest.mark.parametrize("name", sorted(UNARY))
+def test_eager_values_match_scipy_at_small_large_and_edge_points(name):
+    """scipy's own error reaches 5e-14 (erfc's tail): the tight check is against mpmath."""
+    fn, ref = UNARY[name][:2]
+    x = np.concatenate([WIDE, EDGES])
+    near(fn(st.constant(x)).numpy(), ref(x), rtol=1e-13)
+
+
+@pytest.mark.parametrize("name", ["bessel_i0e", "bessel_i1e"])
+def test_bessel_values_match_mpmath(name):
+    """Within 5 ulp of the true values, on both sides of the split at 8 and far out."""
+    order = int(name[8])
+    x = np.concatenate([np.linspace(-40.0, 40.0, 161), [1e-9, 7.999, 8.001, 1e4, 1e12]])
+    want = [float(mpmath.besseli(order, v) * mpmath.exp(-abs(v))) for v in x]
+    np.testing.assert_allclose(UNARY[name][0](st.constant(x)).numpy(), want, rtol=1.2e-15,
+                               atol=1e-300)
+
+
+@pytest.mark.parametrize("lane", [False, True])
+def test_compiled_erfc_and_bessel_match_scipy(lane, monkeypatch):
+    """Straight-line IR: vectorised loops, one point at a time and lane mode (widened)."""
+    monkeypatch.setattr(kernel, "LOOP_VECTORIZE_MAX_ACCESSES", -1)
+    monkeypatch.setattr(kernel, "LANE_MIN_OPS", 0 if lane else 10 ** 9)
+    x = G.Leaf.new("x")
+    atoms = [G.call(UNARY[n][2], x) for n in sorted(UNARY)]
+    f = compile_atoms([np.array(atoms, dtype=object)], [np.array(x, dtype=object)])
+    assert ("<8 x double>" in f.llvm_ir) == lane
+    pts = np.concatenate([WIDE, EDGES])
+    for batch in (pts, pts[:1], pts[:3]):
+        out = f(batch)
+        for k, n in enumerate(sorted(UNARY)):
+            near(out[:, k], UNARY[n][1](batch), rtol=1e-13)  # scipy's own error
+    out = f(MP_POINTS)
+    for k, n in enumerate(sorted(UNARY)):
+        near(out[:, k], MP_REF[n], rtol=UNARY[n][3])
+
+
+def test_st_function_compiles_erfc_bessel_and_zeta():
+    @st.function(input_signature=[st.TensorSpec((None,))])
+    def f(x):
+        return st.stack([st.math.erfc(x), st.math.bessel_i0e(x), st.math.bessel_i1e(x),
+                         st.math.zeta(x * x + 1.5, x * x + 0.25)])
+
+    x = np.array([-3.0, -0.5, 0.0, 0.7, 4.0, 9.0, 25.0])
+    got = f(x).numpy()
+    for row, n in zip(got[:3], ("erfc", "bessel_i0e", "bessel_i1e")):
+        near(row, UNARY[n][1](x), rtol=1e-13)
+    near(got[3], tf_zeta(x * x + 1.5, x * x + 0.25), rtol=1e-14)
+
+
+def test_float32_kernels_round_once():
+    x = G.Leaf.new("x")
+    atoms = [G.call(UNARY[n][2], x) for n in sorted(UNARY)]
+    f = compile_atoms([np.array(atoms, dtype=object)], [np.array(x, dtype=object)],
+                      dtype="float32")
+    xs = np.float32([-4.0, -0.5, 0.0, 0.25, 3.0, 9.0, 12.0])
+    out = f(xs)
+    for k, n in enumerate(sorted(UNARY)):
+        want = UNARY[n][1](xs.astype(np.float64)).astype(np.float32)
+        np.testing.assert_allclose(out[:, k], want, rtol=1.2e-7)
+
+
+# zeta: points of every kind (TF's conventions: inf at x = 1 and at the poles of q; nan for
+# x < 1, for q < 0 with x not an integer)
+ZX = np.array([1.0001, 1.5, 2.0, 2.5, 3.0, 4.0, 7.5, 10.0, 20.0, 50.0, 100.0, 1e3, 1e10, 0.5,
+               1.0, -2.0, np.nan, np.inf])
+ZQ = np.array([1e-10, 0.1, 0.5, 1.0, 2.0, 3.3, 9.0, 9.5, 10.0, 100.0, 1e5, 1e8, 2e8, 1e12,
+               1e300, -0.5, -2.5, -10.5, 0.0, -1.0, -3.0, np.nan, np.inf])
+ZXX, ZQQ = (g.ravel() for g in np.meshgrid(ZX, ZQ))
+
+
+def tf_zeta(x, q):
+    """scipy's zeta with TensorFlow's (Eigen's) conventions at the poles of q: inf for an
+    even integer x > 1 there, nan otherwise (scipy: inf); x = 1 is inf first; at x = inf the
+    sum stops at once for 0 < q <= 1 (inf, 1) and meets 0/0 above (nan)."""
+    ref = special.zeta(x, q)
+    even = (x == np.floor(x)) & np.isfinite(x) & (np.floor(x / 2) == x / 2)
+    pole = (q <= 0) & (q == np.floor(q))
+    ref = np.where(pole & (x != 1) & ~((x > 1) & even), np.nan, ref)
+    top = np.where((q > 0) & (q < 1), np.inf, np.where(q == 1, 1.0, np.nan))
+    return np.where(x == np.inf, top, ref)
+
+
+def test_zeta_matches_scipy_with_tf_conventions():
+    got = st.math.zeta(st.constant(ZXX), st.constant(ZQQ)).numpy()
+    near(got, tf_zeta(ZXX, ZQQ), rtol=1e-14)
+    assert st.math.zeta(1.0, np.nan).numpy() == np.inf
+    assert np.isnan(st.math.zeta(3.0, -2.0).numpy()) and st.math.zeta(4.0, -2.0).numpy() == np.inf
+
+
+def test_zeta_matches_mpmath():
+    xs, qs = np.array([1.5, 2.0, 3.0, 6.5, 2.0, 4.0]), np.array([0.3, 1.0, 7.25, 40.0, -2.5, -0.75])
+    with mpmath.workdps(40):
+        want = [float(mpmath.zeta(a, b)) for a, b in zip(xs, qs)]
+    np.testing.assert_allclose(st.math.zeta(xs, qs).numpy(), want, rtol=1e-14)
+
+
+def test_zeta_refuses_to_loop_without_bound():
+    assert np.isnan(st.math.zeta(2.0, -2.0e6 - 0.5).numpy())
+    assert np.isfinite(st.math.zeta(2.0, -1000.5).numpy())
+
+
+@pytest.mark.parametrize("lane", [False, True])
+def test_compiled_zeta_is_the_eager_value(lane, monkeypatch):
+    """The operations of numeric.zeta in order (pow: the C library's in both, to an ulp)."""
+    monkeypatch.setattr(kernel, "LOOP_VECTORIZE_MAX_ACCESSES", -1)
+    monkeypatch.setattr(kernel, "LANE_MIN_OPS", 0 if lane else 10 ** 9)
+    x, q = G.Leaf.new("x"), G.Leaf.new("q")
+    f = compile_atoms([np.array([G.call(sp.zeta, x, q)], dtype=object)],
+                      [np.array(x, dtype=object), np.array(q, dtype=object)])
+    assert ("<8 x double>" in f.llvm_ir) == lane
+    near(f(ZXX, ZQQ)[:, 0], numeric.zeta(ZXX, ZQQ), rtol=5e-16)
+
+
+@pytest.mark.skipif(CC is None, reason="no C compiler")
+def test_exported_c_of_erfc_bessel_and_zeta_matches_the_jit(tmp_path):
+    x, q = G.Leaf.new("x"), G.Leaf.new("q")
+    atoms = [G.call(sp.erfc, x), G.call(F.BesselI0e, x), G.call(F.BesselI1e, x),
+             G.call(sp.zeta, x, q)]
+    f = compile_atoms([np.array(atoms, dtype=object)],
+                      [np.array(x, dtype=object), np.array(q, dtype=object)],
+                      name="specials", input_names=["x", "q"])
+    src, lib = tmp_path / "specials.c", tmp_path / "specials.so"
+    src.write_text(f.c_source())
+    subprocess.run([CC, "-std=c99", "-O2", "-Wall", "-Werror", "-Wno-unused-function",
+                    "-shared", "-fPIC", str(src), "-o", str(lib), "-lm"], check=True,
+                   capture_output=True)
+    xx, qq = ZXX.copy(), ZQQ.copy()
+    out = np.empty((len(xx), 4))
+    ctypes.CDLL(str(lib)).specials(ctypes.c_int64(len(xx)), *[ctypes.c_void_p(v.ctypes.data)
+                                                             for v in (xx, qq, out)])
+    jit = f(xx, qq)
+    for k in range(4):
+        near(out[:, k], jit[:, k], rtol=1.2e-15)
+
+
+def test_derivatives_of_erfc_and_bessel_to_order_three():
+    """d erfc = -2/sqrt(pi) exp(-x^2); d i0e = i1e - sign i0e; d i1e = i0e - i1e (sign + 1/x);
+    against mpmath's derivatives of exp(-|x|) I_n(x) (away from 0) to order 3."""
+    x = np.array([-3.5, -0.7, 0.4, 2.0, 9.5])
+    for name, f in (("erfc", mpmath.erfc),
+                    ("bessel_i0e", lambda v: mpmath.besseli(0, v) * mpmath.exp(-abs(v))),
+                    ("bessel_i1e", lambda v: mpmath.besseli(1, v) * mpmath.exp(-abs(v)))):
+        for order in (1, 2, 3):
+            want = [float(mpmath.diff(f, v, order)) for v in x]
+            got = _nested(UNARY[name][0], st.Variable(x), order).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-10, err_msg=f"{name} {order}")
+
+
+def test_bessel_i1e_gradient_at_zero_is_one_half():
+    v = st.Variable([0.0, -0.0, 1e-300])
+    with st.GradientTape(persistent=True) as tape:
+        y = st.math.bessel_i1e(v)
+        z = st.math.bessel_i0e(v)
+    np.testing.assert_array_equal(tape.gradient(y, v).numpy(), [0.5, 0.5, 0.5])
+    np.testing.assert_array_equal(tape.gradient(z, v).numpy(), [0.0, 0.0, -1.0])  # kink at 0
+
+
+def test_zeta_gradients_follow_tf():
+    """d/dq zeta(x, q) = -x zeta(x + 1, q), to order 3 (and Taylor mode); none in x."""
+    x, q = st.Variable([2.0, 3.5]), st.Variable([0.7, 4.0])
+    with st.GradientTape(persistent=True) as tape:
+        y = st.math.zeta(x, q)
+    assert tape.gradient(y, x) is None
+    def dq(s, v, order):  # (-1)^k s (s + 1) ... (s + k - 1) zeta(s + k, v)
+        return float((-1) ** order * mpmath.rf(s, order) * mpmath.zeta(s + order, v))
+
+    for order in (1, 2, 3):
+        want = [dq(a, b, order) for a, b in ((2.0, 0.7), (3.5, 4.0))]
+        got = _nested(lambda v: st.math.zeta(x, v), q, order).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-12)
+    d = st.derivative(lambda v: st.math.zeta(2.5, v), order=3,
+                      input_signature=[st.TensorSpec(())])
+    assert float(d(np.array(1.3))) == pytest.approx(dq(2.5, 1.3, 3), rel=1e-12)
+
+
+def test_formulas_and_from_sympy():
+    x = st.symbol("x")
+    X = x.symbols[()]
+    assert st.math.erfc(x).formula() == sp.erfc(X)
+    assert str(st.math.bessel_i1e(x).formula()) == "bessel_i1e(x)"
+    assert str(st.math.zeta(2.0, x).formula()).startswith("zeta(2")
+    got = st.from_sympy(sp.erfc(X) + F.BesselI0e(X), {X: 1.5}).numpy()
+    assert got == pytest.approx(float(mpmath.erfc(1.5) + mpmath.besseli(0, 1.5)
+                                      * mpmath.exp(-1.5)), rel=1e-15)
+
+
+def test_polyval_is_horner_with_tf_conventions():
+    x = np.array([-1.5, 0.0, 2.0])
+    np.testing.assert_allclose(st.math.polyval([2.0, -1.0, 0.5, 3.0], x).numpy(),
+                               np.polyval([2.0, -1.0, 0.5, 3.0], x), rtol=1e-15)
+    assert st.math.polyval([], x).numpy().tolist() == [0.0, 0.0, 0.0]
+    c = st.Variable([1.0, 2.0, 3.0])  # coefficients broadcast with x: per-element polynomials
+    v = st.Variable(x)
+    with st.GradientTape(persistent=True) as tape:
+        y = st.reduce_sum(st.math.polyval([c, 3.0 * c], v))
+    np.testing.assert_allclose(tape.gradient(y, v).numpy(), [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(tape.gradient(y, c).numpy(), x + 3.0)
+    with pytest.raises(SymtapeError, match="coeffs must be a list"):
+        st.math.polyval(np.array([1.0, 2.0]), x)
+    with pytest.raises(SymtapeError, match=r"coeffs\[1\]"):
+        st.math.polyval([1.0, np.ones(4)], x)
+
+
+def test_bad_arguments_name_them():
+    with pytest.raises(SymtapeError, match="st.math.zeta: q"):
+        st.math.zeta(2.0, np.array([1, 2]))
+    with pytest.raises(SymtapeError, match="st.math.bessel_i0e: x"):
+        st.math.bessel_i0e(np.array([1, 2]))
+    with pytest.raises(SymtapeError, match="broadcast"):
+        st.math.zeta(np.ones(2), np.ones(3))
+
+
+def test_coefficients_rederive():
+    from symtape.codegen import special as S
+
+    assert S.erfc_tail_coefficients() == S.ERFC_TAIL_COEFFS
+    assert S.bessel_coefficients() == numeric.BESSEL_FAR

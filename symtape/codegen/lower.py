@@ -24,7 +24,7 @@ from typing import Protocol
 from symtape.base.errors import LoweringError
 from symtape.base.lazy import LazyModule
 from symtape.element.numeric import pow_plan, split_quotient
-from symtape.codegen import vecmath
+from symtape.codegen import special, vecmath
 
 sp = LazyModule("sp", globals(), "sympy")
 F = LazyModule("F", globals(), "symtape.element.added_heads")
@@ -195,6 +195,30 @@ def _polygamma() -> Op:
               call=True, lanes=lane, c_defs=vecmath.POLYGAMMA_C)
 
 
+def _bessel(order: int) -> Op:
+    """bessel_i0e or bessel_i1e: ``@st.bessel_i<order>e.f64`` (:mod:`~symtape.codegen.special`),
+    inlined like exp (no C library form); exported C defines ``st_bessel_i<order>e_f64``."""
+    name = f"bessel_i{order}e"
+    base = _vecmath(name, (special.BESSEL_I0E_F64 if order == 0 else special.BESSEL_I1E_F64,
+                           vecmath.EXP_F64), _fn("BesselI0e" if order == 0 else "BesselI1e"))
+    return replace(base, c=f"st_{name}{{m}}({{0}})", scalar=None, c_defs=special.BESSEL_C[order],
+                   decls=(*base.decls, "declare double @llvm.sqrt.f64(double)"))
+
+
+def _zeta() -> Op:
+    """zeta(x, q): ``@st.zeta.f64`` (:mod:`~symtape.codegen.special`), a function with loops
+    called once per point, as polygamma is."""
+    call = ("{r} = call double @st.zeta.f64(double {0}, double {1})",)
+    ir32 = ("{r}.x = fpext float {0} to double", "{r}.q = fpext float {1} to double",
+            "{r}.e = call double @st.zeta.f64(double {r}.x, double {r}.q)",
+            "{r} = fptrunc double {r}.e to float")
+    escape = [d.replace("{", "{{").replace("}", "}}") for d in (
+        special.ZETA_F64, *special.ZETA_DECLARATIONS)]
+    lane = Op("ff", "f", call, "", _sp("zeta"), ir32=ir32, lane_decls=special.zeta_lanes)
+    return Op("ff", "f", call, "st_zeta{m}({0}, {1})", _sp("zeta"), tuple(escape), ir32=ir32,
+              call=True, lanes=lane, c_defs=special.ZETA_C)
+
+
 # --------------------------------------------------------------------------------------------
 # The closed target: one stanza per op
 # --------------------------------------------------------------------------------------------
@@ -263,6 +287,12 @@ OPS: dict[str, Op] = {
     # the gamma family: the C library's lgamma; polygamma (digamma at order 0) in IR
     "lgamma": _libm("lgamma", _sp("loggamma")),
     "polygamma": _polygamma(),
+    # erfc, the scaled Bessel functions and the Hurwitz zeta (codegen/special.py)
+    "erfc": _vecmath("erfc", (special.ERFC_F64, vecmath.EXP_F64), _sp("erfc"),
+                     _libm("erfc", _sp("erfc"))),
+    "bessel_i0e": _bessel(0),
+    "bessel_i1e": _bessel(1),
+    "zeta": _zeta(),
     # np.sign: +-1 by sign, 0 for both zeros, nan for nan
     "sign": Op(
         "f",

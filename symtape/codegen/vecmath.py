@@ -32,7 +32,7 @@ mpmath = LazyModule("mpmath", globals(), "mpmath")  # derivations of the constan
 __all__ = ["double_literal", "EXP_F64", "EXPM1_F64", "LOG_F64", "LOG1P_F64", "TANH_F64",
            "ERF_F64", "POLYGAMMA_F64", "IPOW_F64", "POLYGAMMA_DECLARATIONS", "POLYGAMMA_C",
            "polygamma_lanes",
-           "DECLARATIONS", "trig_lanes", "TRIG_LIMIT"]
+           "DECLARATIONS", "trig_lanes", "TRIG_LIMIT", "chebyshev"]
 
 
 def double_literal(value: float) -> str:
@@ -322,7 +322,7 @@ def tanh_coefficients(degree: int = len(TANH_COEFFS) - 1) -> tuple:
         return (mpmath.tanh(s) - s) / s ** 3
 
     with mpmath.workprec(300):  # the range's end: the series' limit squared, exactly
-        return _chebyshev(g, 0.0, mpmath.mpf(_TANH_SERIES_LIMIT) ** 2, degree, 0.0)
+        return chebyshev(g, 0.0, mpmath.mpf(_TANH_SERIES_LIMIT) ** 2, degree, 0.0)
 
 
 def _tanh_f64() -> str:
@@ -397,10 +397,14 @@ ERFCX_COEFFS = (
 )
 
 
-def _chebyshev(g, lo: float, hi: float, degree: int, shift: float) -> tuple:
+def chebyshev(g, lo: float, hi: float, degree: int, shift: float) -> tuple:
     """The interpolant of ``g`` at the ``degree + 1`` Chebyshev nodes of ``[lo, hi]`` as a
     polynomial in ``x - shift``, its coefficients rounded to doubles, highest power first
-    (mpmath at 300 bits)."""
+    (mpmath at 300 bits).
+
+    >>> [round(c, 12) for c in chebyshev(lambda z: z * z, 0.0, 1.0, 2, 0.0)]
+    [1.0, 0.0, 0.0]
+    """
     with mpmath.workprec(300):
         lo, hi, shift = mpmath.mpf(lo), mpmath.mpf(hi), mpmath.mpf(shift)
         n = degree + 1
@@ -429,8 +433,8 @@ def erf_coefficients() -> tuple:
     def erfcx(x):
         return mpmath.erfc(x) * mpmath.exp(x * x)
 
-    return (_chebyshev(near, 0.0, 1.0, 12, 0.0),
-            tuple(_chebyshev(erfcx, lo, hi, 16, (lo + hi) / 2) for lo, hi in ERF_PIECES))
+    return (chebyshev(near, 0.0, 1.0, 12, 0.0),
+            tuple(chebyshev(erfcx, lo, hi, 16, (lo + hi) / 2) for lo, hi in ERF_PIECES))
 
 
 def _erf_f64() -> str:

@@ -30,8 +30,9 @@ import numpy as np
 import sympy as sp
 
 from symtape.element import added_heads as F
+from symtape.element.numeric import bessel_i0e, bessel_i1e, erfc, ieee_pow, lgamma, polygamma
 from symtape.element.numeric import erf as _erf
-from symtape.element.numeric import ieee_pow, lgamma, polygamma
+from symtape.element.numeric import zeta as _zeta
 
 __all__ = ["Head", "RECORDS", "HEADS", "NUMPY", "EXACT_FOLD", "record", "ieee_pow"]
 
@@ -145,6 +146,22 @@ def _loggamma_rule(s, value, u):
     return s.by_derivative(u, value, psi)
 
 
+def _zeta_series(s, x, u: list, value) -> list:
+    """zeta(x, u) for an x that does not move: its derivative in u is -x zeta(x + 1, u),
+    whose series (one coefficient shorter) comes the same way, down to a value."""
+    if len(u) == 1:
+        return [value]
+    higher = s.add(x, sp.S.One)
+    inner = _zeta_series(s, higher, u[:-1], s.call(sp.zeta, higher, u[0]))
+    slope = s.scaled(_NEG, s.product(s.constant(x, len(inner)), inner))
+    return s.by_derivative(u, value, slope)
+
+
+def _zeta_rule(s, value, x, u):
+    """zeta(x, u): no derivative in x (TensorFlow's), so x must not move."""
+    return _zeta_series(s, s.fixed(x, "the first argument of zeta"), u, value)
+
+
 # --------------------------------------------------------------------------------------------
 # The table
 # --------------------------------------------------------------------------------------------
@@ -183,6 +200,13 @@ RECORDS: tuple[Head, ...] = (
     # double: SymPy's exact values (harmonic numbers, factorials) grow with the argument
     Head(sp.loggamma, lgamma, "apply:lgamma", False, _loggamma_rule, "lgamma"),
     Head(sp.polygamma, polygamma, "apply:polygamma", False, _polygamma_rule, "polygamma"),
+    # erfc in its own right (1 - erf loses the tail), the scaled Bessel functions (their
+    # derivatives hold each other and sign: no Taylor rule) and the Hurwitz zeta
+    Head(sp.erfc, erfc, "apply:erfc", True,
+         _integral(lambda s, u: s.scaled(_NEG, _gauss(s, u))), "erfc"),
+    Head(F.BesselI0e, bessel_i0e, "apply:bessel_i0e", False, None, "bessel_i0e"),
+    Head(F.BesselI1e, bessel_i1e, "apply:bessel_i1e", False, None, "bessel_i1e"),
+    Head(sp.zeta, _zeta, "apply:zeta", False, _zeta_rule, "zeta"),
     # piecewise-constant and kinked functions (kinks: no series, see taylor.KINKED)
     Head(sp.Abs, np.abs, "apply:abs", True, None, "abs"),
     Head(sp.sign, np.sign, "apply:sign", True, _steady, "sign"),

@@ -1,5 +1,6 @@
-"""Numeric conventions of SymPy heads: power plans, quotients, IEEE ``pow``, ``erf`` and the
-gamma family (``lgamma``, ``polygamma``); the numpy evaluation of each head is its record in
+"""Numeric conventions of SymPy heads: power plans, quotients, IEEE ``pow``, ``erf``, ``erfc``,
+the gamma family (``lgamma``, ``polygamma``), the scaled Bessel functions ``bessel_i0e`` and
+``bessel_i1e`` and the Hurwitz ``zeta``; the numpy evaluation of each head is its record in
 ``heads.py`` (``heads.NUMPY`` maps them).
 
 Conventions (the lowering follows them too): integer powers are products by repeated
@@ -24,7 +25,8 @@ sp = LazyModule("sp", globals(), "sympy")
 
 __all__ = ["pow_plan", "power_const", "split_quotient", "ieee_pow", "erf", "lgamma",
            "digamma", "polygamma", "DIGAMMA_SHIFT", "DIGAMMA_COEFFS", "ZETA_COEFFS", "ZETA_TERMS",
-           "quiet"]
+           "quiet", "erfc", "bessel_i0e", "bessel_i1e", "BESSEL_SPLIT", "BESSEL_SERIES",
+           "BESSEL_FAR", "zeta", "ZETA_A", "ZETA_NEGATIVE_LIMIT", "ZETA_FAR"]
 
 
 try:  # numpy's floating-point error state is this context variable (what np.errstate sets)
@@ -148,6 +150,100 @@ def erf(x):
     x = np.asarray(x)
     out = _erf_vec(x) if x.size else np.zeros(x.shape)
     return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+_erfc_vec = np.vectorize(math.erfc, otypes=[np.float64])
+
+
+def erfc(x):
+    """The complementary error function ``1 - erf(x)`` elementwise, accurate in its tail too
+    (``math.erfc``, the C library's: relative error below 1e-15 up to where it underflows,
+    past x = 27.2).
+
+    >>> erfc(np.array([0.0, 10.0, 27.0]))
+    array([1.00000000e+000, 2.08848758e-045, 5.23704644e-319])
+    """
+    x = np.asarray(x)
+    out = _erfc_vec(x) if x.size else np.zeros(x.shape)
+    return out.astype(x.dtype if x.dtype.kind == "f" else np.float64)
+
+
+# --------------------------------------------------------------------------------------------
+# The exponentially scaled modified Bessel functions i0e(x) = exp(-|x|) I0(x), i1e likewise
+# --------------------------------------------------------------------------------------------
+#
+# Up to |x| = 8 the power series (positive terms: no cancellation) times exp(-|x|); above,
+# ``G(1/|x|) / sqrt(|x|)`` with ``G`` the Chebyshev interpolant of ``sqrt(x) i_ne(x)`` in
+# ``t = 1/x`` on ``[0, 1/8]`` (mpmath at 300 bits, rounded; ``codegen/special.py``
+# re-derives them and a test checks they agree), as a polynomial in ``t - 1/16``. Both are
+# within 5 ulp of the true values. The compiled lowering computes the same operations.
+
+#: where the power series ends
+BESSEL_SPLIT = 8.0
+#: the power series in ``z = x*x/4``, highest power first: I0 = sum z**k / k!**2 and
+#: I1 = x/2 sum z**k / (k! (k+1)!) for k = 0 .. 24 (the next term is below 1e-19 relative)
+BESSEL_SERIES = (
+    tuple(float(Fraction(1, math.factorial(k) ** 2)) for k in range(24, -1, -1)),
+    tuple(float(Fraction(1, math.factorial(k) * math.factorial(k + 1)))
+          for k in range(24, -1, -1)),
+)
+#: ``sqrt(x) i0e(x)`` and ``sqrt(x) i1e(x)`` as polynomials in ``1/x - 1/16`` (degree 22)
+BESSEL_FAR = (
+    (3.3678142630566788e+16, 681896256503434.4, -903532373518784.5, -20764144459290.18,
+     11325144934060.879, 322435133186.99896, -89434443965.43149, -3595402500.051177,
+     489255960.5265377, 32981259.497817814, -1453119.6003056539, -234324.37490496508,
+     -7483.254231016855, 517.6216531877417, 92.58579872306456, 10.557369375253966,
+     1.4885005442743167, 0.3118041040843247, 0.09724543541639234, 0.04564186645538276,
+     0.034871315044319215, 0.053768831738683576, 0.4021765094450081),
+    (-3.506121169747626e+16, -632077794743207.4, 941834474944389.1, 19510320690292.805,
+     -11835271573241.229, -309200717021.3659, 93968015022.44627, 3541474601.128896,
+     -520437715.2161844, -33473163.367933355, 1610790.523762753, 245457.1766052333,
+     7471.262314053478, -577.7471011643162, -100.42789465617862, -11.578242812796129,
+     -1.6779263892080487, -0.3653084718165999, -0.12025267185034541, -0.06159788937737925,
+     -0.056124355541460225, -0.15599323509176974, 0.38939845902587233),
+)
+
+
+def _horner_each(coeffs: tuple, t):
+    acc = np.full_like(t, coeffs[0])
+    for c in coeffs[1:]:
+        acc = acc * t + c
+    return acc
+
+
+def _bessel(order: int, x):
+    x = np.asarray(x)
+    dtype = x.dtype if x.dtype.kind == "f" else np.float64
+    a = np.abs(x.astype(np.float64))
+    with quiet():
+        series = _horner_each(BESSEL_SERIES[order], 0.25 * (a * a))
+        if order:
+            series = 0.5 * a * series
+        near = series * np.exp(-a)
+        far = _horner_each(BESSEL_FAR[order], 1.0 / a - 1.0 / (2 * BESSEL_SPLIT)) / np.sqrt(a)
+    out = np.where(a <= BESSEL_SPLIT, near, far)
+    if order:
+        out = np.copysign(out, x)
+    return out.astype(dtype)
+
+
+def bessel_i0e(x):
+    """``exp(-|x|) I0(x)`` elementwise (TensorFlow's ``bessel_i0e``): 1 at 0, even, about
+    ``1/sqrt(2 pi |x|)`` for large ``|x|``, 0 at +-inf.
+
+    >>> bessel_i0e(np.array([0.0, 1.0, -1.0, 100.0]))
+    array([1.        , 0.46575961, 0.46575961, 0.03994438])
+    """
+    return _bessel(0, x)
+
+
+def bessel_i1e(x):
+    """``exp(-|x|) I1(x)`` elementwise (TensorFlow's ``bessel_i1e``): odd, 0 at 0 and at +-inf.
+
+    >>> bessel_i1e(np.array([0.0, 1.0, -1.0, 100.0]))
+    array([ 0.        ,  0.20791042, -0.20791042,  0.03974415])
+    """
+    return _bessel(1, x)
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,6 +427,97 @@ def digamma(x):
     """
     x = np.asarray(x)
     return polygamma(np.zeros((), x.dtype if x.dtype.kind == "f" else np.float64), x)
+
+
+# --------------------------------------------------------------------------------------------
+# The Hurwitz zeta function zeta(x, q) = sum over k >= 0 of (q + k) ** -x
+# --------------------------------------------------------------------------------------------
+#
+# TensorFlow's conventions (Eigen's port of Cephes): inf at x = 1; nan for x < 1; where q is
+# 0, -1, -2, ..., inf for an even integer x and nan otherwise; nan for q < 0 with x not an
+# integer. The terms are summed directly (at least nine after the first, on to q + k > 9)
+# until one is below half an ulp of the sum; then the Euler-Maclaurin tail, its terms added
+# until one is. Above q = 1e8 the first three terms of the asymptotic series instead (the sum
+# would lose the value to underflow of its terms: zeta(1.5, 1e300) is 2e-150; the next
+# term is below 1e-15 of the value wherever it does not underflow). The compiled lowering
+# computes the same operations in the same order (``codegen/special.py``).
+
+#: where the asymptotic series takes over
+ZETA_FAR = 1.0e8
+
+#: ``(2j)! / B_2j`` for j = 1 .. 12, the Euler-Maclaurin denominators
+ZETA_A = tuple(float(math.factorial(2 * j) / b) for j, b in enumerate(_BERNOULLI, 1))
+#: below this q (negative, x an integer) the direct sum would take more than a million terms:
+#: the value is nan there instead of an unbounded loop
+ZETA_NEGATIVE_LIMIT = -1.0e6
+_EPS = float(np.finfo(np.float64).eps) / 2  # Cephes's MACHEP
+
+
+def _zeta_sum(x: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """zeta(x, q) for points past the special cases, as Cephes's loop, point by point in
+    masks (a point stops where Cephes returns)."""
+    s = np.power(q, -x)
+    a, b = q.copy(), np.zeros_like(q)
+    live = np.ones(q.shape, dtype=bool)
+    i = 0
+    while True:
+        go = live & ((i < 9) | (a <= 9.0))
+        if not go.any():
+            break
+        i += 1
+        a = np.where(go, a + 1.0, a)
+        b = np.where(go, np.power(a, -x), b)
+        s = np.where(go, s + b, s)
+        live = live & ~(go & (np.abs(b / s) < _EPS))
+    w = a
+    s = np.where(live, s + b * w / (x - 1.0), s)
+    s = np.where(live, s - 0.5 * b, s)
+    a, k = np.ones_like(q), np.zeros_like(q)
+    for c in ZETA_A:
+        a = np.where(live, a * (x + k), a)
+        b = np.where(live, b / w, b)
+        t = a * b / c
+        s = np.where(live, s + t, s)
+        live = live & ~(np.abs(t / s) < _EPS)
+        k = k + 1.0
+        a = np.where(live, a * (x + k), a)
+        b = np.where(live, b / w, b)
+        k = k + 1.0
+    return s
+
+
+def zeta(x, q):
+    """The Hurwitz zeta function ``sum over k >= 0 of (q + k) ** -x`` elementwise, with
+    TensorFlow's conventions: inf at ``x = 1``; nan for ``x < 1``; at ``q = 0, -1, -2, ...``
+    inf for an even integer ``x``, else nan; nan for ``q < 0`` with ``x`` not an integer, and
+    for ``q`` below -1e6 (the direct sum would take more than a million terms); at ``x = inf``
+    inf, 1 and nan for ``q`` below, at and above 1 (the sum meets 0/0 there, as TensorFlow's).
+
+    >>> zeta(np.array([2.0, 3.0, 0.5, 1.0]), np.array([1.0, 2.0, 1.0, 1.0]))
+    array([1.64493407, 0.2020569 ,        nan,        inf])
+    """
+    x, q = np.asarray(x), np.asarray(q)
+    # a number as one argument (a template's constant) keeps the other's precision
+    dtype = np.result_type(q, np.float32) if x.ndim == 0 and q.ndim else \
+        np.result_type(x, np.float32) if q.ndim == 0 and x.ndim else \
+        np.result_type(x, q, np.float32)
+    x, q = (v.astype(np.float64) for v in np.broadcast_arrays(x, q))
+    out = np.full(x.shape, np.nan)
+    with quiet():
+        whole = (x == np.floor(x)) & np.isfinite(x)
+        even = whole & (np.floor(x * 0.5) == x * 0.5)
+        pole = (q <= 0.0) & (q == np.floor(q))
+        ok = (x > 1.0) & ~pole & ((q > 0.0) | (whole & (q >= ZETA_NEGATIVE_LIMIT)) |
+                                  np.isnan(q))
+        far = ok & (q > ZETA_FAR)
+        xf, qf = x[far], q[far]
+        out[far] = np.power(qf, 1.0 - xf) * (1.0 / (xf - 1.0) + 1.0 / (2.0 * qf) + xf / (12.0 * (
+            qf * qf)))
+        ok = ok & ~far
+        out[ok] = _zeta_sum(x[ok], q[ok])
+        out[(x > 1.0) & pole & even] = np.inf
+        out[x == 1.0] = np.inf
+    return out.astype(dtype)
 
 
 def split_quotient(args) -> tuple[list, list]:

@@ -646,6 +646,13 @@ digamma = _ew("digamma", lambda: sp.polygamma(0, P.x), numeric=numeric.digamma,
 polygamma = _ew("polygamma", lambda: sp.polygamma(P.x, P.y), "x y", numeric=numeric.polygamma,
                 rules=(None, lambda g, ans, n, x: multiply.bind(g, polygamma.bind(
                     add.bind(n, 1), x))))
+# erfc in its own right (1 - erf loses its tail), the scaled Bessel functions and the Hurwitz
+# zeta; derivatives are the heads' own: erfc' = -2/sqrt(pi) exp(-x**2), i0e' = i1e - sign(x) i0e,
+# i1e' = i0e - i1e (sign(x) + 1/x) (1/2 at 0), and zeta's -x zeta(x + 1, q) in q, none in x (TF)
+erfc = _ew("erfc", lambda: sp.erfc(P.x), numeric=numeric.erfc)
+bessel_i0e = _ew("bessel_i0e", lambda: F.BesselI0e(P.x), numeric=numeric.bessel_i0e)
+bessel_i1e = _ew("bessel_i1e", lambda: F.BesselI1e(P.x), numeric=numeric.bessel_i1e)
+zeta = _ew("zeta", lambda: sp.zeta(P.x, P.y), "x y", numeric=numeric.zeta, rules=(None, "diff"))
 
 for _op in (add, multiply):
     _op.commutative = True  # x*y and y*x are one tensor-level node (as one element atom)

@@ -34,7 +34,7 @@ from symtape.base.errors import (
 )
 from symtape.compile.function import Function, TensorSpec
 from symtape.io import documents, expressions, strict_json, values
-from symtape.io import file_budget as documents_budget
+from symtape.io import decoding_budget as documents_budget
 from symtape.core.variables import (
     Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol,
 )
@@ -238,11 +238,6 @@ def _functions_of(obj) -> dict[str, Function]:
 
 def _signatures(name: str, fn: Function) -> list[list[TensorSpec]]:
     sigs = []
-    if fn.input_signature is not None and any(
-            s.shape is not None and None in s.shape for s in fn.input_signature):
-        raise InvalidArgumentError(
-            f"st.saved_model.save: {name} has an input_signature with None dimensions; saved "
-            "programs take concrete shapes or TensorSpec(None) (any shape)")
     if fn.input_signature is not None:
         sigs.append([TensorSpec(() if s.shape is None else s.shape, s.dtype, s.name)
                      for s in fn.input_signature])
@@ -278,6 +273,11 @@ def save(obj, export_dir, signatures=None, options: SaveOptions | None = None) -
     """
     keep = True if options is None else options.experimental_custom_gradients
     functions = _functions_of(obj)
+    shape = getattr(obj, "build_input_shape", None)
+    if not functions and shape is not None and callable(obj):
+        # a built Keras model: its inference call, for any batch (as TensorFlow saves it)
+        functions = {"__call__": Function(lambda x: obj(x, training=False),
+                                          input_signature=[TensorSpec(tuple(shape))])}
     if not functions:
         raise InvalidArgumentError(
             f"st.saved_model.save: {type(obj).__name__} has no st.function methods to save "
@@ -286,12 +286,22 @@ def save(obj, export_dir, signatures=None, options: SaveOptions | None = None) -
     saved = {}
     for name, fn in functions.items():
         programs = []
+        any_shape = fn.input_signature is not None and any(
+            s.shape is None for s in fn.input_signature)  # TensorSpec(None): any shape
         for specs in _signatures(name, fn):
-            ins = [symbol(f"x{i}", shape=s.shape, dtype=s.dtype) for i, s in enumerate(specs)]
-            polymorphic = fn.input_signature is not None and any(
-                s.shape is None for s in fn.input_signature)
-            prog, _ = _capture(fn.python_function, ins, variables, keep, top=True)
-            prog["shapes"] = None if polymorphic else [list(s.shape) for s in specs]
+            if any_shape:
+                prog = _program(fn, name, specs, variables, keep, 0)
+                prog["shapes"] = None
+            else:
+                prog = _program(fn, name, specs, variables, keep, 2)
+                if any(None in s.shape for s in specs):  # a None dimension: any size there
+                    if _program(fn, name, specs, variables, keep, 3) != prog:
+                        raise InvalidArgumentError(
+                            f"st.saved_model.save: {name}'s operations depend on the size of "
+                            "the None dimensions of its input_signature (a reshape to the "
+                            "batch size, a mean over the batch...); save it with concrete "
+                            "shapes")
+                prog["shapes"] = [list(s.shape) for s in specs]
             programs.append(prog)
         saved[name] = programs
     doc = {
@@ -304,6 +314,16 @@ def save(obj, export_dir, signatures=None, options: SaveOptions | None = None) -
     blob = documents.dump_document(doc, _MAGIC, _FORMAT)
     os.makedirs(export_dir, exist_ok=True)
     atomic_write(Path(export_dir) / _FILE, blob)
+
+
+def _program(fn: Function, name: str, specs: list, variables: dict, keep: bool,
+             size: int) -> dict:
+    """The program of ``fn`` captured on symbols of ``specs``' shapes, ``None`` dimensions
+    taken as ``size``."""
+    ins = [symbol(f"x{i}", shape=None if s.shape is None else tuple(
+        size if d is None else d for d in s.shape), dtype=s.dtype) for i, s in enumerate(specs)]
+    prog, _ = _capture(fn.python_function, ins, variables, keep, top=True)
+    return prog
 
 
 def _variable_value(v: Variable) -> dict:
@@ -372,7 +392,7 @@ class _Checker:
         prog.updates = [self.update(u, defined, f"{where}: update {k}")
                         for k, u in enumerate(self.items(d["updates"], where))]
         prog.shapes = None if d["shapes"] is None else [
-            self.shape(sh, f"{where}: shapes") for sh in self.items(d["shapes"], where)]
+            self.input_shape(sh, f"{where}: shapes") for sh in self.items(d["shapes"], where)]
         if prog.shapes is not None and len(prog.shapes) != prog.n_inputs:
             self.fail(where, f"{len(prog.shapes)} input shapes for {prog.n_inputs} inputs")
         return prog
@@ -395,6 +415,14 @@ class _Checker:
 
     def shape(self, node, where: str) -> tuple:
         return values.expect_shape(node, f"{self.path}: {where}")
+
+    def input_shape(self, node, where: str) -> tuple:
+        """An input's shape, whose dimensions may be None (any size)."""
+        if not isinstance(node, list):
+            self.fail(where, "an input shape is a list")
+        free = [d is None for d in node]
+        known = self.shape([1 if f else d for f, d in zip(free, node)], where)
+        return tuple(None if f else d for f, d in zip(free, known))
 
     def constant(self, node, defined: set, where: str) -> _Constant:
         d = strict_json.record(node, f"{self.path}: {where}", ("ref", "shape", "dtype"),
@@ -628,8 +656,9 @@ class _LoadedFunction:
                    for a in args]
         shapes = [tuple(t.shape) for t in tensors]
         for prog in self._programs:
-            if prog.n_inputs == len(tensors) and (prog.shapes is None or
-                                                  prog.shapes == shapes):
+            if prog.n_inputs == len(tensors) and (prog.shapes is None or all(
+                    len(p) == len(k) and all(d is None or d == n for d, n in zip(p, k))
+                    for p, k in zip(prog.shapes, shapes))):
                 return self._replayer.run(prog, tensors)
         saved = [p.shapes for p in self._programs]
         raise InvalidArgumentError(f"{self.__name__}: no saved signature matches argument "

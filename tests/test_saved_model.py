@@ -218,3 +218,70 @@ def test_a_convolutional_module_round_trips_with_its_gradients(tmp_path):
         grads.append(t.gradient(value, k if k is not None else loaded.trainable_variables[0]))
         np.testing.assert_allclose(float(value), float(net(x)), rtol=1e-14)
     np.testing.assert_allclose(grads[1].numpy(), grads[0].numpy(), rtol=1e-13)
+
+
+# -- None batch dimensions and Keras models -----------------------------------------------------
+
+
+class _Batched:
+    def __init__(self):
+        self.w = st.Variable([1.0, 2.0, 3.0], name="w")
+
+    @st.function(input_signature=[st.TensorSpec((None, 3))])
+    def score(self, x):
+        return st.reduce_sum(st.tanh(x) * self.w, axis=1)
+
+    @st.function(input_signature=[st.TensorSpec((None, 3))])
+    def flat(self, x):
+        return st.reshape(x, (-1,)) * 2.0
+
+
+def test_a_none_batch_signature_is_saved_for_every_batch(tmp_path):
+    obj = _Batched()
+    st.saved_model.save(obj, tmp_path)
+    loaded = st.saved_model.load(tmp_path)
+    for b in (1, 7, 1000):
+        x = np.random.default_rng(b).normal(size=(b, 3))
+        np.testing.assert_allclose(loaded.score(x).numpy(), np.tanh(x) @ [1.0, 2.0, 3.0],
+                                   rtol=1e-15, atol=1e-15)
+        np.testing.assert_array_equal(loaded.flat(x).numpy(), 2.0 * x.reshape(-1))
+    x = st.Variable(np.ones((2, 3)))
+    with st.GradientTape() as t:
+        y = st.reduce_sum(loaded.score(x))
+    np.testing.assert_allclose(t.gradient(y, x).numpy(),
+                               np.broadcast_to((1 - np.tanh(1.0) ** 2) * np.array([1., 2., 3.]),
+                                               (2, 3)), rtol=1e-14)
+    with pytest.raises(st.errors.InvalidArgumentError, match="no saved signature matches"):
+        loaded.score(np.ones((2, 4)))
+
+
+def test_a_program_that_depends_on_the_batch_size_is_refused(tmp_path):
+    class Flat:
+        @st.function(input_signature=[st.TensorSpec((None, 2))])
+        def f(self, x):
+            return st.reshape(x, (2 * x.shape[0],))  # the traced size, written into the op
+
+    with pytest.raises(st.errors.InvalidArgumentError, match="depend on the size of the None"):
+        st.saved_model.save(Flat(), tmp_path)
+
+    class Centred:  # a mean over the batch is one op at every size: saved for any batch
+        @st.function(input_signature=[st.TensorSpec((None, 2))])
+        def f(self, x):
+            return x - st.reduce_mean(x, axis=0)
+
+    st.saved_model.save(Centred(), tmp_path)
+    x = np.random.default_rng(0).normal(size=(7, 2))
+    np.testing.assert_allclose(st.saved_model.load(tmp_path).f(x).numpy(), x - x.mean(0),
+                               rtol=1e-14, atol=1e-15)
+
+
+def test_a_keras_sequential_is_saved_as_its_inference_call(tmp_path):
+    st.random.set_seed(0)
+    model = st.keras.Sequential([st.keras.Input(shape=(3,)),
+                                 st.keras.layers.Dense(4, activation="tanh"),
+                                 st.keras.layers.Dense(2, activation="softmax")])
+    st.saved_model.save(model, tmp_path)
+    loaded = st.saved_model.load(tmp_path)
+    for b in (1, 7, 1000):
+        x = np.random.default_rng(b).normal(size=(b, 3))
+        np.testing.assert_array_equal(loaded(x).numpy(), model(x, training=False).numpy())

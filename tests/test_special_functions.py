@@ -549,3 +549,23 @@ def test_coefficients_rederive():
 
     assert S.erfc_tail_coefficients() == S.ERFC_TAIL_COEFFS
     assert S.bessel_coefficients() == numeric.BESSEL_FAR
+
+
+def test_riemann_zeta_of_one_argument_is_zeta_at_q_one():
+    """SymPy's one-argument zeta (from a formula) evaluates, folds and compiles as zeta(x, 1)."""
+    x = G.Leaf.new("x")
+    f = compile_atoms([np.array([G.call(sp.zeta, x)], dtype=object)], [np.array(x, dtype=object)])
+    np.testing.assert_allclose(f(np.array([2.0, 3.0]))[:, 0],
+                               [math.pi ** 2 / 6, 1.2020569031595942], rtol=1e-15)
+    assert float(G.call(sp.zeta, sp.Float(4.0))) == pytest.approx(math.pi ** 4 / 90, rel=1e-15)
+
+
+def test_zeta_taylor_coefficients_and_a_moving_first_argument():
+    q = G.Leaf.new("q")
+    (series,) = taylor.coefficients([G.call(sp.zeta, sp.Integer(2), q)], [q], [G.ONE], 3)
+    Q = sp.Symbol("Q")
+    got = [G.expand(c).xreplace({q: Q}) for c in series]
+    assert got == [sp.zeta(2, Q), -2 * sp.zeta(3, Q), 3 * sp.zeta(4, Q), -4 * sp.zeta(5, Q)]
+    x = G.Leaf.new("x")
+    with pytest.raises(taylor.Unsupported, match="first argument of zeta"):
+        taylor.coefficients([G.call(sp.zeta, x, q)], [x], [G.ONE], 2)

@@ -502,6 +502,13 @@ def _identity(b: Builder, expr) -> int:
     return b.term(expr.args[0])
 
 
+def _zeta(b: Builder, expr) -> int:
+    """Hurwitz's zeta(x, q); SymPy's one-argument (Riemann) zeta(x) is zeta(x, 1)."""
+    args = expr.args
+    q = b.term(args[1]) if len(args) > 1 else b.const(sp.S.One)
+    return b.op("zeta", b.term(args[0]), q)
+
+
 _RULES: dict[str, Callable] = {
     "quotient": _quotient,
     "pow": _pow,
@@ -509,6 +516,7 @@ _RULES: dict[str, Callable] = {
     "heaviside": _heaviside,
     "identity": _identity,
     "ite": _ite,
+    "zeta": _zeta,
 }
 _KINDS: dict[str, Callable] = {"apply": _apply, "fold": _fold, "rule": _RULES.__getitem__}
 

@@ -157,9 +157,11 @@ def _zeta_series(s, x, u: list, value) -> list:
     return s.by_derivative(u, value, slope)
 
 
-def _zeta_rule(s, value, x, u):
-    """zeta(x, u): no derivative in x (TensorFlow's), so x must not move."""
-    return _zeta_series(s, s.fixed(x, "the first argument of zeta"), u, value)
+def _zeta_rule(s, value, x, u=None):
+    """zeta(x, u): no derivative in x (TensorFlow's), so x must not move; SymPy's Riemann
+    zeta(x) is zeta(x, 1)."""
+    fixed = s.fixed(x, "the first argument of zeta")
+    return s.constant(value, len(x)) if u is None else _zeta_series(s, fixed, u, value)
 
 
 # --------------------------------------------------------------------------------------------
@@ -206,7 +208,7 @@ RECORDS: tuple[Head, ...] = (
          _integral(lambda s, u: s.scaled(_NEG, _gauss(s, u))), "erfc"),
     Head(F.BesselI0e, bessel_i0e, "apply:bessel_i0e", False, None, "bessel_i0e"),
     Head(F.BesselI1e, bessel_i1e, "apply:bessel_i1e", False, None, "bessel_i1e"),
-    Head(sp.zeta, _zeta, "apply:zeta", False, _zeta_rule, "zeta"),
+    Head(sp.zeta, _zeta, "rule:zeta", False, _zeta_rule, "zeta"),
     # piecewise-constant and kinked functions (kinks: no series, see taylor.KINKED)
     Head(sp.Abs, np.abs, "apply:abs", True, None, "abs"),
     Head(sp.sign, np.sign, "apply:sign", True, _steady, "sign"),

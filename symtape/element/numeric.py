@@ -486,8 +486,9 @@ def _zeta_sum(x: np.ndarray, q: np.ndarray) -> np.ndarray:
     return s
 
 
-def zeta(x, q):
-    """The Hurwitz zeta function ``sum over k >= 0 of (q + k) ** -x`` elementwise, with
+def zeta(x, q=1.0):
+    """The Hurwitz zeta function ``sum over k >= 0 of (q + k) ** -x`` elementwise (``q`` 1:
+    Riemann's, as SymPy's one-argument zeta), with
     TensorFlow's conventions: inf at ``x = 1``; nan for ``x < 1``; at ``q = 0, -1, -2, ...``
     inf for an even integer ``x``, else nan; nan for ``q < 0`` with ``x`` not an integer, and
     for ``q`` below -1e6 (the direct sum would take more than a million terms); at ``x = inf``

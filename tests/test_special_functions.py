@@ -569,3 +569,27 @@ def test_zeta_taylor_coefficients_and_a_moving_first_argument():
     x = G.Leaf.new("x")
     with pytest.raises(taylor.Unsupported, match="first argument of zeta"):
         taylor.coefficients([G.call(sp.zeta, x, q)], [x], [G.ONE], 2)
+
+
+def test_saved_programs_keep_erfc_bessel_and_zeta_and_their_gradients(tmp_path):
+    class Model(st.Module):
+        @st.function(input_signature=[st.TensorSpec((3,))])
+        def __call__(self, x):
+            return (st.math.erfc(x) + st.math.bessel_i1e(x) * st.math.bessel_i0e(x)
+                    + st.math.zeta(2.5, x * x + 1.0))
+
+    xs = np.array([0.3, -1.2, 2.5])
+    st.saved_model.save(Model(), str(tmp_path))
+    loaded = st.saved_model.load(str(tmp_path))
+    x = st.Variable(xs)
+    with st.GradientTape() as tape:
+        y = loaded(x)
+    i0 = special.i0e(xs)
+    i1 = special.i1e(xs)
+    np.testing.assert_allclose(y.numpy(), special.erfc(xs) + i1 * i0
+                               + special.zeta(2.5, xs * xs + 1.0), rtol=1e-14)
+    di0 = i1 - np.sign(xs) * i0
+    di1 = i0 - i1 * (np.sign(xs) + 1 / xs)
+    want = (-2 / np.sqrt(np.pi) * np.exp(-xs * xs) + di1 * i0 + i1 * di0
+            - 2.5 * special.zeta(3.5, xs * xs + 1.0) * 2 * xs)
+    np.testing.assert_allclose(tape.gradient(y, x).numpy(), want, rtol=1e-12)

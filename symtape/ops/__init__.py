@@ -44,6 +44,7 @@ from symtape.ops.contraction import (
     Einsum, MatMul, dot_atoms, einsum, in_order_sum, matmul, parse_einsum,
 )
 from symtape.ops.linalg import Det, Inv, Solve, swap_last, cofactors, det, inv, solve
+from symtape.ops.factorizations import cholesky, triangular_solve  # noqa: F401
 from symtape.ops.reductions import (
     ORDERED_TERMS, Reduction, normalize_axes, reduce_euclidean_norm, reduce_logsumexp, reduce_max,
     reduce_mean, reduce_min, reduce_prod, reduce_sum,
@@ -56,6 +57,7 @@ from symtape.ops.structural import (  # TensorFlow's moves
     MatrixDiag, Roll, gather_nd, matrix_diag, matrix_diag_part, roll, slice_,
 )
 from symtape.ops.segment import SegmentReduce, segment_reduce
+from symtape.ops.ordering import Scan, cumprod, cumsum  # noqa: F401
 
 # The core applies this table's primitives by name; what else its eager path needs it is lent.
 from symtape.core.apply import lend  # noqa: E402

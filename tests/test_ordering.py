@@ -1,0 +1,207 @@
+"""Scans (``cumsum``, ``cumprod``): values against numpy and TensorFlow's rows, gradients
+against central finite differences and hand formulas (exact at zeros of ``cumprod``), second
+derivatives, batching, sparsity and loop forms against eager values."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import symtape as st
+from symtape.codegen import compile_plan
+from symtape.compile import planner as loopnest
+from symtape.core.primitive import OPS
+
+FLAGS = [(e, r) for e in (False, True) for r in (False, True)]
+
+
+def _np_scan(x, kind, axis, exclusive, reverse):
+    fn = np.cumsum if kind == "sum" else np.cumprod
+    x = np.flip(x, axis) if reverse else x
+    out = fn(x, axis=axis)
+    if exclusive:
+        out = np.moveaxis(out, axis, -1)
+        out = np.concatenate([np.full(out.shape[:-1] + (1,), 0.0 if kind == "sum" else 1.0),
+                              out[..., :-1]], axis=-1)
+        out = np.moveaxis(out, -1, axis)
+    return np.flip(out, axis) if reverse else out
+
+
+def _fd_grad(f, x, h=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(*x.shape):
+        e = np.zeros_like(x)
+        e[i] = h
+        g[i] = (f(x + e) - f(x - e)) / (2 * h)
+    return g
+
+
+# -- values -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exclusive, reverse", FLAGS)
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_values_equal_numpys(axis, exclusive, reverse):
+    x = np.random.default_rng(0).normal(size=(3, 4, 5))
+    for kind, fn in (("sum", st.math.cumsum), ("prod", st.math.cumprod)):
+        got = fn(x, axis=axis, exclusive=exclusive, reverse=reverse).numpy()
+        np.testing.assert_allclose(got, _np_scan(x, kind, axis % 3, exclusive, reverse),
+                                   rtol=1e-14, atol=1e-14)
+
+
+def test_tensorflows_rows():
+    # tf.cumsum docs: [a, b, c] -> exclusive [0, a, a + b], reverse [a + b + c, b + c, c],
+    # both [b + c, c, 0]
+    x = [1.0, 2.0, 4.0]
+    assert st.cumsum(x).numpy().tolist() == [1.0, 3.0, 7.0]
+    assert st.cumsum(x, exclusive=True).numpy().tolist() == [0.0, 1.0, 3.0]
+    assert st.cumsum(x, reverse=True).numpy().tolist() == [7.0, 6.0, 4.0]
+    assert st.cumsum(x, exclusive=True, reverse=True).numpy().tolist() == [6.0, 4.0, 0.0]
+    assert st.math.cumprod(x, exclusive=True, reverse=True).numpy().tolist() == [8.0, 4.0, 1.0]
+    ints = st.cumsum(st.constant([1, 2, 3], dtype=st.int32))
+    assert ints.dtype == st.int32 and ints.numpy().tolist() == [1, 3, 6]
+
+
+def test_bad_arguments_name_the_argument():
+    with pytest.raises(Exception, match="axis 2 is out of range"):
+        st.cumsum(np.ones((2, 3)), axis=2)
+    with pytest.raises(Exception, match="scalar"):
+        st.math.cumprod(1.0)
+    with pytest.raises(Exception, match="exclusive must be a bool"):
+        st.cumsum([1.0], exclusive="yes")
+    with pytest.raises(Exception, match="axis must be an int"):
+        st.cumsum([1.0], axis=0.5)
+
+
+# -- gradients --------------------------------------------------------------------------------
+
+
+def _grad(fn, x, w, **kw):
+    v = st.Variable(x)
+    with st.GradientTape() as t:
+        y = st.reduce_sum(fn(v, **kw) * w)
+    return t.gradient(y, v).numpy()
+
+
+@pytest.mark.parametrize("exclusive, reverse", FLAGS)
+def test_gradients_equal_finite_differences(exclusive, reverse):
+    rng = np.random.default_rng(1)
+    x = rng.uniform(0.5, 1.5, size=(3, 5)) * rng.choice([-1.0, 1.0], size=(3, 5))
+    w = rng.normal(size=(3, 5))
+    for kind, fn in (("sum", st.math.cumsum), ("prod", st.math.cumprod)):
+        kw = dict(axis=1, exclusive=exclusive, reverse=reverse)
+        got = _grad(fn, x, w, **kw)
+        want = _fd_grad(lambda z: np.sum(_np_scan(z, kind, 1, exclusive, reverse) * w), x)
+        np.testing.assert_allclose(got, want, rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.parametrize("exclusive, reverse", FLAGS)
+def test_cumprod_gradient_is_exact_at_zeros(exclusive, reverse):
+    """d out_i / d x_j = product of x_k over the scanned k other than j (a hand formula
+    with no division), where TensorFlow's division by x gives nan."""
+    x = np.array([1.5, 0.0, 2.0, 0.0, 3.0, -1.0])
+    w = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    n = len(x)
+    want = np.zeros(n)
+    for i in range(n):
+        terms = [k for k in range(n) if (k >= i if reverse else k <= i) and
+                 not (exclusive and k == i)]
+        for j in terms:
+            want[j] += w[i] * np.prod([x[k] for k in terms if k != j])
+    got = _grad(st.math.cumprod, x, w, exclusive=exclusive, reverse=reverse)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["sum", "prod"])
+def test_second_derivatives_equal_finite_differences_of_the_gradient(kind):
+    fn = st.math.cumsum if kind == "sum" else st.math.cumprod
+    rng = np.random.default_rng(2)
+    x = rng.uniform(0.5, 1.5, size=4)
+    w = rng.normal(size=4)
+
+    def hess(x0):
+        v = st.Variable(x0)
+        with st.GradientTape() as outer:
+            with st.GradientTape() as inner:
+                y = st.reduce_sum(fn(v, reverse=True) ** 2 * w)
+            g = inner.gradient(y, v)
+        return outer.jacobian(g, v).numpy()
+
+    def grad(z):
+        return _grad(lambda v: fn(v, reverse=True) ** 2, z, w)
+
+    want = np.stack([(grad(x + h) - grad(x - h)) / 2e-6 for h in np.eye(4) * 1e-6], axis=1)
+    np.testing.assert_allclose(hess(x), want, rtol=1e-6, atol=1e-7)
+    # and at a zero of cumprod: exact against sympy-free hand formula of d2(prod)/dxj dxk
+    if kind == "prod":
+        x0 = np.array([2.0, 0.0, 3.0])
+        v = st.Variable(x0)
+        with st.GradientTape() as outer:
+            with st.GradientTape() as inner:
+                y = st.reduce_sum(st.math.cumprod(v)[2:])  # x0 * x1 * x2
+            g = inner.gradient(y, v)
+        h = outer.jacobian(g, v).numpy()
+        np.testing.assert_array_equal(h, [[0.0, 3.0, 0.0], [3.0, 0.0, 2.0], [0.0, 2.0, 0.0]])
+
+
+# -- batching, sparsity -----------------------------------------------------------------------
+
+
+def test_batching_equals_row_by_row():
+    x = np.random.default_rng(3).normal(size=(4, 3, 5))
+    for name in ("cumsum", "cumprod"):
+        prim = OPS[name]
+        params = dict(axis=1, exclusive=True, reverse=True)
+        out = prim.batch([st.constant(x)], [True], params, (3, 5))
+        for i in range(4):
+            np.testing.assert_allclose(out.numpy()[i], prim.bind(x[i], **params).numpy(),
+                                       rtol=1e-15)
+
+
+def test_sparsity_is_triangular_along_the_axis():
+    deps = np.array([[1 << (3 * i + j) for j in range(3)] for i in range(2)], dtype=object)
+    got = OPS["cumsum"].dependencies([deps], dict(axis=1, exclusive=False, reverse=False),
+                                     (2, 3))
+    assert got[0].tolist() == [1, 3, 7] and got[1].tolist() == [8, 24, 56]
+    got = OPS["cumprod"].dependencies([deps], dict(axis=0, exclusive=True, reverse=True),
+                                      (2, 3))
+    assert got[0].tolist() == [8, 16, 32] and got[1].tolist() == [0, 0, 0]
+
+
+# -- compiled ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("shape, axis", [((5,), 0), ((3000,), 0), ((40, 70), 0), ((4, 6, 300), 1)])
+def test_loop_form_equals_eager_values(shape, axis):
+    sym = st.symbol("x", shape=shape)
+    outs = [fn(sym, axis=axis, exclusive=e, reverse=r) for e, r in FLAGS
+            for fn in (st.math.cumsum, lambda v, **kw: st.math.cumprod(v * 0.1 + 1.0, **kw))]
+    plan = loopnest.plan_loops([o._node for o in outs], [sym._node])
+    f = compile_plan(plan)
+    x = np.random.default_rng(4).normal(size=shape)
+    got = f(x[None])
+    for (e, r), (gs, gp) in zip(FLAGS, zip(got[0::2], got[1::2])):
+        np.testing.assert_allclose(gs[0], _np_scan(x, "sum", axis, e, r), rtol=1e-12,
+                                   atol=1e-9)
+        np.testing.assert_allclose(gp[0], _np_scan(x * 0.1 + 1.0, "prod", axis, e, r),
+                                   rtol=1e-12)
+
+
+def test_compiled_function_and_gradient_equal_eager():
+    w = np.random.default_rng(5).normal(size=2000)
+
+    def loss(v):
+        return st.reduce_sum(st.math.cumprod(v, reverse=True) * w) + \
+            st.reduce_sum(st.cumsum(v * v, exclusive=True) * w)
+
+    def grad(v):
+        with st.GradientTape() as t:
+            t.watch(v)
+            y = loss(v)
+        return t.gradient(y, v)
+
+    x = 1.0 + 0.001 * np.random.default_rng(6).normal(size=2000)
+    x[7] = 0.0
+    f = st.function(grad)
+    np.testing.assert_allclose(f(x).numpy(), grad(st.constant(x)).numpy(), rtol=1e-9,
+                               atol=1e-9)

@@ -15,10 +15,12 @@ from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.math import table_entry
 from symtape.math import einsum, eye, global_norm, matmul, norm, tensordot  # also under tf.linalg
 from symtape.core.variables import constant, convert_to_tensor
+from symtape.linalg_factor import cholesky, cholesky_solve, logdet, triangular_solve
 
 __all__ = ["det", "inv", "solve", "trace", "matrix_transpose", "matmul", "norm", "einsum",
            "tensordot", "eye", "global_norm", "diag", "diag_part",
-           "matvec", "cross", "band_part"]
+           "matvec", "cross", "band_part",
+           "cholesky", "triangular_solve", "cholesky_solve", "logdet"]
 
 
 #: ``name -> composite`` of this module (the op-table test asks for a row per entry).

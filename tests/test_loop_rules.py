@@ -23,7 +23,7 @@ PLANNER = Path(loopnest.__file__)
 
 #: Ops with no loop form: their rule unrolls the element view (up to UNROLL_LIMIT elements)
 #: or raises Unplannable.
-UNROLLED = {"det", "inv", "solve", "cast"}
+UNROLLED = {"det", "inv", "solve", "cast", "cholesky", "triangular_solve"}
 
 
 # -- the planner knows no op ------------------------------------------------------------------

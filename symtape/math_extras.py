@@ -18,7 +18,7 @@ from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
 from symtape.core.tensor import true_divide
 from symtape.core.variables import Tensor, constant, convert_to_tensor
 from symtape.segments import *  # noqa: F403 - TensorFlow's segment and scatter ops
-from symtape.ordering import *  # noqa: F403 - TensorFlow's scans
+from symtape.ordering import *  # noqa: F403 - TensorFlow's scans and orderings
 
 __all__ = ["add_n", "reciprocal", "erfc", "xlogy", "multiply_no_nan", "log_sigmoid",
            "is_finite", "is_nan", "is_inf", "reduce_all", "reduce_any", "one_hot",
@@ -28,7 +28,8 @@ __all__ = ["add_n", "reciprocal", "erfc", "xlogy", "multiply_no_nan", "log_sigmo
            "unsorted_segment_min", "unsorted_segment_prod", "scatter_nd",
            "tensor_scatter_nd_add", "tensor_scatter_nd_sub", "tensor_scatter_nd_update",
            "tensor_scatter_nd_max", "tensor_scatter_nd_min", "bessel_i0e", "bessel_i1e",
-           "zeta", "polyval", "cumsum", "cumprod"]
+           "zeta", "polyval", "cumsum", "cumprod", "sort", "argsort", "top_k",
+           "searchsorted", "unique"]
 
 #: ``name -> composite`` of this module (``st.math.COMPOSITES`` holds them too).
 COMPOSITES: dict = {}

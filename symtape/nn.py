@@ -14,6 +14,7 @@ from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError, Un
 from symtape.math import table_entry
 from symtape.math import sigmoid, softplus, tanh  # TensorFlow exposes these under tf.nn too
 from symtape.math import l2_normalize  # tf.nn.l2_normalize as well
+from symtape.math import top_k  # tf.nn.top_k as well
 
 __all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "softmax", "log_softmax",
            "sigmoid_cross_entropy_with_logits", "softmax_cross_entropy_with_logits", "l2_loss",

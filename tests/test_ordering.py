@@ -205,3 +205,175 @@ def test_compiled_function_and_gradient_equal_eager():
     f = st.function(grad)
     np.testing.assert_allclose(f(x).numpy(), grad(st.constant(x)).numpy(), rtol=1e-9,
                                atol=1e-9)
+
+
+# -- sort, argsort, top_k, searchsorted, unique -----------------------------------------------
+
+
+def _desc_order(x, axis):
+    """Stable descending order (ties by index), from numpy's stable ascending sort of the
+    negated keys (floats without nan)."""
+    return np.argsort(-x, axis=axis, kind="stable")
+
+
+@pytest.mark.parametrize("axis", [0, -1])
+def test_sort_and_argsort_equal_numpys(axis):
+    x = np.random.default_rng(7).integers(0, 4, size=(5, 6)).astype(float)  # many ties
+    np.testing.assert_array_equal(st.sort(x, axis=axis).numpy(), np.sort(x, axis=axis))
+    np.testing.assert_array_equal(st.sort(x, axis=axis, direction="DESCENDING").numpy(),
+                                  -np.sort(-x, axis=axis))
+    np.testing.assert_array_equal(st.argsort(x, axis=axis).numpy(),
+                                  np.argsort(x, axis=axis, kind="stable"))
+    np.testing.assert_array_equal(st.argsort(x, axis=axis, direction="DESCENDING").numpy(),
+                                  _desc_order(x, axis))
+    assert st.argsort(x).dtype == st.int32
+    ints = st.sort(st.constant([3, 1, 2], dtype=st.int32))
+    assert ints.dtype == st.int32 and ints.numpy().tolist() == [1, 2, 3]
+
+
+def test_tensorflows_rows_of_orderings():
+    # tf.sort / tf.argsort docs; ties keep index order in both directions
+    assert st.sort([1.0, 10.0, 26.9, 2.8, 166.32, 62.3]).numpy().tolist() == \
+        [1.0, 2.8, 10.0, 26.9, 62.3, 166.32]
+    assert st.argsort([1.0, 10.0, 26.9, 2.8, 166.32, 62.3]).numpy().tolist() == \
+        [0, 3, 1, 2, 5, 4]
+    assert st.argsort([2.0, 1.0, 2.0, 1.0], direction="DESCENDING").numpy().tolist() == \
+        [0, 2, 1, 3]
+    v, i = st.math.top_k([[1.0, 5.0, 5.0, 3.0], [9.0, 0.0, 9.0, 9.0]], k=2)
+    assert v.numpy().tolist() == [[5.0, 5.0], [9.0, 9.0]]
+    assert i.numpy().tolist() == [[1, 2], [0, 2]]
+    assert st.nn.top_k([1.0, 2.0], k=0)[0].shape == (0,)
+    # tf.searchsorted docs: sorted rows and values per row
+    seq = [[0.0, 3.0, 9.0, 9.0, 10.0], [1.0, 2.0, 3.0, 4.0, 5.0]]
+    vals = [[2.0, 4.0, 9.0], [0.0, 2.0, 6.0]]
+    assert st.searchsorted(seq, vals).numpy().tolist() == [[1, 2, 2], [0, 1, 5]]
+    assert st.searchsorted(seq, vals, side="right").numpy().tolist() == [[1, 2, 4], [0, 2, 5]]
+    assert st.searchsorted(seq, vals, out_type=st.int64).dtype == st.int64
+    # tf.unique docs
+    y, idx = st.unique([1, 1, 2, 4, 4, 4, 7, 8, 8])
+    assert y.numpy().tolist() == [1, 2, 4, 7, 8]
+    assert idx.numpy().tolist() == [0, 0, 1, 2, 2, 2, 3, 4, 4]
+    y, idx = st.unique([3.0, 1.0, 3.0, 2.0])
+    assert y.numpy().tolist() == [3.0, 1.0, 2.0] and idx.numpy().tolist() == [0, 1, 0, 2]
+
+
+def test_orderings_name_bad_arguments():
+    with pytest.raises(Exception, match="direction must be"):
+        st.sort([1.0], direction="UP")
+    with pytest.raises(Exception, match="k must be an int in"):
+        st.math.top_k([1.0, 2.0], k=3)
+    with pytest.raises(Exception, match="side must be"):
+        st.searchsorted([1.0], [1.0], side="middle")
+    with pytest.raises(Exception, match="same leading axes"):
+        st.searchsorted([[1.0]], [1.0, 2.0])
+    with pytest.raises(Exception, match="must be 1-D"):
+        st.unique([[1.0]])
+    with pytest.raises(Exception, match="axis 1 is out of range"):
+        st.argsort([1.0], axis=1)
+
+
+def test_unique_refuses_traced_tensors():
+    f = st.function(lambda x: st.unique(x)[0])
+    with pytest.raises(Exception, match="size of its result depends on the values"):
+        f(np.array([1.0, 2.0, 1.0]))
+
+
+@pytest.mark.parametrize("direction", ["ASCENDING", "DESCENDING"])
+def test_sort_and_top_k_gradients_go_back_through_the_permutation(direction):
+    rng = np.random.default_rng(8)
+    x = rng.permutation(12).astype(float).reshape(3, 4) + 0.25  # no ties
+    w = rng.normal(size=(3, 4))
+    for axis in (0, 1):
+        got = _grad(st.sort, x, w, axis=axis, direction=direction)
+        ref = np.sort(x, axis=axis) if direction == "ASCENDING" else -np.sort(-x, axis=axis)
+        want = _fd_grad(lambda z: np.sum((np.sort(z, axis=axis) if direction == "ASCENDING"
+                                          else -np.sort(-z, axis=axis)) * w), x)
+        np.testing.assert_allclose(got, want, atol=1e-8)
+        assert ref.shape == x.shape
+    got = _grad(lambda v: st.math.top_k(v, k=2)[0], x, w[:, :2])
+    want = _fd_grad(lambda z: np.sum(-np.sort(-z, axis=1)[:, :2] * w[:, :2]), x)
+    np.testing.assert_allclose(got, want, atol=1e-8)
+
+
+def test_gradient_at_ties_follows_the_stable_permutation():
+    """Ties: each place gets the cotangent of the one sorted place it went to (TensorFlow's
+    top_k gradient scatters by its indices, lower index first)."""
+    x = np.array([2.0, 1.0, 2.0, 2.0])
+    w = np.array([10.0, 20.0, 30.0, 40.0])
+    assert _grad(st.sort, x, w).tolist() == [20.0, 10.0, 30.0, 40.0]
+    assert _grad(st.sort, x, w, direction="DESCENDING").tolist() == [10.0, 40.0, 20.0, 30.0]
+    assert _grad(lambda v: st.math.top_k(v, k=2)[0], x, w[:2]).tolist() == \
+        [10.0, 0.0, 20.0, 0.0]
+
+
+def test_second_derivative_through_sort():
+    x = np.array([0.3, -1.2, 2.0])
+    v = st.Variable(x)
+    with st.GradientTape() as outer:
+        with st.GradientTape() as inner:
+            y = st.reduce_sum(st.sort(v) ** 3 * st.constant([1.0, 2.0, 3.0]))
+        g = inner.gradient(y, v)
+    h = outer.jacobian(g, v).numpy()
+    # sorted order: x1, x0, x2 with weights 1, 2, 3: d2/dxj2 = 6 * w_rank(j) * x_j
+    np.testing.assert_allclose(h, np.diag([6 * 2 * 0.3, 6 * 1 * -1.2, 6 * 3 * 2.0]),
+                               atol=1e-12)
+
+
+def test_ordering_batch_rules_equal_row_by_row():
+    x = np.random.default_rng(9).integers(0, 3, size=(4, 5)).astype(float)
+    for name, params in (("argsort", dict(axis=0, descending=True)),):
+        out = OPS[name].batch([st.constant(x)], [True], params, (5,)).numpy()
+        for i in range(4):
+            np.testing.assert_array_equal(out[i], OPS[name].bind(x[i], **params).numpy())
+    out = OPS["sort_permute"].batch([st.constant(x), st.constant(x)], [True, True],
+                                    dict(axis=0, descending=False, inverse=False), (5,))
+    np.testing.assert_array_equal(out.numpy(), np.sort(x, axis=1))
+    seq = np.array([0.0, 1.0, 2.0])
+    out = OPS["searchsorted"].batch([st.constant(seq), st.constant(x)], [False, True],
+                                    dict(side="right", out_type="int32", axis=0), (5,))
+    np.testing.assert_array_equal(out.numpy(), np.searchsorted(seq, x, side="right"))
+
+
+def test_sort_element_view_is_a_network_of_min_and_max():
+    s = st.symbol("s", shape=(3,))
+    exprs = st.sort(s, direction="DESCENDING").expr
+    for vals in ([1.0, 3.0, 2.0], [2.0, 2.0, -1.0], [0.0, 0.0, 0.0]):
+        sub = dict(zip(sorted(exprs[0].free_symbols, key=str), vals))
+        got = [float(e.subs(sub)) for e in exprs]
+        assert got == sorted(vals, reverse=True)
+    assert exprs[0].func.__name__ == "Max"
+
+
+def test_compiled_orderings_equal_eager_when_small_and_refuse_when_large():
+    def fn(v):
+        vals, idx = st.math.top_k(v, k=3)
+        return st.reduce_sum(st.sort(v) * st.constant([1.0, 2.0, 3.0, 4.0, 5.0])) + \
+            st.reduce_sum(vals) + st.cast(idx[0], st.float64) + \
+            st.cast(st.searchsorted(st.constant([0.0, 0.5]), v[:2])[1], st.float64)
+
+    def grad(v):
+        with st.GradientTape() as t:
+            t.watch(v)
+            y = fn(v)
+        return y, t.gradient(y, v)
+
+    f = st.function(grad)
+    for x in (np.array([0.3, -1.0, 2.0, 0.7, 0.1]), np.array([1.0, 1.0, 0.0, 1.0, -2.0])):
+        got, want = f(x), grad(st.constant(x))
+        np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-14)
+        np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=1e-14)
+    big = st.function(lambda v: st.sort(v) * 2.0)
+    with pytest.raises(Exception, match="sort_permute of 5000 elements has no loop form"):
+        big(np.zeros(5000))
+
+
+def test_eager_sort_of_a_hundred_thousand_is_numpy_fast():
+    import time
+    x = np.random.default_rng(10).normal(size=100_000)
+    times = []
+    for _ in range(5):
+        t0 = time.perf_counter()
+        out = st.sort(x)
+        times.append(time.perf_counter() - t0)
+    np.testing.assert_array_equal(out.numpy(), np.sort(x))
+    assert min(times) < 0.5, times

@@ -19,16 +19,18 @@ import numpy as np
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.base.lazy import LazyModule
 from symtape.core.primitive import (
-    Aval, Primitive, Zero, axis_after_batch, fmt, obj, register_primitive,
+    Aval, Primitive, Unplannable, Zero, axis_after_batch, fmt, obj, register_primitive,
 )
 from symtape.ops.elementwise import (
-    divide, equal, logical_and, multiply, where,
+    divide, equal, greater, less, less_equal, logical_and, maximum, minimum, multiply,
+    where,
 )
 from symtape.ops.structural import cast, gather_flat
 
 G = LazyModule("G", globals(), "symtape.element.graph")
 
-__all__ = ["Scan", "cumsum", "cumprod", "oriented_places"]
+__all__ = ["Scan", "SortPermute", "Argsort", "SearchSorted", "cumsum", "cumprod",
+           "sort_permute", "argsort", "searchsorted", "oriented_places", "stable_order"]
 
 
 def oriented_places(shape: tuple, axis: int, reverse: bool, shift: int) -> np.ndarray:
@@ -239,3 +241,265 @@ def _inclusive_prod_cotangent(g, p, x, axis: int):
 cumsum = register_primitive(Scan("cumsum", "sum"))
 cumprod = register_primitive(Scan("cumprod", "prod"))
 
+
+# --------------------------------------------------------------------------------------------
+# Orderings: sort_permute (values taken in the stable order of keys), argsort, searchsorted
+# --------------------------------------------------------------------------------------------
+
+
+def stable_order(key: np.ndarray, axis: int, descending: bool) -> np.ndarray:
+    """The stable sorting permutation of ``key`` along ``axis`` (ties keep their order, in
+    either direction, as TensorFlow's ``sort``/``argsort``/``top_k``).
+
+    >>> stable_order(np.array([1.0, 3.0, 3.0, 2.0]), 0, True).tolist()
+    [1, 2, 3, 0]
+    """
+    if not descending:
+        return np.argsort(key, axis=axis, kind="stable")
+    n = key.shape[axis]
+    flipped = np.argsort(np.flip(key, axis), axis=axis, kind="stable")
+    return (n - 1) - np.flip(flipped, axis)
+
+
+def _ranks(keys: list, descending: bool) -> list:
+    """The element view of each key's place in the stable order of ``keys`` (one line)."""
+    before = greater if descending else less
+    one, zero = G.ONE, G.ZERO
+    out = []
+    for j, kj in enumerate(keys):
+        terms = [where.build_atom(before.build_atom(kk, kj), one, zero)
+                 for k, kk in enumerate(keys) if k != j]
+        terms += [where.build_atom(equal.build_atom(kk, kj), one, zero) for kk in keys[:j]]
+        out.append(G.add(*terms) if terms else zero)
+    return out
+
+
+def _pick(ranks: list, values: list, i: int):
+    """The value whose key is ``i``-th in order (a select over the line)."""
+    pairs = [(v, equal.build_atom(r, G.number(i))) for r, v in zip(ranks, values)]
+    return G.piecewise(*pairs, (G.ZERO, True))
+
+
+def _network(vals: list, descending: bool) -> list:
+    """A line's sorted values as an odd-even transposition network of min and max (exact
+    element formulas; ties give the same values in either order)."""
+    lo, hi = (maximum, minimum) if descending else (minimum, maximum)
+    vals = list(vals)
+    n = len(vals)
+    for r in range(n):
+        for i in range(r % 2, n - 1, 2):
+            a, b = vals[i], vals[i + 1]
+            vals[i], vals[i + 1] = lo.build_atom(a, b), hi.build_atom(a, b)
+    return vals
+
+
+def _lines(a: np.ndarray, axis: int):
+    moved = np.moveaxis(a, axis, -1)
+    return moved, list(np.ndindex(*moved.shape[:-1]))
+
+
+def _order_params(name: str, rank: int, params: dict) -> dict:
+    axis = params.get("axis", -1)
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise InvalidArgumentError(f"st.{name}: axis must be an int, got {axis!r}")
+    if not rank:
+        raise ShapeError(f"st.{name}: the tensor must have at least one axis, got a scalar")
+    if not -rank <= axis < rank:
+        raise ShapeError(f"st.{name}: axis {axis} is out of range for rank {rank}; use "
+                         f"-{rank} <= axis < {rank}")
+    return dict(axis=int(axis) % rank, descending=bool(params.get("descending", False)))
+
+
+class _Ordering(Primitive):
+    """What the ordering ops share: a batch rule moving the axis, no loop form beyond the
+    unrolled element view (a compiled sort of a long line is refused at once)."""
+
+    def batch(self, args, batched, params, shape):
+        moved = [a if b else _spread_to(a, batch_size_of(args, batched)) for a, b in
+                 zip(args, batched)]
+        return self.bind(*moved, **dict(params, axis=params["axis"] + 1))
+
+    def element_cost(self, node) -> int:
+        return node.size * node.shape[node.params["axis"]]  # (each place compares a line)
+
+    def dependencies(self, deps, params, shape):
+        """Each place on its line of every argument (along the axis)."""
+        axis = params["axis"]
+        out = np.zeros(shape, dtype=object)
+        for d in deps:
+            line = np.bitwise_or.reduce(np.asarray(d, dtype=object), axis=axis,
+                                        keepdims=True, initial=0)
+            out = out | np.broadcast_to(line, shape)
+        return np.asarray(out, dtype=object)
+
+    def loop(self, planner, node):
+        """The element view unrolled when small; a long line is refused at once (an
+        ordering in loops needs data-dependent places)."""
+        try:
+            return planner.unrolled(node)
+        except Unplannable:
+            raise Unplannable(
+                f"{self.name} of {node.size} elements has no loop form: compiled orderings "
+                "are unrolled comparisons, for small tensors only; call it eagerly") from None
+
+
+def batch_size_of(args, batched) -> int:
+    return next(int(a.shape[0]) for a, b in zip(args, batched) if b)
+
+
+def _spread_to(t, n: int):
+    from symtape.ops.structural import broadcast_to
+    return broadcast_to.bind(t, shape=(n,) + tuple(t.shape))
+
+
+class SortPermute(_Ordering):
+    """``out = v`` taken along ``axis`` in the stable order of ``key`` (``inverse``: put
+    back, the transpose); ``sort(x)`` is ``sort_permute(x, x)``."""
+
+    def __init__(self) -> None:
+        super().__init__("sort_permute", ("T", "*"), "fi", rules=(self._rule, None))
+
+    def prepare(self, avals, params):
+        v, k = avals
+        t = self.check_dtypes(avals[:1])
+        if k.dtype.kind not in "fiu":
+            raise InvalidArgumentError(f"st.sort: the keys must be float or integer, got "
+                                       f"{k.dtype.name}")
+        if tuple(v.shape) != tuple(k.shape):
+            raise ShapeError(f"st.sort: values of shape {fmt(v.shape)} and keys of shape "
+                             f"{fmt(k.shape)} differ")
+        p = _order_params("sort", len(v.shape), params)
+        p["inverse"] = bool(params.get("inverse", False))
+        return Aval(tuple(v.shape), t), p
+
+    def numeric(self, values, params):
+        v, key = (np.asarray(a) for a in values)
+        order = stable_order(key, params["axis"], params["descending"])
+        if not params["inverse"]:
+            return np.take_along_axis(v, order, params["axis"])
+        out = np.empty_like(v)
+        np.put_along_axis(out, order, v, params["axis"])
+        return out
+
+    def build(self, atoms, params):
+        v, key = atoms
+        axis = params["axis"]
+        vm, lines = _lines(v, axis)
+        km, _ = _lines(key, axis)
+        out = obj(vm.shape)
+        for line in lines:
+            vals = list(vm[line])
+            if not params["inverse"] and all(a is b for a, b in zip(vals, km[line])):
+                out[line] = _network(vals, params["descending"])  # (a sort of its keys)
+                continue
+            ranks = _ranks(list(km[line]), params["descending"])
+            if params["inverse"]:
+                # place j gets the value at position rank_j
+                for j, r in enumerate(ranks):
+                    out[line + (j,)] = G.piecewise(
+                        *[(vals[i], equal.build_atom(r, G.number(i)))
+                          for i in range(len(vals))], (G.ZERO, True))
+            else:
+                for i in range(vm.shape[-1]):
+                    out[line + (i,)] = _pick(ranks, vals, i)
+        return np.moveaxis(out, -1, axis)
+
+    @staticmethod
+    def _rule(g, ans, v, key, axis, descending, inverse):
+        if isinstance(g, Zero):
+            return Zero(v.shape, g.dtype)
+        return sort_permute.bind(g, key, axis=axis, descending=descending,
+                                 inverse=not inverse)
+
+
+class Argsort(_Ordering):
+    """``out[..., i, ...]``: the index along ``axis`` of the ``i``-th key in stable order
+    (int32, as TensorFlow's; no gradient)."""
+
+    def __init__(self) -> None:
+        super().__init__("argsort", ("T",), "fi", rules=(None,), out="int32")
+
+    def prepare(self, avals, params):
+        (a,) = avals
+        self.check_dtypes(avals)
+        return Aval(tuple(a.shape), np.dtype(np.int32)), _order_params("argsort",
+                                                                       len(a.shape), params)
+
+    def numeric(self, values, params):
+        order = stable_order(np.asarray(values[0]), params["axis"], params["descending"])
+        return order.astype(np.int32)
+
+    def build(self, atoms, params):
+        (key,) = atoms
+        km, lines = _lines(key, params["axis"])
+        out = obj(km.shape)
+        n = km.shape[-1]
+        for line in lines:
+            ranks = _ranks(list(km[line]), params["descending"])
+            idx = [G.number(j) for j in range(n)]
+            for i in range(n):
+                out[line + (i,)] = _pick(ranks, idx, i)
+        return np.moveaxis(out, -1, params["axis"])
+
+
+class SearchSorted(_Ordering):
+    """``out[..., j]``: how many of the sorted line ``s[..., :]`` lie before ``v[..., j]``
+    (``s < v`` for ``side='left'``, ``s <= v`` for ``'right'``); int, no gradient."""
+
+    def __init__(self) -> None:
+        super().__init__("searchsorted", ("T", "T"), "fi", rules=(None, None), out="int32")
+
+    def prepare(self, avals, params):
+        s, v = avals
+        self.check_dtypes(avals)
+        side = params.get("side", "left")
+        if side not in ("left", "right"):
+            raise InvalidArgumentError(f"st.searchsorted: side must be 'left' or 'right', "
+                                       f"got {side!r}")
+        out = np.dtype(params.get("out_type", np.int32))
+        if out not in (np.dtype(np.int32), np.dtype(np.int64)):
+            raise InvalidArgumentError(f"st.searchsorted: out_type must be int32 or int64, "
+                                       f"got {out.name}")
+        if not s.shape or not v.shape or tuple(s.shape[:-1]) != tuple(v.shape[:-1]):
+            raise ShapeError(f"st.searchsorted: sorted_sequence {fmt(s.shape)} and values "
+                             f"{fmt(v.shape)} must have at least one axis and the same "
+                             "leading axes")
+        return Aval(tuple(v.shape), out), dict(side=side, out_type=out.name,
+                                               axis=len(v.shape) - 1)
+
+    def batch(self, args, batched, params, shape):
+        n = batch_size_of(args, batched)
+        moved = [a if b else _spread_to(a, n) for a, b in zip(args, batched)]
+        return self.bind(*moved, side=params["side"], out_type=params["out_type"])
+
+    def numeric(self, values, params):
+        s, v = (np.asarray(a) for a in values)
+        lead = s.shape[:-1]
+        out = np.empty(v.shape, dtype=params["out_type"])
+        for row in np.ndindex(*lead):
+            out[row] = np.searchsorted(s[row], v[row], side=params["side"])
+        return out
+
+    def build(self, atoms, params):
+        s, v = atoms
+        before = less if params["side"] == "left" else less_equal
+        out = obj(v.shape)
+        for row in np.ndindex(*v.shape[:-1]):
+            for j in range(v.shape[-1]):
+                terms = [where.build_atom(before.build_atom(sk, v[row + (j,)]), G.ONE,
+                                          G.ZERO) for sk in s[row]]
+                out[row + (j,)] = G.add(*terms) if terms else G.ZERO
+        return out
+
+    def element_cost(self, node) -> int:
+        return node.size * node.inputs[0].shape[-1]
+
+    def dependencies(self, deps, params, shape):
+        s, v = (np.asarray(d, dtype=object) for d in deps)
+        line = np.bitwise_or.reduce(s, axis=-1, keepdims=True, initial=0)
+        return np.asarray(v | np.broadcast_to(line, shape), dtype=object)
+
+
+sort_permute = register_primitive(SortPermute())
+argsort = register_primitive(Argsort())
+searchsorted = register_primitive(SearchSorted())

@@ -374,6 +374,10 @@ class SortPermute(_Ordering):
 
     def numeric(self, values, params):
         v, key = (np.asarray(a) for a in values)
+        if values[0] is values[1] and not params["inverse"]:  # a sort of its keys: numpy's
+            out = np.sort(v, axis=params["axis"], kind="stable")
+            return np.ascontiguousarray(np.flip(out, params["axis"])) if \
+                params["descending"] else out
         order = stable_order(key, params["axis"], params["descending"])
         if not params["inverse"]:
             return np.take_along_axis(v, order, params["axis"])

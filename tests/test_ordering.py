@@ -377,3 +377,20 @@ def test_eager_sort_of_a_hundred_thousand_is_numpy_fast():
         times.append(time.perf_counter() - t0)
     np.testing.assert_array_equal(out.numpy(), np.sort(x))
     assert min(times) < 0.5, times
+
+
+def test_hessian_transform_and_sparse_jacobian():
+    """``st.hessian`` at a zero of cumprod against the hand formula of
+    ``f = x0 + 2 x0 x1 + 3 x0 x1 x2 + sum(x**3)``; the Jacobian of cumsum is lower triangular
+    (its sparsity pattern, not dense)."""
+    def f(v):
+        return st.reduce_sum(st.math.cumprod(v) * st.constant([1.0, 2.0, 3.0])) + \
+            st.reduce_sum(st.sort(v) ** 3)
+
+    x = np.array([2.0, 0.0, 3.0])
+    want = [[6 * 2.0, 2 + 3 * 3.0, 3 * 0.0], [2 + 3 * 3.0, 0.0, 3 * 2.0],
+            [3 * 0.0, 3 * 2.0, 6 * 3.0]]
+    np.testing.assert_allclose(st.hessian(f)(x), want, atol=1e-12)
+    jac = st.jacobian(lambda v: st.cumsum(v), sparse=True)(np.arange(5.0))
+    assert sorted(map(tuple, jac.indices.tolist())) == [(i, j) for i in range(5)
+                                                        for j in range(i + 1)]

@@ -90,6 +90,12 @@ def _alike(got: np.ndarray, want: np.ndarray, rtol: float = 1e-13) -> np.ndarray
     return both_nan | same_inf | close
 
 
+#: Heads whose eager values (numpy series, the C library) and compiled values (their own
+#: straight-line IR) agree to a few ulp rather than bit for bit: their derivatives near a
+#: zero (i1e' = i0e - i1e (sign + 1/x) vanishes near 1.5) amplify that relatively.
+FEW_ULP = {"bessel_i0e": 1e-10, "bessel_i1e": 1e-10, "erfc": 1e-12, "zeta": 1e-12}
+
+
 def _compiled_rows():
     return sorted(n for n, r in ROWS.items() if r.args and all(
         a.dtype.startswith("float") for a in r.args))
@@ -120,7 +126,7 @@ def test_compiled_equals_eager(name, lanes, monkeypatch):
         for j, g in enumerate(got):
             assert g.shape == (batch,) + outs[j].shape
             for row, k in enumerate(picks):
-                ok = _alike(g[row], eager[k][j])
+                ok = _alike(g[row], eager[k][j], FEW_ULP.get(name, 1e-13))
                 assert ok.all(), (name, j, points[k], g[row], eager[k][j])
 
 

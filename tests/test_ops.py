@@ -300,6 +300,22 @@ row("solve", lambda a, b: st.linalg.solve(a + 3 * np.eye(3), b), [_WELL(3), Arg(
 row("solve_elimination", lambda a, b: st.linalg.solve(a + 4 * np.eye(5), b, adjoint=True),
     [_WELL(5), Arg((5, 1))], lambda a, b: np.linalg.solve((a + 4 * np.eye(5)).T, b))
 
+row("cholesky", lambda a: st.linalg.cholesky(st.matmul(a, a, transpose_b=True) + 3 * np.eye(3)),
+    [_WELL(3)], lambda a: np.linalg.cholesky(a @ a.T + 3 * np.eye(3)))
+row("triangular_solve", lambda a, b: st.linalg.triangular_solve(a + 3 * np.eye(3), b),
+    [_WELL(3), Arg((3, 2))], lambda a, b: np.linalg.solve(np.tril(a + 3 * np.eye(3)), b))
+
+# ---- scans and orderings -------------------------------------------------------------------
+row("cumsum", lambda x: st.cumsum(x, axis=1, exclusive=True), [M23],
+    lambda x: np.concatenate([np.zeros((2, 1)), np.cumsum(x, 1)[:, :-1]], 1))
+row("cumprod", lambda x: st.math.cumprod(x, axis=1, reverse=True), [M23],
+    lambda x: np.flip(np.cumprod(np.flip(x, 1), 1), 1))
+row("sort_permute", lambda x: st.sort(x, direction="DESCENDING"), [Arg((5,))],
+    lambda x: -np.sort(-x))
+row("argsort", st.argsort, [Arg((5,))], lambda x: np.argsort(x, kind="stable"), nograd=(0,))
+row("searchsorted", lambda v: st.searchsorted([-1.0, 0.0, 1.0], v, side="right"),
+    [Arg((4,))], lambda v: np.searchsorted([-1.0, 0.0, 1.0], v, side="right"), nograd=(0,))
+
 # ---- softmax family ------------------------------------------------------------------------
 
 

@@ -394,3 +394,14 @@ def test_hessian_transform_and_sparse_jacobian():
     jac = st.jacobian(lambda v: st.cumsum(v), sparse=True)(np.arange(5.0))
     assert sorted(map(tuple, jac.indices.tolist())) == [(i, j) for i in range(5)
                                                         for j in range(i + 1)]
+
+
+def test_searchsorted_places_nan_as_tensorflows_bounds_do():
+    """TensorFlow's lower bound puts nan first (nothing is below it), its upper bound last;
+    eager values, formulas and compiled code agree."""
+    seq = np.array([-1.0, 0.0, 1.0])
+    v = np.array([np.nan, 0.5])
+    for side, want in (("left", [0, 2]), ("right", [3, 2])):
+        assert st.searchsorted(seq, v, side=side).numpy().tolist() == want
+        f = st.function(lambda s, x: st.searchsorted(s, x, side=side))
+        assert np.asarray(f(seq, v)).tolist() == want

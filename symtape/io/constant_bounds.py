@@ -478,6 +478,26 @@ def _rule_polygamma(iv, n, x):
     return _widened(iv, ends[0], ends[1], mp.ldexp(1, -_ENCLOSURE_PREC) if k == 0 else 0)
 
 
+def _rule_bessel_i0e(iv, x):
+    # even, decreasing in |x| from 1; above 1/sqrt(2 pi |x| + 4) (its asymptotic series has
+    # positive terms, and the bound holds on [0, 1] by direct check)
+    m = max(abs(_lo(x)), abs(_hi(x)))
+    return iv.mpf([1 / iv.sqrt(2 * iv.pi * m + 4).b, 1])
+
+
+def _rule_zeta(iv, x, q=None):
+    """Hurwitz zeta(x, q) (Riemann's for q = 1) where the sum is positive and bounded:
+    x >= 3/2 and q >= 1/2, where 0 < zeta <= q**-x + q**(1-x)/(x-1) (the integral test);
+    elsewhere, near its poles, the constant is refused."""
+    q = iv.mpf(1) if q is None else q
+    if _lo(x) < 1.5 or _lo(q) < 0.5:
+        raise _not_real("zeta of arguments near its poles (constants need x >= 3/2 and "
+                        "q >= 1/2)")
+    a, b = iv.mpf(_lo(x)), iv.mpf(_lo(q))
+    top = b ** -a + b ** (1 - a) / (a - 1)
+    return iv.mpf([0, top.b])
+
+
 ENCLOSURE_RULES: dict[str, Callable] = {
     "Add": _sum,
     "Mul": _product,
@@ -501,6 +521,10 @@ ENCLOSURE_RULES: dict[str, Callable] = {
     "acosh": _monotone("acosh", True, (1, None)),
     "atanh": _monotone("atanh", True, (-1, 1), open_=True),
     "erf": _monotone("erf"),
+    "erfc": _monotone("erfc", False),
+    "BesselI0e": _rule_bessel_i0e,
+    "BesselI1e": lambda iv, x: iv.mpf([-0.25, 0.25]),  # odd, |i1e| < 0.216
+    "zeta": _rule_zeta,
     "loggamma": _rule_loggamma,
     "polygamma": _rule_polygamma,
     "atan2": lambda iv, y, x: iv.mpf([-4, 4]),

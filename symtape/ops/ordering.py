@@ -22,7 +22,7 @@ from symtape.core.primitive import (
     Aval, Primitive, Unplannable, Zero, axis_after_batch, fmt, obj, register_primitive,
 )
 from symtape.ops.elementwise import (
-    divide, equal, greater, less, less_equal, logical_and, maximum, minimum, multiply,
+    divide, equal, greater, less, logical_and, maximum, minimum, multiply,
     where,
 )
 from symtape.ops.structural import cast, gather_flat
@@ -482,16 +482,22 @@ class SearchSorted(_Ordering):
         out = np.empty(v.shape, dtype=params["out_type"])
         for row in np.ndindex(*lead):
             out[row] = np.searchsorted(s[row], v[row], side=params["side"])
+        if params["side"] == "left" and v.dtype.kind == "f":
+            out[np.isnan(v)] = 0  # TensorFlow's lower bound: nothing is below nan
         return out
 
     def build(self, atoms, params):
+        # TensorFlow's bounds: 'left' counts s < v (lower_bound), 'right' counts not v < s
+        # (upper_bound), so a nan value is placed first on the left and last on the right
         s, v = atoms
-        before = less if params["side"] == "left" else less_equal
+        left = params["side"] == "left"
         out = obj(v.shape)
         for row in np.ndindex(*v.shape[:-1]):
             for j in range(v.shape[-1]):
-                terms = [where.build_atom(before.build_atom(sk, v[row + (j,)]), G.ONE,
-                                          G.ZERO) for sk in s[row]]
+                x = v[row + (j,)]
+                terms = [where.build_atom(less.build_atom(sk, x), G.ONE, G.ZERO) if left else
+                         where.build_atom(less.build_atom(x, sk), G.ZERO, G.ONE)
+                         for sk in s[row]]
                 out[row + (j,)] = G.add(*terms) if terms else G.ZERO
         return out
 

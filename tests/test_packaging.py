@@ -60,8 +60,17 @@ def test_an_unknown_example_is_named(capsys):
     assert "no example named 'no_such_example'" in capsys.readouterr().err
 
 
+def _sparse_to_scipy():
+    x = st.symbol("x", shape=(2,))
+    with st.GradientTape() as t:
+        y = st.reduce_sum(x ** 3)
+    h = t.hessian(y, x)
+    return st.compile(h, [x], sparse=True)(__import__("numpy").ones(2)).to_scipy()
+
+
 @pytest.mark.parametrize("module, call", [
     ("scipy", lambda: st.scipy.minimize(lambda x: st.reduce_sum(x * x), [1.0, 2.0])),
+    ("scipy", _sparse_to_scipy),
     ("matplotlib", lambda: st.plot(st.sin, (0.0, 1.0))),
 ])
 def test_a_missing_optional_dependency_names_its_extra(monkeypatch, module, call):

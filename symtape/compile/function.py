@@ -30,7 +30,9 @@ from symtape.compile import planner as loopnest
 from symtape.compile import strategy
 from symtape.core import node as N
 from symtape.codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
-from symtape.base.errors import InvalidArgumentError, ShapeError, UnboundLeafError
+from symtape.base.errors import (
+    InvalidArgumentError, MissingDependencyError, ShapeError, UnboundLeafError,
+)
 from symtape.core.tensor import adopt, constant
 from symtape.ops.random import Draw
 from symtape.core.variables import Tensor, symbol
@@ -172,8 +174,8 @@ class SparseResult(NamedTuple):
         try:
             from scipy import sparse
         except ImportError:
-            raise ImportError("SparseResult.to_scipy needs SciPy: pip install scipy") \
-                from None
+            raise MissingDependencyError('SparseResult.to_scipy needs SciPy: pip install '
+                                         '"symtape[scipy]"', name="scipy") from None
         values = np.asarray(self.values)[index]
         if values.ndim != 1:
             raise InvalidArgumentError(

@@ -1,7 +1,10 @@
 """``st.linalg``: determinants, inverses, solves and traces of (batches of) square matrices.
 
-Small matrices (n <= 3) use exact closed forms (Leibniz, adjugate); larger ones Gaussian
-elimination whose pivot order is chosen from the numeric values at trace time.
+Small matrices (n <= 3) use exact closed forms (Leibniz, adjugate); larger ones take their
+eager values from LAPACK through numpy (batched over leading dimensions) and their element view
+from Gaussian elimination whose pivot order is chosen from the numeric values at trace time.
+A singular matrix raises no error: ``det`` is 0 (LAPACK's LU) and ``inv``/``solve`` give
+inf/nan, as the elimination does.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Linear algebra (det, inv, solve): one elimination run on floats and on atoms. The
+"""Linear algebra (det, inv, solve): closed forms for n <= 3 and one elimination run on
+atoms (the element view); eager values beyond 3x3 from LAPACK through numpy. The
 contractions (matmul, einsum) are in :mod:`symtape.ops.contraction`."""
 
 from __future__ import annotations
@@ -286,9 +287,20 @@ class _Linalg(Primitive):
         return np.broadcast_to(out, shape).astype(object)
 
     def numeric(self, values, params):
+        """Closed forms for n <= 3 (the formulas print and compile alike); LAPACK through
+        numpy beyond, over all leading dimensions at once. A singular matrix, where LAPACK
+        refuses, is eliminated on floats instead: inf/nan, as the compiled code gives."""
         arrays = [np.asarray(v, dtype=np.float64) for v in values]
-        out = self.compute(arrays, params, _FloatRing)
-        return out.astype(np.asarray(values[0]).dtype)
+        out = None
+        if arrays[0].shape[-1] > 3:
+            try:
+                with np.errstate(all="ignore"):
+                    out = self.lapack(arrays, params)
+            except np.linalg.LinAlgError:
+                out = None
+        if out is None:
+            out = self.compute(arrays, params, _FloatRing)
+        return np.asarray(out).astype(np.asarray(values[0]).dtype)
 
     def build(self, atoms, params):
         return self.compute(atoms, params, _AtomRing())
@@ -310,6 +322,10 @@ class Det(_Linalg):
 
     def compute(self, arrays, params, ring):
         return self._batched(arrays, ring, _det, ())
+
+    @staticmethod
+    def lapack(arrays, params):
+        return np.linalg.det(arrays[0])
 
     @staticmethod
     def _rule(g, ans, x):
@@ -359,6 +375,10 @@ class Inv(_Linalg):
         return self._batched(arrays, ring, _inv, (n, n))
 
     @staticmethod
+    def lapack(arrays, params):
+        return np.linalg.inv(arrays[0])
+
+    @staticmethod
     def _rule(g, ans, x):
         # TF: -inv^T g inv^T
         inner = matmul.bind(g, ans, transpose_b=True)
@@ -385,6 +405,13 @@ class Solve(_Linalg):
         if params.get("adjoint"):
             a = np.swapaxes(a, -1, -2)
         return self._batched([a, b], ring, _solve, b.shape[-2:])
+
+    @staticmethod
+    def lapack(arrays, params):
+        a, b = arrays
+        if params.get("adjoint"):
+            a = np.swapaxes(a, -1, -2)
+        return np.linalg.solve(a, b)
 
     @staticmethod
     def _rule_b(g, ans, a, b, adjoint=False):

@@ -1,0 +1,106 @@
+"""Linear algebra speed: symtape beside numpy (and JAX when installed) in the same run.
+
+1. Eager ``st.linalg.inv`` and ``st.linalg.solve`` (one right-hand side) at n = 100, 200, 300:
+   best and median milliseconds of several runs, and the ratio to numpy's best.
+2. Compiled (``--compiled``): ``st.function`` of ``solve(A, b)`` for an n x n system, traced
+   for one point and called over a batch of points: setup seconds (trace, plan, LLVM) and
+   microseconds per point against ``numpy.linalg.solve`` on the same batch.
+
+    python benchmarks/linalg.py                       # eager only
+    python benchmarks/linalg.py --compiled --n 40     # and the compiled solve at n = 40
+
+On a loaded machine with few cores, multithreaded BLAS spins against other processes; compare
+with ``OPENBLAS_NUM_THREADS=1`` (both sides share it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+import symtape as st
+
+
+def timings(fn, repeat: int) -> tuple[float, float]:
+    """(best, median) seconds of ``repeat`` calls of ``fn`` after one warm-up call."""
+    fn()
+    runs = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - t)
+    return min(runs), statistics.median(runs)
+
+
+def jax_solvers():
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    inv = jax.jit(jnp.linalg.inv)
+    solve = jax.jit(jnp.linalg.solve)
+    return {"inv": lambda a: inv(a).block_until_ready(),
+            "solve": lambda a, b: solve(a, b).block_until_ready()}
+
+
+def eager(repeat: int) -> None:
+    jx = jax_solvers()
+    print("| eager | n | symtape best / median ms | numpy best / median ms | jax best ms "
+          "| symtape / numpy |")
+    print("|---|---|---|---|---|---|")
+    rng = np.random.default_rng(0)
+    for n in (100, 200, 300):
+        a = rng.standard_normal((n, n)) + n * np.eye(n)
+        b = rng.standard_normal((n, 1))
+        ta, tb = st.constant(a), st.constant(b)
+        cases = {"inv": (lambda: st.linalg.inv(ta), lambda: np.linalg.inv(a),
+                         jx and (lambda: jx["inv"](a))),
+                 "solve": (lambda: st.linalg.solve(ta, tb), lambda: np.linalg.solve(a, b),
+                           jx and (lambda: jx["solve"](a, b)))}
+        for name, (ours, ref, peer) in cases.items():
+            s_best, s_med = timings(ours, repeat)
+            n_best, n_med = timings(ref, repeat)
+            j = f"{timings(peer, repeat)[0] * 1e3:.2f}" if peer else "-"
+            print(f"| {name} | {n} | {s_best * 1e3:.2f} / {s_med * 1e3:.2f} | "
+                  f"{n_best * 1e3:.2f} / {n_med * 1e3:.2f} | {j} | {s_best / n_best:.1f}x |")
+
+
+def compiled(n: int, points: int, repeat: int) -> None:
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((points, n, n)) + n * np.eye(n)
+    b = rng.standard_normal((points, n, 1))
+    t = time.perf_counter()
+    fn = st.function(lambda m, r: st.linalg.solve(m, r),
+                     input_signature=[st.TensorSpec((n, n)), st.TensorSpec((n, 1))])
+    fn(a[:1], b[:1])
+    setup = time.perf_counter() - t
+    out = np.asarray(fn(a, b))
+    err = np.abs(out - np.linalg.solve(a, b)).max()
+    s_best, s_med = timings(lambda: fn(a, b), repeat)
+    n_best, n_med = timings(lambda: np.linalg.solve(a, b), repeat)
+    print(f"\ncompiled solve {n}x{n} over {points} points: setup {setup:.2f} s, "
+          f"max |error| {err:.1e}")
+    print(f"  per point: symtape {s_best / points * 1e6:.2f} / {s_med / points * 1e6:.2f} us "
+          f"(best / median), numpy {n_best / points * 1e6:.2f} / {n_med / points * 1e6:.2f} us, "
+          f"ratio {s_best / n_best:.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--compiled", action="store_true")
+    parser.add_argument("--n", type=int, default=80)
+    parser.add_argument("--points", type=int, default=1000)
+    args = parser.parse_args()
+    eager(args.repeat)
+    if args.compiled:
+        compiled(args.n, args.points, args.repeat)
+
+
+if __name__ == "__main__":
+    main()

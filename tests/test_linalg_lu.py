@@ -1,0 +1,93 @@
+"""det, inv and solve beyond the closed forms: eager values from LAPACK through numpy against
+numpy itself, over batches, at singular matrices and with bad shapes."""
+
+import numpy as np
+import pytest
+
+import symtape as st
+from symtape import errors
+
+
+def _well(shape, seed=0):
+    rng = np.random.default_rng(seed)
+    n = shape[-1]
+    return rng.standard_normal(shape) + n * np.eye(n)
+
+
+@pytest.mark.parametrize("n", [4, 7, 60])
+def test_eager_values_match_numpy(n):
+    a = _well((n, n), n)
+    b = np.random.default_rng(n + 1).standard_normal((n, 3))
+    np.testing.assert_allclose(st.linalg.det(st.constant(a)).numpy(), np.linalg.det(a),
+                               rtol=1e-12)
+    np.testing.assert_allclose(st.linalg.inv(st.constant(a)).numpy(), np.linalg.inv(a),
+                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(st.linalg.solve(st.constant(a), st.constant(b)).numpy(),
+                               np.linalg.solve(a, b), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        st.linalg.solve(st.constant(a), st.constant(b), adjoint=True).numpy(),
+        np.linalg.solve(a.T, b), rtol=1e-12, atol=1e-14)
+
+
+def test_eager_batches_over_leading_dims():
+    a = _well((2, 3, 5, 5), 3)
+    b = np.random.default_rng(4).standard_normal((2, 3, 5, 2))
+    np.testing.assert_allclose(st.linalg.det(st.constant(a)).numpy(), np.linalg.det(a),
+                               rtol=1e-12)
+    np.testing.assert_allclose(st.linalg.inv(st.constant(a)).numpy(), np.linalg.inv(a),
+                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(st.linalg.solve(st.constant(a), st.constant(b)).numpy(),
+                               np.linalg.solve(a, b), rtol=1e-12, atol=1e-14)
+    assert st.linalg.inv(st.constant(np.zeros((0, 4, 4)))).shape == (0, 4, 4)
+
+
+def test_small_matrices_keep_their_formulas():
+    a, b, c, d = (st.symbol(s) for s in "abcd")
+    m = st.stack([st.stack([a, b]), st.stack([c, d])])
+    assert str(st.linalg.inv(m)[0, 0].formula()) == "d/(a*d - b*c)"
+
+
+def test_singular_matrices_give_zero_det_and_nonfinite_inverse():
+    # documented: det is 0 (LAPACK's LU), inv and solve are inf/nan, never an exception
+    s = np.ones((5, 5))
+    assert st.linalg.det(st.constant(s)).numpy() == 0.0
+    assert not np.isfinite(st.linalg.inv(st.constant(s)).numpy()).all()
+    x = st.linalg.solve(st.constant(s), st.constant(np.ones((5, 1)))).numpy()
+    assert not np.isfinite(x).all()
+    # one singular matrix in a batch leaves the others exact
+    batch = np.stack([_well((5, 5)), s])
+    out = st.linalg.inv(st.constant(batch)).numpy()
+    np.testing.assert_allclose(out[0], np.linalg.inv(batch[0]), rtol=1e-12, atol=1e-14)
+    assert not np.isfinite(out[1]).all()
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: st.linalg.inv(st.zeros([4, 5])), "square"),
+    (lambda: st.linalg.det(st.zeros([6])), "square"),
+    (lambda: st.linalg.solve(st.eye(5), st.zeros([4, 1])), "rhs"),
+    (lambda: st.linalg.solve(st.zeros([5, 4]), st.zeros([5, 1])), "square"),
+])
+def test_bad_shapes_name_the_argument(call, match):
+    with pytest.raises(errors.ShapeError, match=match):
+        call()
+
+
+def test_eager_gradient_of_solve_matches_central_differences():
+    a0 = _well((5, 5), 9)
+    b = np.random.default_rng(10).standard_normal((5, 1))
+    a = st.Variable(a0)
+    with st.GradientTape() as tape:
+        y = st.reduce_sum(st.linalg.solve(a, st.constant(b)) ** 2)
+    g = tape.gradient(y, a).numpy()
+
+    def f(m):
+        return float(np.sum(np.linalg.solve(m, b) ** 2))
+
+    h = 1e-6
+    fd = np.zeros_like(a0)
+    for i in range(5):
+        for j in range(5):
+            e = np.zeros_like(a0)
+            e[i, j] = h
+            fd[i, j] = (f(a0 + e) - f(a0 - e)) / (2 * h)
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)

@@ -3,8 +3,8 @@
 Small matrices (n <= 3) use exact closed forms (Leibniz, adjugate); larger ones take their
 eager values from LAPACK through numpy (batched over leading dimensions) and their element view
 from Gaussian elimination whose pivot order is chosen from the numeric values at trace time.
-A singular matrix raises no error: ``det`` is 0 (LAPACK's LU) and ``inv``/``solve`` give
-inf/nan, as the elimination does.
+A singular matrix raises no error: where LAPACK meets an exact zero pivot, the values are the
+elimination's (as in compiled code): ``inv``/``solve`` inf/nan, ``det`` 0 or nan.
 """
 
 from __future__ import annotations

@@ -47,10 +47,14 @@ def test_small_matrices_keep_their_formulas():
     assert str(st.linalg.inv(m)[0, 0].formula()) == "d/(a*d - b*c)"
 
 
-def test_singular_matrices_give_zero_det_and_nonfinite_inverse():
-    # documented: det is 0 (LAPACK's LU), inv and solve are inf/nan, never an exception
+def test_singular_matrices_give_the_eliminations_values_eager_and_compiled():
+    # documented: never an exception; at an exact zero pivot eager values are the
+    # elimination's, the same as the compiled code's (inv and solve inf/nan)
     s = np.ones((5, 5))
-    assert st.linalg.det(st.constant(s)).numpy() == 0.0
+    f = st.function(st.linalg.det, input_signature=[st.TensorSpec((5, 5))])
+    np.testing.assert_equal(st.linalg.det(st.constant(s)).numpy(), np.asarray(f(s)))
+    last = np.diag([1.0, 2.0, 3.0, 4.0, 0.0])  # the zero pivot comes last: det is exactly 0
+    assert st.linalg.det(st.constant(last)).numpy() == 0.0
     assert not np.isfinite(st.linalg.inv(st.constant(s)).numpy()).all()
     x = st.linalg.solve(st.constant(s), st.constant(np.ones((5, 1)))).numpy()
     assert not np.isfinite(x).all()

@@ -325,7 +325,10 @@ class Det(_Linalg):
 
     @staticmethod
     def lapack(arrays, params):
-        return np.linalg.det(arrays[0])
+        out = np.linalg.det(arrays[0])
+        if np.any(out == 0.0):  # an exact zero pivot: the elimination's value, as compiled
+            raise np.linalg.LinAlgError("singular matrix")
+        return out
 
     @staticmethod
     def _rule(g, ans, x):

@@ -76,7 +76,8 @@ def compiled(n: int, points: int, repeat: int) -> None:
     b = rng.standard_normal((points, n, 1))
     t = time.perf_counter()
     fn = st.function(lambda m, r: st.linalg.solve(m, r),
-                     input_signature=[st.TensorSpec((n, n)), st.TensorSpec((n, 1))])
+                     input_signature=[st.TensorSpec((None, n, n)),
+                                      st.TensorSpec((None, n, 1))])
     fn(a[:1], b[:1])
     setup = time.perf_counter() - t
     out = np.asarray(fn(a, b))

@@ -95,3 +95,35 @@ def test_eager_gradient_of_solve_matches_central_differences():
             e[i, j] = h
             fd[i, j] = (f(a0 + e) - f(a0 - e)) / (2 * h)
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_compiled_solve_over_a_batch_matches_numpy():
+    a = _well((4, 6, 6), 11)
+    b = np.random.default_rng(12).standard_normal((4, 6, 2))
+    f = st.function(st.linalg.solve,
+                    input_signature=[st.TensorSpec((None, 6, 6)),
+                                     st.TensorSpec((None, 6, 2))])
+    np.testing.assert_allclose(np.asarray(f(a, b)), np.linalg.solve(a, b), rtol=1e-10,
+                               atol=1e-12)
+
+
+def test_compiled_gradient_of_solve_wrt_the_matrix_matches_central_differences():
+    a0 = _well((5, 5), 13)
+    b = np.random.default_rng(14).standard_normal((5, 1))
+
+    def loss(m):
+        return st.reduce_sum(st.sin(st.linalg.solve(m, st.constant(b))))
+
+    g = np.asarray(st.grad(loss, input_signature=[st.TensorSpec((5, 5))])(a0))
+
+    def f(m):
+        return float(np.sum(np.sin(np.linalg.solve(m, b))))
+
+    h = 1e-6
+    fd = np.zeros_like(a0)
+    for i in range(5):
+        for j in range(5):
+            e = np.zeros_like(a0)
+            e[i, j] = h
+            fd[i, j] = (f(a0 + e) - f(a0 - e)) / (2 * h)
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)

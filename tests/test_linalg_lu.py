@@ -127,3 +127,29 @@ def test_compiled_gradient_of_solve_wrt_the_matrix_matches_central_differences()
             e[i, j] = h
             fd[i, j] = (f(a0 + e) - f(a0 - e)) / (2 * h)
     np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-8)
+
+
+def test_c_export_of_a_solve_compiles_and_agrees(tmp_path):
+    import ctypes
+    import shutil
+    import subprocess
+
+    cc = shutil.which("cc") or shutil.which("gcc")
+    am, bm = st.symbol("a", shape=(5, 5)), st.symbol("b", shape=(5, 1))
+    f = st.compile(st.linalg.solve(am, bm), [am, bm], name="solve5")
+    a = _well((3, 5, 5), 15)
+    b = np.random.default_rng(16).standard_normal((3, 5, 1))
+    np.testing.assert_allclose(np.asarray(f(a, b)), np.linalg.solve(a, b), rtol=1e-12,
+                               atol=1e-14)
+    _, source = st.export_c({"solve5": f}, tmp_path / "solve5.c")
+    if cc is None:
+        pytest.skip("no C compiler")
+    lib = tmp_path / "solve5.so"
+    done = subprocess.run([cc, "-std=c99", "-O2", "-Wall", "-Werror", "-Wno-unused-function",
+                           "-shared", "-fPIC", str(source), "-o", str(lib), "-lm"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    out = np.empty((3, 5, 1))
+    ctypes.CDLL(str(lib)).solve5(ctypes.c_int64(3), *[ctypes.c_void_p(x.ctypes.data)
+                                                      for x in (a, b, out)])
+    np.testing.assert_allclose(out, np.linalg.solve(a, b), rtol=1e-12, atol=1e-14)

@@ -22,8 +22,8 @@ from symtape.core.primitive import (
     Aval, Primitive, Unplannable, Zero, axis_after_batch, fmt, obj, register_primitive,
 )
 from symtape.ops.elementwise import (
-    divide, equal, greater, less, logical_and, maximum, minimum, multiply,
-    where,
+    divide, equal, greater, less, logical_and, logical_not, logical_or, maximum, minimum,
+    multiply, not_equal, where,
 )
 from symtape.ops.structural import cast, gather_flat
 
@@ -262,14 +262,26 @@ def stable_order(key: np.ndarray, axis: int, descending: bool) -> np.ndarray:
 
 
 def _ranks(keys: list, descending: bool) -> list:
-    """The element view of each key's place in the stable order of ``keys`` (one line)."""
-    before = greater if descending else less
+    """The element view of each key's place in the stable order of ``keys`` (one line), nan
+    placed as :func:`stable_order` places it: last ascending, first descending, nans in
+    index order among themselves."""
+    nan = [not_equal.build_atom(k, k) for k in keys]  # nan is the one value unequal to itself
+
+    def before(a: int, b: int):
+        first, second = (b, a) if descending else (a, b)
+        plain = (greater if descending else less).build_atom(keys[a], keys[b])
+        return logical_or.build_atom(plain, logical_and.build_atom(
+            nan[second], logical_not.build_atom(nan[first])))
+
+    def tie(a: int, b: int):
+        return logical_or.build_atom(equal.build_atom(keys[a], keys[b]),
+                                     logical_and.build_atom(nan[a], nan[b]))
+
     one, zero = G.ONE, G.ZERO
     out = []
-    for j, kj in enumerate(keys):
-        terms = [where.build_atom(before.build_atom(kk, kj), one, zero)
-                 for k, kk in enumerate(keys) if k != j]
-        terms += [where.build_atom(equal.build_atom(kk, kj), one, zero) for kk in keys[:j]]
+    for j in range(len(keys)):
+        terms = [where.build_atom(before(k, j), one, zero) for k in range(len(keys)) if k != j]
+        terms += [where.build_atom(tie(k, j), one, zero) for k in range(j)]
         out.append(G.add(*terms) if terms else zero)
     return out
 

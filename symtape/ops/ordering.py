@@ -22,8 +22,7 @@ from symtape.core.primitive import (
     Aval, Primitive, Unplannable, Zero, axis_after_batch, fmt, obj, register_primitive,
 )
 from symtape.ops.elementwise import (
-    divide, equal, greater, less, logical_and, logical_not, logical_or, maximum, minimum,
-    multiply, not_equal, where,
+    divide, equal, greater, less, logical_and, logical_not, logical_or, multiply, not_equal, where,
 )
 from symtape.ops.structural import cast, gather_flat
 
@@ -292,19 +291,6 @@ def _pick(ranks: list, values: list, i: int):
     return G.piecewise(*pairs, (G.ZERO, True))
 
 
-def _network(vals: list, descending: bool) -> list:
-    """A line's sorted values as an odd-even transposition network of min and max (exact
-    element formulas; ties give the same values in either order)."""
-    lo, hi = (maximum, minimum) if descending else (minimum, maximum)
-    vals = list(vals)
-    n = len(vals)
-    for r in range(n):
-        for i in range(r % 2, n - 1, 2):
-            a, b = vals[i], vals[i + 1]
-            vals[i], vals[i + 1] = lo.build_atom(a, b), hi.build_atom(a, b)
-    return vals
-
-
 def _lines(a: np.ndarray, axis: int):
     moved = np.moveaxis(a, axis, -1)
     return moved, list(np.ndindex(*moved.shape[:-1]))
@@ -405,9 +391,6 @@ class SortPermute(_Ordering):
         out = obj(vm.shape)
         for line in lines:
             vals = list(vm[line])
-            if not params["inverse"] and all(a is b for a, b in zip(vals, km[line])):
-                out[line] = _network(vals, params["descending"])  # (a sort of its keys)
-                continue
             ranks = _ranks(list(km[line]), params["descending"])
             if params["inverse"]:
                 # place j gets the value at position rank_j

@@ -34,7 +34,7 @@ from symtape.base.errors import (
 )
 from symtape.compile.function import Function, TensorSpec
 from symtape.io import documents, expressions, strict_json, values
-from symtape.io import decoding_budget as documents_budget
+from symtape.io import file_budget
 from symtape.core.variables import (
     Tensor, Variable, atom_constant, constant, convert_to_tensor, symbol,
 )
@@ -699,7 +699,7 @@ def load(export_dir):
     array([1., 9.])
     """
     doc, what = _read(export_dir)
-    with documents_budget(what):  # all its exact constants, checked in about a second
+    with file_budget(what):  # all its exact constants, checked in about a second
         return _load(doc, what)
 
 

@@ -213,7 +213,7 @@ def read(path: str | os.PathLike) -> dict:
     what = repr(str(path))
     doc = dataio.read_document(path, _FILE_MAGIC, _FILE_FORMAT, _FILE_KIND,
                                _FILE_MAGIC + (1).to_bytes(4, "little"), what)
-    with dataio.decoding_budget(what):  # all its exact constants, checked in about a second
+    with dataio.file_budget(what):  # all its exact constants, checked in about a second
         return _from_doc(doc, what)
 
 

@@ -25,7 +25,7 @@ from symtape.io.constant_bounds import (
 )
 from symtape.io.documents import dump_document, load_document, read_document
 from symtape.io.expressions import (
-    decode_expr, decoding_budget, encode_expr, expr_from_text, expr_text, number_value,
+    decode_expr, encode_expr, expr_from_text, expr_text, number_value,
 )
 from symtape.io.files import file_kind, read_at_most, read_file
 from symtape.io.strict_json import MAX_DEPTH, expect, expect_int, expect_list, record
@@ -39,7 +39,7 @@ __all__ = [  # noqa: F822 - HEADS: __getattr__
     "expr_text", "expr_from_text", "number_value", "encode_array", "decode_array",
     "encode_value", "decode_value", "dump_document", "read_file", "read_at_most", "file_kind",
     "load_document", "read_document", "record", "expect", "expect_int", "expect_list",
-    "file_budget", "charged", "decoding_budget",
+    "file_budget", "charged",
 ]
 
 

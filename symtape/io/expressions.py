@@ -25,7 +25,7 @@ from collections.abc import Callable
 from symtape.base.errors import SerializationError
 from symtape.base.lazy import LazyModule
 from symtape.io.constant_bounds import (
-    MAX_CONSTANT_HEIGHT, MAX_CONSTANT_NODES, MAX_MAGNITUDE, bound_tree, charged, file_budget,
+    MAX_CONSTANT_HEIGHT, MAX_CONSTANT_NODES, MAX_MAGNITUDE, bound_tree, charged,
 )
 from symtape.io.strict_json import MAX_DEPTH, excerpt, expect_arity, expect_int, loads
 
@@ -37,7 +37,6 @@ __all__ = [  # noqa: F822 - HEADS: __getattr__
     "HEADS",
     "encode_expr",
     "decode_expr",
-    "decoding_budget",
     "expr_text",
     "expr_from_text",
     "number_value",
@@ -141,18 +140,6 @@ def _encode(e, depth: int, count: list) -> list:
     return [name] + [_encode(a, depth + 1, count) for a in e.args]
 
 
-def decoding_budget(what: str):
-    """:func:`~symtape.io.constant_bounds.file_budget` for the file ``what``: the work of
-    decoding and evaluating its exact constants counts, the one-time costs of the first
-    decode (importing SymPy and mpmath, the table of heads) do not.
-
-    >>> with decoding_budget("'f.st'"):
-    ...     decode_expr(["Integer", 2])
-    2
-    """
-    return file_budget(what)
-
-
 @functools.lru_cache(maxsize=1)
 def _warm() -> None:
     """Pays the one-time costs of decoding (SymPy, its evaluation machinery, the heads)."""
@@ -171,7 +158,7 @@ def decode_expr(node, where: str = "expression"):
     ...
     symtape.base.errors.SerializationError: expression: unknown head '__import__'
     """
-    _warm()
+    _warm()  # (before the budget: the one-time costs of the first decode are not the file's)
     with charged(where):  # (against the budget of the file being loaded, if any)
         expr, shape = _decode(node, where, 0, [0])
         if shape is not None and shape[1] > 1:

@@ -151,6 +151,8 @@ def _rewrite(path: Path, edit) -> None:
     (lambda c: c.update({"version": 99}), "version 1"),
     (lambda c: c["compile"]["optimizer"].update({"class": "Evil"}), "optimizer"),
     (lambda c: c["compile"]["optimizer"]["slots"].update({"_m": [0, 99]}), "slots"),
+    # an attribute that is a dict but not one of the optimizer's slot tables
+    (lambda c: c["compile"]["optimizer"]["slots"].update({"__dict__": []}), "slots"),
 ])
 def test_malformed_model_files_are_refused_naming_the_fault(tmp_path, edit, match):
     x, y = _data()

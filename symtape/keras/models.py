@@ -537,8 +537,7 @@ def _compile_config(model, variables: list) -> tuple:
     index = {v._id: k for k, v in enumerate(variables)}
     slots, groups = {}, {}
     for attr, table in vars(opt).items():
-        if isinstance(table, dict) and table and all(
-                isinstance(pair, tuple) and len(pair) == 2 for pair in table.values()):
+        if isinstance(table, optimizers_base.Slots) and table:
             owned = [(index[v._id], s) for v, s in table.values() if v._id in index]
             slots[attr] = [k for k, _ in owned]
             groups[f"optimizer/{attr}"] = [(variables[k].name, s.numpy()) for k, s in owned]
@@ -653,7 +652,7 @@ def _compile_from(model, cfg, archive, variables: list, what: str) -> None:
         target.assign(float(value))
     for attr, indices in (opt_cfg.get("slots") or {}).items():
         table = getattr(opt, attr, None) if isinstance(attr, str) else None
-        if not isinstance(table, dict) or not isinstance(indices, list) or any(
+        if not isinstance(table, optimizers_base.Slots) or not isinstance(indices, list) or any(
                 isinstance(k, bool) or not isinstance(k, int) or not 0 <= k < len(variables)
                 for k in indices):
             raise InvalidArgumentError(f"{what}: optimizer slots {str(attr)[:40]!r}")

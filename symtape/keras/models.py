@@ -159,8 +159,15 @@ class Model(Layer):
         if isinstance(verbose, bool) or verbose not in (0, 1, 2):
             raise InvalidArgumentError(f"{self.name}.{what}: verbose must be 0, 1, 2 or "
                                        f"'auto', got {verbose!r}")
-        given = list(callbacks) if isinstance(callbacks, (list, tuple)) else callbacks
-        listed = cbks.CallbackList(given, self, verbose=verbose, **params).callbacks
+        if callbacks is None:
+            callbacks = ()
+        # CallbackList's refusal of the container, made here before the progress bar and the
+        # history join the list; CallbackList checks the callbacks one by one (the given ones
+        # first, at their own indices) and sets each up once
+        if isinstance(callbacks, cbks.Callback) or not hasattr(callbacks, "__iter__"):
+            raise InvalidArgumentError(f"callbacks must be a list of st.keras.callbacks."
+                                       f"Callback, got {type(callbacks).__name__}")
+        listed = list(callbacks)
         if verbose:
             listed.append(cbks.ProgbarLogger(verbose))
         if history is not None:

@@ -27,6 +27,9 @@ from symtape.math import *  # noqa: F403 - TensorFlow exposes its math names at 
 from symtape.module import Module
 from symtape.serialize import load
 from symtape.derivatives.tape import GradientTape, UnconnectedGradients
+from symtape.control_flow import (
+    cond, custom_linear_solve, custom_root, map_fn, scan, vectorized_map, while_loop,
+)
 from symtape.core.variables import (
     Tensor, Variable, constant, convert_to_tensor, is_tensor, name_scope, symbol,
 )
@@ -47,6 +50,7 @@ __all__ = [  # noqa: F405
     "nn", "linalg", "random", "optimizers", "saved_model", "testing", "compile", "function",
     "Function", "grad", "jacobian", "hessian", "hvp", "derivative", "TensorSpec", "SparseResult",
     "load", "Module", "name_scope", "keras", "export_c", "from_sympy", "taylor", "TaylorSeries",
-    "plot", "scipy", "config",
+    "plot", "scipy", "config", "scan", "while_loop", "cond", "map_fn", "vectorized_map",
+    "custom_root", "custom_linear_solve",
     *math.__all__,
 ]

@@ -38,7 +38,12 @@ LEVELS = {
 }
 
 # Deferred imports of a higher level: (importer, imported) -> why.
-UPWARD: dict[tuple[str, str], str] = {}
+UPWARD: dict[tuple[str, str], str] = {
+    ("symtape.ops.control", "symtape.derivatives.sweep"):
+        "a loop's derivative is a loop over the reverse sweep of its body's program",
+    ("symtape.ops.control", "symtape.compile.function"):
+        "a long loop's eager value is its compiled loop's (one semantics, 10^5 steps in ms)",
+}
 
 PUBLIC_ONLY = ("symtape.keras", "symtape.nn", "symtape.optimizers")
 MAX_LINES = 1000

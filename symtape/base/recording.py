@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterator, Sequence
 
 __all__ = ["Entry", "Recorder", "Trace", "push", "remove", "active", "record", "accessed",
-           "paused", "is_paused", "watch_accesses", "tracing", "current_trace"]
+           "paused", "is_paused", "watch_accesses", "tracing", "current_trace", "isolated"]
 
 
 class Entry:
@@ -151,6 +151,21 @@ def paused() -> Iterator[None]:
         yield
     finally:
         _state.paused -= 1
+
+
+@contextlib.contextmanager
+def isolated(rec: Recorder) -> Iterator[None]:
+    """Only ``rec`` records inside (a loop body traced into a program: the tapes recording
+    around it see the loop, not its body's applications); a trace in progress still
+    collects the variables read."""
+    stack, _state.stack = _state.stack, []
+    paused, _state.paused = _state.paused, 0
+    push(rec)
+    try:
+        yield
+    finally:
+        rec.recording = False
+        _state.stack, _state.paused = stack, paused
 
 
 @contextlib.contextmanager

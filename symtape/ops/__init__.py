@@ -58,6 +58,7 @@ from symtape.ops.structural import (  # TensorFlow's moves
 )
 from symtape.ops.segment import SegmentReduce, segment_reduce
 from symtape.ops.ordering import argsort, cumprod, cumsum, searchsorted, sort_permute  # noqa: F401
+from symtape.ops.control import Program, Scan, scan  # noqa: F401
 
 # The core applies this table's primitives by name; what else its eager path needs it is lent.
 from symtape.core.apply import lend  # noqa: E402

@@ -1,0 +1,419 @@
+"""Control flow: scan, while_loop, cond, map_fn, vectorized_map, custom_root and
+custom_linear_solve against numpy loops, finite differences and hand-derived derivatives;
+eager, nested tapes and compiled code; errors naming the loop variable."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import symtape as st
+from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
+
+RNG = np.random.default_rng(7)
+
+
+def fd(fn, x, eps=1e-6):
+    """Central differences of a scalar function of an array."""
+    x = np.asarray(x, dtype=float)
+    out = np.zeros_like(x)
+    for i in np.ndindex(*x.shape):
+        e = np.zeros_like(x)
+        e[i] = eps
+        out[i] = (fn(x + e) - fn(x - e)) / (2 * eps)
+    return out
+
+
+# -- scan: values ------------------------------------------------------------------------------
+
+
+def test_scan_values_match_a_numpy_loop():
+    xs = RNG.normal(size=(6, 3))
+    a0 = RNG.normal(size=3)
+    got = st.scan(lambda a, x: a * 0.5 + st.sin(x), st.constant(xs), initializer=st.constant(a0))
+    want, a = [], a0
+    for x in xs:
+        a = a * 0.5 + np.sin(x)
+        want.append(a)
+    np.testing.assert_allclose(got.numpy(), np.array(want), rtol=1e-15, atol=1e-15)
+
+
+def test_scan_without_initializer_starts_with_the_first_element():
+    xs = np.array([1.0, 2.0, 3.0, 4.0])
+    np.testing.assert_array_equal(st.scan(lambda a, x: a + x, st.constant(xs)).numpy(),
+                                  np.cumsum(xs))
+    np.testing.assert_array_equal(
+        st.scan(lambda a, x: a + x, st.constant(xs), reverse=True).numpy(),
+        np.cumsum(xs[::-1])[::-1])
+
+
+def test_scan_nested_structures():
+    elems = (st.constant([1.0, 2.0, 3.0]), {"w": st.constant([[1.0], [0.0], [2.0]])})
+    init = {"s": st.constant(0.0), "v": st.constant([1.0])}
+
+    def fn(a, x):
+        seq, d = x
+        return {"s": a["s"] + seq, "v": a["v"] * d["w"] + seq}
+
+    out = st.scan(fn, elems, initializer=init)
+    assert set(out) == {"s", "v"}
+    np.testing.assert_array_equal(out["s"].numpy(), [1.0, 3.0, 6.0])
+    np.testing.assert_array_equal(out["v"].numpy(), [[2.0], [2.0], [7.0]])
+
+
+def test_scan_integer_counter_carry():
+    i, = st.scan(lambda a, x: (a[0] + 1,), st.zeros(4), initializer=(st.constant(0),))
+    assert i.dtype == np.int32
+    np.testing.assert_array_equal(i.numpy(), [1, 2, 3, 4])
+
+
+# -- scan: derivatives -------------------------------------------------------------------------
+
+
+def _recurrence(a0, xs, w):
+    a, total = a0, 0.0
+    for x in xs:
+        a = np.tanh(a * w + x)
+        total = total + a * a
+    return total
+
+
+def test_scan_gradient_to_initializer_sequence_and_captured_variable():
+    a0, xs, w0 = 0.3, RNG.normal(size=5), 0.8
+    w = st.Variable(w0)
+    a, x = st.constant(a0), st.constant(xs)
+    with st.GradientTape() as t:
+        t.watch([a, x])
+        loss = st.reduce_sum(st.square(st.scan(lambda c, e: st.tanh(c * w + e), x,
+                                               initializer=a)))
+    ga, gx, gw = t.gradient(loss, [a, x, w])
+    np.testing.assert_allclose(float(loss), _recurrence(a0, xs, w0), rtol=1e-14)
+    np.testing.assert_allclose(float(ga), fd(lambda v: _recurrence(v, xs, w0), a0), rtol=1e-8)
+    np.testing.assert_allclose(gx.numpy(), fd(lambda v: _recurrence(a0, v, w0), xs), rtol=1e-7)
+    np.testing.assert_allclose(float(gw), fd(lambda v: _recurrence(a0, xs, v), w0), rtol=1e-8)
+
+
+def test_scan_second_and_third_derivatives_are_loops_too():
+    # a_{t+1} = a_t * x: a_n = x**n, so d2/dx2 = n (n - 1) x**(n - 2)
+    x = st.Variable(1.3)
+    with st.GradientTape() as t3:
+        with st.GradientTape() as t2:
+            with st.GradientTape() as t1:
+                y = st.scan(lambda a, _: a * x, st.zeros(5), initializer=st.constant(1.0))
+                last = y[-1]
+            g1 = t1.gradient(last, x)
+        g2 = t2.gradient(g1, x)
+    g3 = t3.gradient(g2, x)
+    assert float(last) == pytest.approx(1.3 ** 5, rel=1e-15)
+    assert float(g1) == pytest.approx(5 * 1.3 ** 4, rel=1e-14)
+    assert float(g2) == pytest.approx(20 * 1.3 ** 3, rel=1e-14)
+    assert float(g3) == pytest.approx(60 * 1.3 ** 2, rel=1e-14)
+
+
+def test_scan_unconnected_source_gets_none():
+    x, z = st.Variable(2.0), st.Variable(3.0)
+    with st.GradientTape() as t:
+        y = st.scan(lambda a, _: a * x, st.zeros(2), initializer=st.constant(1.0))
+        last = y[-1]
+    gx, gz = t.gradient(last, [x, z])
+    assert float(gx) == 4.0 and gz is None
+
+
+def test_scan_derivative_through_untaken_where_branch_is_exact():
+    x = st.constant([-1.0, 4.0])
+    with st.GradientTape() as t:
+        t.watch(x)
+        y = st.scan(lambda a, e: st.where(e > 0.0, st.sqrt(e), -e) + a, x,
+                    initializer=st.constant(0.0))
+        last = y[-1]
+    np.testing.assert_array_equal(t.gradient(last, x).numpy(), [-1.0, 0.25])
+
+
+# -- scan: compiled ----------------------------------------------------------------------------
+
+
+def _rk4_final(steps, h=0.05):
+    def f(s):
+        return st.stack([s[1], -9.81 * st.sin(s[0])])
+
+    def step(s, _):
+        k1 = f(s)
+        k2 = f(s + h / 2 * k1)
+        k3 = f(s + h / 2 * k2)
+        k4 = f(s + h * k3)
+        return s + h / 6 * (k1 + 2 * k2 + 2 * k3 + k4)
+
+    def final(s0):
+        return st.scan(step, st.zeros(steps), initializer=s0)[-1, 0]
+
+    return final, step
+
+
+def _unrolled_grad(step, steps, s0):
+    s = st.constant(s0)
+    with st.GradientTape() as t:
+        t.watch(s)
+        x = s
+        for _ in range(steps):
+            x = step(x, None)
+        y = x[0]
+    return t.gradient(y, s).numpy()
+
+
+@pytest.mark.parametrize("steps", [1, 40, 300])
+def test_compiled_scan_gradient_equals_the_unrolled_form(steps):
+    final, step = _rk4_final(steps)
+    g = st.grad(final, input_signature=[st.TensorSpec((2,))])
+    pts = RNG.normal(size=(5, 2))
+    got = g(pts)
+    for p, row in zip(pts, got):
+        np.testing.assert_allclose(row, _unrolled_grad(step, steps, p), rtol=1e-12, atol=1e-13)
+
+
+def test_compiled_scan_is_a_loop_whose_code_does_not_grow_with_the_steps():
+    sizes = []
+    for steps in (5000, 50000):  # (both in chunks of the fewest points)
+        final, _ = _rk4_final(steps)
+        g = st.grad(final, input_signature=[st.TensorSpec((2,))])
+        g(np.zeros((1, 2)))
+        sizes.append(len(g.llvm_ir))
+    assert abs(sizes[0] - sizes[1]) < 0.01 * sizes[0]
+
+
+def test_compiled_scan_batches_of_points_and_reverse():
+    xs = RNG.normal(size=(7, 3))
+
+    @st.function(input_signature=[st.TensorSpec((None, 3))])
+    def run(x):
+        return st.map_fn(lambda r: st.scan(lambda a, e: a * 0.9 + e * e, r, reverse=True), x)
+
+    got = run(xs)
+    want = np.empty_like(xs)
+    for i, r in enumerate(xs):
+        a = r[-1]
+        want[i, -1] = a
+        for k in range(len(r) - 2, -1, -1):
+            a = a * 0.9 + r[k] ** 2
+            want[i, k] = a
+    np.testing.assert_allclose(got, want, rtol=1e-14)
+
+
+def test_compiled_hessian_through_a_scan():
+    final, step = _rk4_final(30)
+    h = st.hessian(final, input_signature=[st.TensorSpec((2,))])
+    p = np.array([0.4, -0.2])
+    got = h(p[None])[0]
+    g = st.grad(final, input_signature=[st.TensorSpec((2,))])
+    want = np.stack([(g((p + e)[None])[0] - g((p - e)[None])[0]) / 2e-5
+                     for e in np.eye(2) * 1e-5], axis=1)
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(got, got.T, rtol=1e-12)
+
+
+# -- scan: errors ------------------------------------------------------------------------------
+
+
+def test_scan_errors_name_the_loop_variable():
+    xs = st.zeros(3)
+    with pytest.raises(ShapeError, match="initializer 0 has shape"):
+        st.scan(lambda a, x: st.stack([a, a]), xs, initializer=st.constant(0.0))
+    with pytest.raises(DTypeError, match="initializer 0 has dtype int32"):
+        st.scan(lambda a, x: st.cast(a, "float64") + x, xs, initializer=st.constant(0))
+    with pytest.raises(InvalidArgumentError, match="structure of 2 tensors"):
+        st.scan(lambda a, x: (a, a), xs, initializer=st.constant(0.0))
+    with pytest.raises(ShapeError, match="elems 1 has 2 elements"):
+        st.scan(lambda a, x: a, (st.zeros(3), st.zeros(2)), initializer=(st.constant(0.0),))
+    with pytest.raises(ShapeError, match="scalar"):
+        st.scan(lambda a, x: a, st.constant(1.0), initializer=st.constant(0.0))
+    with pytest.raises(InvalidArgumentError, match="elems is empty"):
+        st.scan(lambda a, x: a, [], initializer=st.constant(0.0))
+
+
+def test_a_long_scan_formula_shows_the_recurrence_not_its_steps():
+    x = st.symbol("x")
+    y = st.scan(lambda a, _: a * x + 1.0, st.zeros(100000), initializer=st.constant(1.0))
+    text = str(y[-1].formula())
+    assert "steps=100000" in text and "a0*x + 1.0" in text and len(text) < 400
+    small = st.scan(lambda a, _: a * x + 1.0, st.zeros(2), initializer=st.constant(1.0))
+    assert str(small.formula()) == "[x + 1.0, x*(x + 1.0) + 1.0]"
+
+
+# -- while_loop --------------------------------------------------------------------------------
+
+
+def test_while_loop_values_and_trip_count():
+    i, s = st.while_loop(lambda i, s: i < 10, lambda i, s: (i + 1, s + st.cast(i, "float64")),
+                         (st.constant(0), st.constant(0.0)))
+    assert int(i) == 10 and float(s) == 45.0
+    single = st.while_loop(lambda v: v < 100.0, lambda v: v * 3.0, st.constant(1.0))
+    assert float(single) == 243.0
+    capped = st.while_loop(lambda v: v < 100.0, lambda v: v * 3.0, st.constant(1.0),
+                           maximum_iterations=2)
+    assert float(capped) == 9.0
+
+
+def test_while_loop_gradient_through_every_step():
+    x = st.Variable(1.5)
+    with st.GradientTape() as t:
+        _, y = st.while_loop(lambda i, y: i < 4, lambda i, y: (i + 1, y * x),
+                             (st.constant(0), st.constant(1.0)))
+    assert float(t.gradient(y, x)) == pytest.approx(4 * 1.5 ** 3, rel=1e-15)
+
+
+def test_while_loop_compiles_with_maximum_iterations_and_says_when_it_cannot():
+    @st.function(input_signature=[st.TensorSpec(())])
+    def halvings(v):
+        _, n = st.while_loop(lambda v, n: v > 1.0, lambda v, n: (v / 2.0, n + 1.0),
+                             (v, st.constant(0.0)), maximum_iterations=64)
+        return n
+
+    assert [float(halvings(np.float64(v))) for v in (0.5, 3.0, 1000.0)] == [0.0, 2.0, 10.0]
+
+    @st.function(input_signature=[st.TensorSpec(())])
+    def unbounded(v):
+        return st.while_loop(lambda v: v > 1.0, lambda v: v / 2.0, v)
+
+    with pytest.raises(InvalidArgumentError, match="maximum_iterations"):
+        unbounded(np.float64(3.0))
+
+
+def test_while_loop_errors():
+    with pytest.raises(DTypeError, match="scalar bool"):
+        st.while_loop(lambda v: v, lambda v: v, st.constant(1.0))
+    with pytest.raises(ShapeError, match="loop_var 0 has shape"):
+        st.while_loop(lambda v: v < 2.0, lambda v: st.stack([v, v]), st.constant(1.0))
+    with pytest.raises(DTypeError, match="loop_var 0 has dtype int32"):
+        st.while_loop(lambda v: v < 2, lambda v: st.cast(v, "float64"), st.constant(1))
+    with pytest.raises(InvalidArgumentError, match="maximum_iterations"):
+        st.while_loop(lambda v: v < 2.0, lambda v: v, st.constant(1.0), maximum_iterations=-1)
+
+
+# -- cond --------------------------------------------------------------------------------------
+
+
+def test_cond_eager_runs_only_the_branch_taken():
+    ran = []
+    x = st.constant(-4.0)
+    out = st.cond(x > 0.0, lambda: ran.append("t") or st.sqrt(x),
+                  lambda: ran.append("f") or -x)
+    assert float(out) == 4.0 and ran == ["f"]
+
+
+def test_cond_traced_is_a_select_with_exact_zero_from_the_untaken_branch():
+    @st.function(input_signature=[st.TensorSpec(())])
+    def f(x):
+        return st.cond(x > 0.0, lambda: st.sqrt(x), lambda: -x)
+
+    g = st.grad(lambda x: st.cond(x > 0.0, lambda: st.sqrt(x), lambda: -x),
+                input_signature=[st.TensorSpec(())])
+    assert [float(f(np.float64(v))) for v in (-4.0, 4.0)] == [4.0, 2.0]
+    assert [float(g(np.float64(v))) for v in (-4.0, 4.0, 0.0)] == [-1.0, 0.25, -1.0]
+
+
+def test_cond_nested_structures_and_errors():
+    @st.function(input_signature=[st.TensorSpec(())])
+    def f(x):
+        a, b = st.cond(x > 0.0, lambda: (x, x * 2.0), lambda: (x * 3.0, x))
+        return a + 10.0 * b
+
+    assert [float(f(np.float64(v))) for v in (1.0, -1.0)] == [21.0, -13.0]
+    with pytest.raises(DTypeError, match="scalar bool"):
+        st.cond(st.constant(1.0), lambda: 1.0, lambda: 2.0)
+    with pytest.raises(InvalidArgumentError, match="callables"):
+        st.cond(True, None, lambda: 1.0)
+
+    @st.function(input_signature=[st.TensorSpec(())])
+    def mismatched(x):
+        return st.cond(x > 0.0, lambda: (x, x), lambda: x)
+
+    with pytest.raises(InvalidArgumentError, match="structure"):
+        mismatched(np.float64(1.0))
+
+
+# -- map_fn and vectorized_map -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mapper", [st.map_fn, st.vectorized_map])
+def test_map_values_and_gradients(mapper):
+    m = RNG.normal(size=(4, 3))
+    w = st.Variable(RNG.normal(size=3))
+    x = st.constant(m)
+    with st.GradientTape() as t:
+        t.watch(x)
+        y = mapper(lambda r: st.reduce_sum(st.sin(r * w)), x)
+        loss = st.reduce_sum(y * y)
+    np.testing.assert_allclose(y.numpy(), np.sin(m * w.numpy()).sum(axis=1), rtol=1e-15)
+    gx, gw = t.gradient(loss, [x, w])
+
+    def ref(mm, ww):
+        return float(np.sum(np.sin(mm * ww).sum(axis=1) ** 2))
+
+    np.testing.assert_allclose(gx.numpy(), fd(lambda v: ref(v, w.numpy()), m), rtol=1e-7)
+    np.testing.assert_allclose(gw.numpy(), fd(lambda v: ref(m, v), w.numpy()), rtol=1e-7)
+
+
+def test_map_fn_nested_output():
+    out = st.map_fn(lambda r: {"sum": st.reduce_sum(r), "max": st.reduce_max(r)},
+                    st.constant([[1.0, 5.0], [3.0, 2.0]]))
+    np.testing.assert_array_equal(out["sum"].numpy(), [6.0, 5.0])
+    np.testing.assert_array_equal(out["max"].numpy(), [5.0, 3.0])
+
+
+# -- implicit differentiation ------------------------------------------------------------------
+
+
+def _newton(f, x0):
+    def step(x):
+        with st.GradientTape() as t:
+            t.watch(x)
+            y = f(x)
+        return x - y / t.gradient(y, x)
+
+    _, x = st.while_loop(lambda i, x: i < 40, lambda i, x: (i + 1, step(x)),
+                         (st.constant(0), x0))
+    return x
+
+
+def test_custom_root_newton_in_a_while_loop_has_the_implicit_derivative():
+    # x**3 + a x = b: dx/da = -x / (3 x**2 + a), dx/db = 1 / (3 x**2 + a),
+    # d2x/db2 = -6 x / (3 x**2 + a)**3
+    a, b = st.Variable(2.0), st.Variable(5.0)
+    with st.GradientTape() as t2:
+        with st.GradientTape(persistent=True) as t:
+            x = st.custom_root(lambda x: x ** 3 + a * x - b, st.constant(1.0), _newton,
+                               lambda g, y: y / g(st.constant(1.0)))
+        ga, gb = t.gradient(x, [a, b])
+    gbb = t2.gradient(gb, b)
+    xv = float(x)
+    assert xv ** 3 + 2.0 * xv == pytest.approx(5.0, abs=1e-13)
+    d = 3 * xv ** 2 + 2.0
+    assert abs(float(ga) + xv / d) < 1e-12
+    assert abs(float(gb) - 1 / d) < 1e-12
+    assert abs(float(gbb) + 6 * xv / d ** 3) < 1e-12
+
+
+def test_custom_linear_solve_gradients_match_numpy():
+    am = np.array([[4.0, 1.0, 0.5], [0.3, 3.0, 1.0], [0.0, 1.0, 5.0]])
+    bv = np.array([1.0, -2.0, 0.5])
+    A, b = st.Variable(am), st.Variable(bv)
+
+    def matvec(v):
+        return st.linalg.matvec(A, v)
+
+    def solve(mv, y):
+        return st.linalg.solve(A, y[:, None])[:, 0]
+
+    def transpose_solve(vm, y):
+        return st.linalg.solve(st.transpose(A), y[:, None])[:, 0]
+
+    with st.GradientTape() as t:
+        x = st.custom_linear_solve(matvec, b, solve, transpose_solve)
+        loss = st.reduce_sum(x * st.constant([1.0, 2.0, 3.0]))
+    gA, gb = t.gradient(loss, [A, b])
+    xv = np.linalg.solve(am, bv)
+    lam = np.linalg.solve(am.T, [1.0, 2.0, 3.0])
+    np.testing.assert_allclose(x.numpy(), xv, rtol=1e-14)
+    np.testing.assert_allclose(gb.numpy(), lam, rtol=1e-13)
+    np.testing.assert_allclose(gA.numpy(), -np.outer(lam, xv), rtol=1e-13)
+    with pytest.raises(InvalidArgumentError, match="transpose_solve"):
+        st.custom_linear_solve(matvec, b, solve)

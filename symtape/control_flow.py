@@ -133,10 +133,16 @@ def scan(fn: Callable, elems, initializer=None, parallel_iterations: int = 10,
     else:
         init_struct, init = initializer, _tensors(initializer, what + " initializer")
     nc = len(init)
+    # a sequence that is one constant throughout (st.zeros(steps), a step count) is that
+    # constant at every step, not a sequence the loop reads (its code stays small)
+    steady = [x[0] if length and x._node.kind == "const" and x._node.uniform is not None
+              else None for x in xs]
+    xs = [x for x, c in zip(xs, steady) if c is None]
 
     def body(hs):
         a = nest.pack_sequence_as(init_struct, hs[:nc])
-        x = nest.pack_sequence_as(elems, hs[nc:])
+        seq = iter(hs[nc:])
+        x = nest.pack_sequence_as(elems, [next(seq) if c is None else c for c in steady])
         out = _matching(fn(a, x), (init_struct, init), what + ": fn", "initializers")
         return out + out
 

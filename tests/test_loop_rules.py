@@ -150,7 +150,17 @@ FAMILIES = {
     "det": ([(2, 3, 3)], lambda m: st.linalg.det(m), np.linalg.det),
     "inv": ([(3, 3)], lambda m: st.linalg.inv(m), np.linalg.inv),
     "solve": ([(3, 3), (3, 2)], lambda m, b: st.linalg.solve(m, b), np.linalg.solve),
+    "scan": ([(6, 3), (3,)], lambda x, w: st.scan(lambda a, r: a * w + st.sin(r), x),
+             lambda x, w: _scan_ref(x, w)),
 }
+
+
+def _scan_ref(x, w):
+    out, a = [x[0]], x[0]
+    for r in x[1:]:
+        a = a * w + np.sin(r)
+        out.append(a)
+    return np.array(out)
 
 
 def _args(shapes: list, seed: int) -> list:

@@ -56,7 +56,7 @@ __all__ = ["Strategy", "StrategyLog", "POINT_CHUNK", "TAYLOR_MIN_ORDER", "MIXED_
            "reverse_over_reverse", "colouring", "LOOP_MIN_ATOMS", "LOOP_MAX_BLOCKS",
            "LOOP_ALWAYS_ATOMS", "POINT_LOOP_MIN_ATOMS", "POINT_LOOP_MATMUL_TERMS",
            "POINT_LOOP_MAX_BLOCKS", "FOLD_PROBE_ATOMS", "FOLD_PROBE_SHARE", "CHUNK_ELEMENTS",
-           "worth_looping", "element_estimate", "point_chunk"]
+           "worth_looping", "element_estimate", "point_chunk", "view_refused"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -123,6 +123,8 @@ def worth_looping(outputs: Sequence[N.Node], limit: int | None = None,
     """
     limit = LOOP_MIN_ATOMS if limit is None else limit
     total, blocks, terms, seeded, scatters = _estimate(outputs)
+    if view_refused(outputs) is not None:
+        return True
     if seeded:
         # a batched sweep (a Jacobian, a Hessian): its element view holds only what each
         # one-hot seed reaches (three terms a row of a banded Hessian, the pairs of one body
@@ -161,6 +163,28 @@ def _estimate(outputs: Sequence[N.Node]) -> tuple:
             terms += cost if op.product_terms else 0
         stack.extend(node.inputs)
     return total, blocks, terms, seeded, scatters
+
+
+def view_refused(outputs: Sequence[N.Node]) -> str | None:
+    """Why a node under ``outputs`` has no element view to compile (its op's
+    ``view_refused``), or None.
+
+    >>> import symtape as st
+    >>> view_refused([st.sin(st.symbol("x"))._node]) is None
+    True
+    """
+    seen, stack = set(), list(outputs)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or node.built:
+            continue
+        seen.add(id(node))
+        if node.kind == "op":
+            why = node.prim.view_refused(node)
+            if why is not None:
+                return why
+        stack.extend(node.inputs)
+    return None
 
 
 def element_estimate(outputs: Sequence[N.Node]) -> int:
@@ -282,7 +306,10 @@ points=0)
             f"LOOP_ALWAYS_ATOMS={LOOP_ALWAYS_ATOMS:,}), more than "
             f"LOOP_MAX_BLOCKS={LOOP_MAX_BLOCKS} tensor ops, or scatters whose element "
             f"view folds away (below FOLD_PROBE_ATOMS={FOLD_PROBE_ATOMS:,})"))
-    if atoms > LOOP_ALWAYS_ATOMS:
+    refused = view_refused(nodes)
+    if refused is not None:
+        why = f"{size}, but {refused}"
+    elif atoms > LOOP_ALWAYS_ATOMS:
         why = f"{size} > LOOP_ALWAYS_ATOMS={LOOP_ALWAYS_ATOMS:,}"
     elif atoms > limit:
         why = f"{size} > {limit_name}={limit:,}"

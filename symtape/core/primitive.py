@@ -289,6 +289,11 @@ class Primitive:
         """The atoms of ``node``'s element view (a contraction counts its terms)."""
         return node.size
 
+    def view_refused(self, node) -> str | None:
+        """Why ``node`` has no element view to compile (a loop of many steps is never
+        unrolled), or None: the strategy then plans loops whatever the estimate."""
+        return None
+
     def places(self, node):
         """For an op that only moves the elements of its one argument to distinct places (a
         gather, a reshape, a scatter to distinct places): for each element of ``node``, the

@@ -26,7 +26,7 @@ from symtape.core.primitive import Aval, Primitive, Unplannable, fmt, register_p
 from symtape.core.tensor import Tensor, constant, read_only, view
 from symtape.core.variables import symbol
 from symtape.ops.elementwise import add
-from symtape.ops.structural import cast, getitem, reshape
+from symtape.ops.structural import cast, concat, expand_dims, getitem, reshape
 
 G = LazyModule("G", globals(), "symtape.element.graph")
 TN = LazyModule("TN", globals(), "symtape.core.notation")
@@ -344,16 +344,12 @@ class Scan(Primitive):
     def vjp(self, g, ans, args, params, needed):
         prog, length, rev, nc, nx = (params[k] for k in
                                      ("program", "length", "reverse", "n_carry", "n_xs"))
-        ny = len(prog.outs) - nc
         caps = list(args[nc + nx:])
         parts = unpack(g, layout(prog, nc, length))
         floats = [i for i, a in enumerate(prog.in_avals[:nc]) if a.dtype.kind == "f"]
         fcaps = [j for j, c in enumerate(caps) if c.dtype.kind == "f"]
         fxs = [k for k in range(nx) if prog.in_avals[nc + k].dtype.kind == "f"]
-        stacking = prog.with_inputs(list(range(nc)), "stacking")
-        packed = self.bind(*args, program=stacking, length=length, reverse=rev, n_carry=nc,
-                           n_xs=nx)
-        carries = unpack(packed, layout(stacking, nc, length))[nc + ny:]
+        carries = _stacked_carries(self, prog, ans, args, params)
         back, stand = backward_program(prog, nc, nx)
         init = [parts[i] for i in floats] + [_zeros(caps[j].shape, caps[j].dtype)
                                              for j in fcaps]
@@ -373,12 +369,21 @@ class Scan(Primitive):
         return [ct if need else None for ct, need in zip(cts, needed)]
 
     # -- element view ----------------------------------------------------------------------
+    def view_refused(self, node):
+        p = node.params
+        n = p["length"] * max(1, len(p["program"].steps))
+        if n > UNROLL_STEPS:
+            return (f"a scan of {p['length']} steps of a {len(p['program'].steps)}-op body is "
+                    f"never unrolled ({n:,} body ops > UNROLL_STEPS={UNROLL_STEPS:,})")
+        return None
+
     def build(self, atoms, params):
         prog, length, nc, nx = (params[k] for k in ("program", "length", "n_carry", "n_xs"))
         if length * max(1, len(prog.steps)) > UNROLL_STEPS:
-            raise Unplannable(f"scan of {length} steps of a {len(prog.steps)}-op body is not "
-                              "unrolled (its element view would have "
-                              f"{length * len(prog.steps)} applications)")
+            raise InvalidArgumentError(
+                f"st.scan: a loop of {length} steps of a {len(prog.steps)}-op body has no "
+                f"element view (more than UNROLL_STEPS={UNROLL_STEPS:,} body ops): its "
+                "formula is the recurrence (tensor notation), its code a compiled loop")
         carry = list(atoms[:nc])
         xs = list(atoms[nc:nc + nx])
         captured = [_view(a, c.dtype) for a, c in zip(atoms[nc + nx:], prog.captures)]
@@ -435,6 +440,34 @@ def compiled_loop(params: dict, values: list) -> np.ndarray:
             out = scan.bind(*args, **params)
         fn = prog.derived[key] = compile_fn(out, leaves, name=f"{prog.name.split('.')[-1]}_loop")
     return np.asarray(fn(*[v.astype(np.float64) for v in values]), dtype=np.float64)
+
+
+def _same_ref(a: tuple, b: tuple) -> bool:
+    return a[0] == b[0] and (a[1] is b[1] if a[0] == 3 else a[1] == b[1])
+
+
+def _stacked_carries(scan_prim, prog: Program, ans, args, params) -> list:
+    """The carries each step of a scan read, stacked in step order: when each carry is also
+    a per-step output (``tf.scan``'s), the outputs shifted by a step after the initial one,
+    from the scan's own result ``ans``; else from a second scan that outputs them."""
+    length, rev, nc = params["length"], params["reverse"], params["n_carry"]
+    same = [next((k for k, r in enumerate(prog.outs[nc:]) if _same_ref(r, prog.outs[i])),
+                 None) for i in range(nc)]
+    if length and None not in same:
+        stacked = unpack(ans, layout(prog, nc, length))[nc:]
+        out = []
+        for i, k in enumerate(same):
+            first = expand_dims.bind(args[i], axis=0)
+            rest = getitem.bind(stacked[k], key=((slice(1, None, None),) if rev else
+                                                 (slice(None, length - 1, None),)))
+            if first.dtype != rest.dtype:
+                first = cast.bind(first, dtype=rest.dtype)
+            out.append(concat.bind(*((rest, first) if rev else (first, rest)), axis=0))
+        return out
+    stacking = prog.with_inputs(list(range(nc)), "stacking")
+    packed = scan_prim.bind(*args, program=stacking, length=length, reverse=rev,
+                            n_carry=nc, n_xs=params["n_xs"])
+    return unpack(packed, layout(stacking, nc, length))[len(prog.outs):]
 
 
 def _view(atoms, dtype) -> Tensor:

@@ -20,7 +20,7 @@ NAMES = {
         squeeze stack stop_gradient strided_slice subtract tanh tensor_scatter_nd_add
         tensor_scatter_nd_update tile transpose unique unstack where zeros zeros_like
         GradientTape Variable function tensordot clip_by_norm custom_gradient
-        convert_to_tensor floordiv
+        convert_to_tensor floordiv scan while_loop cond map_fn vectorized_map
     """,
     "math": """
         abs acos acosh add add_n asin asinh atan atan2 atanh bessel_i0e bessel_i1e ceil cos

@@ -185,14 +185,30 @@ def map_fn(fn: Callable, elems, dtype=None, parallel_iterations=None, back_prop:
 def vectorized_map(fn: Callable, elems, fallback_to_while_loop: bool = True,
                    warn: bool = True):
     """``fn`` applied to each element of ``elems`` along their leading axis, stacked
-    (``tf.vectorized_map``): the same values and derivatives as :func:`map_fn`, computed by
-    one traced program over the elements.
+    (``tf.vectorized_map``): ``fn`` is traced once for one element and its ops applied to
+    all elements at once, each by its batching rule (no loop).
 
     >>> import symtape as st
-    >>> st.vectorized_map(lambda v: v * 2.0, st.constant([1.0, 2.0])).numpy()
-    array([2., 4.])
+    >>> st.vectorized_map(lambda v: v * 2.0 + st.reduce_sum(v), st.constant([[1.0, 2.0],
+    ...                                                                   [3.0, 4.0]])).numpy()
+    array([[ 5.,  7.],
+           [13., 15.]])
     """
-    return map_fn(fn, elems)
+    what = "st.vectorized_map"
+    xs, n = _sequences(elems, what)
+    shape_of: list = []
+
+    def body(hs):
+        out = fn(nest.pack_sequence_as(elems, hs))
+        shape_of.append(out)
+        return _tensors(out, what + ": fn")
+
+    prog, _ = control.trace(body, [Aval(tuple(x.shape[1:]), x.dtype) for x in xs],
+                            [f"x{k}" for k in range(len(xs))], what)
+    caps = [convert_to_tensor(c) for c in prog.captures]
+    batched, stand = control.vmapped(prog, (True,) * len(xs), (False,) * len(caps), n)
+    out = batched.replay(xs, control.captured_as(batched, stand, caps))
+    return nest.pack_sequence_as(shape_of[0], out)
 
 
 # --------------------------------------------------------------------------------------------

@@ -417,3 +417,32 @@ def test_custom_linear_solve_gradients_match_numpy():
     np.testing.assert_allclose(gA.numpy(), -np.outer(lam, xv), rtol=1e-13)
     with pytest.raises(InvalidArgumentError, match="transpose_solve"):
         st.custom_linear_solve(matvec, b, solve)
+
+
+def test_vectorized_map_applies_the_ops_to_all_rows_at_once():
+    from symtape.core import node as N
+
+    m = st.constant(RNG.normal(size=(5, 3)))
+    y = st.vectorized_map(lambda r: r * st.reduce_sum(r) + 1.0, m)
+    assert not any(n.kind == "op" and n.prim.name == "scan" for n in N.ancestry(y._node))
+    want = m.numpy() * m.numpy().sum(axis=1, keepdims=True) + 1.0
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-15)
+
+
+def test_jacobian_through_a_scan_is_one_batched_scan():
+    """A batched sweep applies the scan's batching rule: one scan over all seeds."""
+    def traj(s0):
+        return st.scan(lambda a, _: st.stack([a[0] * s0[1], st.sin(a[1]) + a[0]]),
+                       st.zeros(4), initializer=s0)[-1]
+
+    jac = st.jacobian(traj, input_signature=[st.TensorSpec((2,))])
+    p = np.array([0.7, -0.4])
+
+    def ref(v):
+        a = v.copy()
+        for _ in range(4):
+            a = np.array([a[0] * v[1], np.sin(a[1]) + a[0]])
+        return a
+
+    want = np.stack([(ref(p + e) - ref(p - e)) / 2e-6 for e in np.eye(2) * 1e-6], axis=1)
+    np.testing.assert_allclose(jac(p[None])[0], want, rtol=1e-7, atol=1e-9)

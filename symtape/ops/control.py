@@ -22,11 +22,13 @@ from symtape.base import recording
 from symtape.base.errors import InvalidArgumentError, ShapeError, SymtapeError
 from symtape.base.lazy import LazyModule
 from symtape.core import node as N
-from symtape.core.primitive import Aval, Primitive, Unplannable, fmt, register_primitive
+from symtape.core.primitive import (
+    Aval, Primitive, Unplannable, batch_size, fmt, register_primitive, spread,
+)
 from symtape.core.tensor import Tensor, constant, read_only, view
 from symtape.core.variables import symbol
 from symtape.ops.elementwise import add
-from symtape.ops.structural import cast, concat, expand_dims, getitem, reshape
+from symtape.ops.structural import cast, concat, expand_dims, getitem, reshape, transpose
 
 G = LazyModule("G", globals(), "symtape.element.graph")
 TN = LazyModule("TN", globals(), "symtape.core.notation")
@@ -92,11 +94,12 @@ class Program:
     (a node's parameters name the program it runs)."""
 
     __slots__ = ("name", "in_avals", "captures", "steps", "outs", "out_avals", "derived",
-                 "holders", "__weakref__")
+                 "holders", "step_avals", "__weakref__")
 
     def __init__(self, name: str, in_avals: list, captures: list, steps: list, outs: list,
-                 out_avals: list, holders: list = ()) -> None:
+                 out_avals: list, holders: list = (), step_avals: list = ()) -> None:
         self.name = name
+        self.step_avals = tuple(step_avals)  # each step's result (batching reads them)
         self.holders = tuple(holders)  # the placeholders it was traced on (for formulas)
         self.in_avals = tuple(in_avals)
         self.captures = tuple(captures)
@@ -126,7 +129,8 @@ class Program:
             extra = [(0, i) for i in extra]
             found = self.derived[key] = Program(self.name, self.in_avals, self.captures,
                                                 self.steps, self.outs + tuple(extra),
-                                                self.out_avals + tuple(avals), self.holders)
+                                                self.out_avals + tuple(avals), self.holders,
+                                                self.step_avals)
         return found
 
     def describe(self) -> str:
@@ -218,6 +222,7 @@ def _program(what: str, holders: list, entries: list, outs: list, leaves: dict) 
     where = {t._id: (0, i) for i, t in enumerate(holders)}
     captures: list = []
     steps: list = []
+    step_avals: list = []
 
     def ref(t):
         found = where.get(t._id)
@@ -237,10 +242,11 @@ def _program(what: str, holders: list, entries: list, outs: list, leaves: dict) 
         refs = tuple(ref(t) for t in e.inputs)
         where[e.outputs[0]._id] = (2, len(steps))
         steps.append((e.prim, e.params, refs))
+        step_avals.append(Aval(tuple(e.outputs[0].shape), e.outputs[0].dtype))
     out_refs = [ref(t) for t in outs]
     avals = [Aval(tuple(t.shape), t.dtype) for t in outs]
     return Program(what, [Aval(tuple(t.shape), t.dtype) for t in holders], captures, steps,
-                   out_refs, avals, holders)
+                   out_refs, avals, holders, step_avals)
 
 
 # --------------------------------------------------------------------------------------------
@@ -259,14 +265,66 @@ def layout(program: Program, n_carry: int, length: int) -> list:
     return out
 
 
-def unpack(packed: Tensor, parts: list) -> list:
-    """The tensors of a packed vector's ``parts`` (:func:`layout`), in their dtypes."""
+def unpack(packed: Tensor, parts: list, cast_back: bool = True) -> list:
+    """The tensors of a packed vector's ``parts`` (:func:`layout`), in their dtypes (else
+    the packed one)."""
     out = []
     for at, shape, dtype in parts:
         t = reshape.bind(getitem.bind(packed, key=(slice(at, at + math.prod(shape), None),)),
                          shape=shape)
-        out.append(t if dtype == packed.dtype else cast.bind(t, dtype=dtype))
+        out.append(t if dtype == packed.dtype or not cast_back else cast.bind(t, dtype=dtype))
     return out
+
+
+def _swap01(t: Tensor) -> Tensor:
+    """``t`` with its first two axes exchanged."""
+    rank = len(t.shape)
+    return transpose.bind(t, perm=(1, 0) + tuple(range(2, rank)))
+
+
+def vmapped(prog: Program, in_flags: tuple, cap_flags: tuple, n: int) -> tuple:
+    """``(program, stand_ins)``: ``prog`` applied to ``n`` rows at once -- its inputs and
+    captures flagged carry the rows on a leading axis, every output does -- each step by its
+    op's batching rule (``Primitive.batch``) where an argument has rows; captures are read
+    through ``stand_ins`` (:func:`captured_as`). Memoised on ``prog``."""
+    key = ("vmapped", in_flags, cap_flags, n)
+    found = prog.derived.get(key)
+    if found is not None:
+        return found
+    stand = [placeholder(f"k{j}", ((n,) if f else ()) + tuple(c.shape), c.dtype)
+             for j, (c, f) in enumerate(zip(prog.captures, cap_flags))]
+    avals = [Aval(((n,) if f else ()) + tuple(a.shape), a.dtype)
+             for a, f in zip(prog.in_avals, in_flags)]
+
+    def body(hs):
+        made: list = []
+
+        def get(ref):
+            kind, at = ref
+            if kind == 0:
+                return hs[at], in_flags[at]
+            if kind == 1:
+                return stand[at], cap_flags[at]
+            if kind == 2:
+                return made[at]
+            return at, False
+
+        for (prim, params, refs), aval in zip(prog.steps, prog.step_avals):
+            got = [get(r) for r in refs]
+            flags = [b for _, b in got]
+            args = [t for t, _ in got]
+            if True in flags:
+                made.append((prim.batch(args, flags, params, tuple(aval.shape)), True))
+            else:
+                made.append((prim.bind(*args, **params), False))
+        outs = [get(r) for r in prog.outs]
+        return [t if b else spread(t, False, n) for t, b in outs]
+
+    found, _ = trace(body, avals, [h.name or f"s{i}" for i, h in enumerate(prog.holders)]
+                     if len(prog.holders) == len(avals) else [f"s{i}" for i in range(len(avals))],
+                     prog.name)
+    found = prog.derived[key] = (found, tuple(stand))
+    return found
 
 
 def _zeros(shape, dtype) -> Tensor:
@@ -367,6 +425,24 @@ class Scan(Primitive):
         for k, i in enumerate(fxs):
             cts[nc + i] = got[len(init) + k]
         return [ct if need else None for ct, need in zip(cts, needed)]
+
+    # -- batching --------------------------------------------------------------------------
+    def batch(self, args, batched, params, shape):
+        """One scan over every row: its program batched (:func:`vmapped`), carried with the
+        rows in front, the batched sequences with their steps in front."""
+        prog, length, nc, nx = (params[k] for k in ("program", "length", "n_carry", "n_xs"))
+        n = batch_size(args, batched)
+        in_flags = [True] * nc + list(batched[nc:nc + nx])
+        bprog, stand = vmapped(prog, tuple(in_flags), tuple(batched[nc + nx:]), n)
+        init = [a if b else spread(a, False, n) for a, b in zip(args[:nc], batched[:nc])]
+        xs = [_swap01(a) if b else a for a, b in zip(args[nc:nc + nx], batched[nc:nc + nx])]
+        packed = self.bind(*init, *xs, *captured_as(bprog, stand, list(args[nc + nx:])),
+                           program=bprog, length=length, reverse=params["reverse"],
+                           n_carry=nc, n_xs=nx)
+        parts = unpack(packed, layout(bprog, nc, length), cast_back=False)
+        rows = [reshape.bind(p, shape=(n, -1)) for p in parts[:nc]]
+        rows += [reshape.bind(_swap01(p), shape=(n, -1)) for p in parts[nc:]]
+        return concat.bind(*rows, axis=1) if len(rows) > 1 else rows[0]
 
     # -- element view ----------------------------------------------------------------------
     def view_refused(self, node):

@@ -446,3 +446,51 @@ def test_jacobian_through_a_scan_is_one_batched_scan():
 
     want = np.stack([(ref(p + e) - ref(p - e)) / 2e-6 for e in np.eye(2) * 1e-6], axis=1)
     np.testing.assert_allclose(jac(p[None])[0], want, rtol=1e-7, atol=1e-9)
+
+
+def test_custom_root_compiles_with_a_bounded_newton_loop():
+    def newton(f, x0):
+        def step(x):
+            with st.GradientTape() as t:
+                t.watch(x)
+                y = f(x)
+            return x - y / t.gradient(y, x)
+
+        _, x = st.while_loop(lambda i, x: i < 30, lambda i, x: (i + 1, step(x)),
+                             (st.constant(0), x0), maximum_iterations=30)
+        return x
+
+    def root(p):
+        a, b = p[0], p[1]
+        return st.custom_root(lambda x: x ** 3 + a * x - b, st.constant(1.0), newton,
+                              lambda g, y: y / g(st.constant(1.0)))
+
+    g = st.grad(root, input_signature=[st.TensorSpec((2,))])
+    pts = np.array([[2.0, 5.0], [1.0, 1.0], [3.0, -2.0]])
+    for (a, b), row in zip(pts, g(pts)):
+        r = np.roots([1.0, 0.0, a, -b])
+        x = r[np.argmin(abs(r.imag))].real
+        d = 3 * x * x + a
+        np.testing.assert_allclose(row, [-x / d, 1 / d], rtol=1e-12)
+
+
+def test_a_long_loop_with_a_small_result_prints_its_recurrence():
+    x = st.symbol("x")
+    v = st.while_loop(lambda v: v < 1e6, lambda v: v * x + 1.0, st.symbol("v0"),
+                      maximum_iterations=30000)
+    text = str(v.formula())
+    assert "steps=30000" in text and "v0*x + 1.0" in text
+
+
+def test_eager_long_scan_runs_its_compiled_loop_with_the_same_values():
+    from symtape.ops import control
+
+    xs = RNG.normal(size=3000)
+    a = st.scan(lambda a, x: a * 0.99 + st.sin(x), st.constant(xs),
+                initializer=st.constant(0.0))
+    assert 3000 * 3 > control.EAGER_STEPS
+    want, c = [], 0.0
+    for x in xs:
+        c = c * 0.99 + np.sin(x)
+        want.append(c)
+    np.testing.assert_allclose(a.numpy(), want, rtol=1e-12, atol=1e-13)

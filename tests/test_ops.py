@@ -70,6 +70,14 @@ class Row:
 ROWS: dict[str, Row] = {}
 
 
+def np_scan(x, w):
+    out, a = [], np.ones(3)
+    for r in x:
+        a = a * w + np.sin(r) * a
+        out.append(a)
+    return np.array(out)
+
+
 def row(name: str, fn, args, ref, **kw) -> None:
     ROWS[name] = Row(fn, [a if isinstance(a, Arg) else Arg(a) for a in args], ref, **kw)
 
@@ -270,6 +278,9 @@ row("matrix_diag_part", st.linalg.diag_part, [Arg((2, 2, 3))],
 row("matrix_diag", st.linalg.diag, [M23], lambda x: x[..., None] * np.eye(3))
 row("meshgrid", lambda a, b: st.stack(st.meshgrid(a, b)), [S3, Arg((2,))],
     lambda a, b: np.stack(np.meshgrid(a, b)))
+row("scan", lambda x, w: st.scan(lambda a, r: a * w + st.sin(r) * a, x,
+                                 initializer=st.ones([3])),
+    [Arg((4, 3)), Arg((3,))], lambda x, w: np_scan(x, w))
 _IDX = np.array([[3, -1], [0, 3]])
 row("gather_flat", lambda x: ops.gather_flat.bind(x, idx=_IDX), [Arg((2, 2))],
     lambda x: np.where(_IDX < 0, 0.0, x.reshape(-1)[np.maximum(_IDX, 0)]))

@@ -77,7 +77,9 @@ def _run_scan(prog, init: list, xs: list, length: int, reverse: bool) -> list:
     return control.unpack(packed, control.layout(prog, len(init), length))
 
 
-def _sequences(elems, what: str) -> tuple:
+def _sequences(elems, what: str, fn=None) -> tuple:
+    if not callable(fn):
+        raise InvalidArgumentError(f"{what}: fn must be a callable, got {type(fn).__name__}")
     flat = _tensors(elems, what)
     if not flat:
         raise InvalidArgumentError(f"{what}: elems is empty (give at least one tensor)")
@@ -122,7 +124,7 @@ def scan(fn: Callable, elems, initializer=None, parallel_iterations: int = 10,
     (array([2., 4., 8.]), 12.0)
     """
     what = "st.scan"
-    xs, length = _sequences(elems, what)
+    xs, length = _sequences(elems, what, fn)
     first = None
     if initializer is None:
         at = length - 1 if reverse else 0
@@ -168,7 +170,7 @@ def map_fn(fn: Callable, elems, dtype=None, parallel_iterations=None, back_prop:
     array([ 5., 25.])
     """
     what = "st.map_fn"
-    xs, length = _sequences(elems, what)
+    xs, length = _sequences(elems, what, fn)
     shape_of: list = []
 
     def body(hs):
@@ -195,7 +197,7 @@ def vectorized_map(fn: Callable, elems, fallback_to_while_loop: bool = True,
            [13., 15.]])
     """
     what = "st.vectorized_map"
-    xs, n = _sequences(elems, what)
+    xs, n = _sequences(elems, what, fn)
     shape_of: list = []
 
     def body(hs):

@@ -227,6 +227,9 @@ def test_scan_errors_name_the_loop_variable():
         st.scan(lambda a, x: a, st.constant(1.0), initializer=st.constant(0.0))
     with pytest.raises(InvalidArgumentError, match="elems is empty"):
         st.scan(lambda a, x: a, [], initializer=st.constant(0.0))
+    for mapper in (st.scan, st.map_fn, st.vectorized_map):
+        with pytest.raises(InvalidArgumentError, match="fn must be a callable"):
+            mapper(None, xs)
 
 
 def test_a_long_scan_formula_shows_the_recurrence_not_its_steps():
@@ -494,3 +497,13 @@ def test_eager_long_scan_runs_its_compiled_loop_with_the_same_values():
         c = c * 0.99 + np.sin(x)
         want.append(c)
     np.testing.assert_allclose(a.numpy(), want, rtol=1e-12, atol=1e-13)
+
+
+def test_python_control_flow_on_a_loop_variable_is_refused_clearly():
+    def body(a, x):
+        if a > 0.0:  # needs a value while the body is traced
+            return a - x
+        return a + x
+
+    with pytest.raises(InvalidArgumentError, match="st.cond or st.where"):
+        st.scan(body, st.ones(3), initializer=st.constant(1.0))

@@ -19,7 +19,9 @@ import math
 import numpy as np
 
 from symtape.base import recording
-from symtape.base.errors import InvalidArgumentError, ShapeError, SymtapeError
+from symtape.base.errors import (
+    InvalidArgumentError, ShapeError, SymtapeError, UnboundLeafError,
+)
 from symtape.base.lazy import LazyModule
 from symtape.core import node as N
 from symtape.core.primitive import (
@@ -196,7 +198,14 @@ def trace(fn, avals: list, labels: list, what: str) -> tuple:
     holders = [placeholder(lb, a.shape, a.dtype) for lb, a in zip(labels, avals)]
     rec = recording.Recorder(watch_accessed=False, everything=True)
     with recording.isolated(rec), recording.watch_accesses() as read:
-        outs = fn(holders)
+        try:
+            outs = fn(holders)
+        except UnboundLeafError as e:
+            raise InvalidArgumentError(
+                f"{what}: the body needs the value of a loop variable while it is traced "
+                "once for every step (Python `if`/`while` on a tensor, float(), .numpy(), "
+                "or assigning a variable): write the choice with st.cond or st.where, and "
+                f"assign after the loop ({e})") from None
     outs = [_as_tensor(o, what, i) for i, o in enumerate(outs)]
     own = {t._id for t in holders}
     for t in read:

@@ -81,6 +81,7 @@ class Block(NamedTuple):
     points: int = 0
     contract: bool = False  # multiplies and adds may fuse (one rounding: a matrix product)
     count: int = -1  # this dimension runs over the chunk's real points, one per iteration
+    runs: int = -1  # this (inner) dimension runs over the chunk's points (padded), run time
 
 
 @dataclass(frozen=True)
@@ -346,6 +347,8 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
         params += ", i64 %np"
     if block.count >= 0:  # that extent is the chunk's number of real points
         params += ", i64 %nc"
+    if block.runs >= 0 and not block.points:  # that extent is the chunk's points (> 0)
+        params += ", i64 %np"
     small = "" if math.prod(block.space) * max(1, block.body.n_ops) >= SMALL_BLOCK_WORK \
         else " optsize"
     out = point + [f"define internal void @b{k}({params}) noinline nounwind{small} {{",
@@ -396,6 +399,8 @@ def _extent(block: Block, d: int, split: bool) -> str:
         return "%np.d"
     if d == block.count:
         return "%nc"
+    if d == block.runs:
+        return "%np"
     return str(block.space[d])
 
 
@@ -475,6 +480,8 @@ def _program(plan: LoopPlan, offsets: tuple, calls: list) -> list:
             args += ", i64 %np"
         if block.count >= 0:
             args += ", i64 %nc"
+        if block.runs >= 0 and not block.points:
+            args += ", i64 %np"
         out.append(f"  call void @b{calls[k]}{par}({args})")
     return out + ["  ret void", "}", ""]
 

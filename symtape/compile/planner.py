@@ -412,13 +412,14 @@ class _Planner:
 
     def block(self, space: tuple, body: Plan, ins, outs, accumulate: bool = False,
               batched: bool = False, points: int = 0, contract: bool = False,
-              count: int = -1) -> None:
+              count: int = -1, runs: int = -1) -> None:
         """Appends a block; ``batched``: its first dimension runs over the chunk's points
         (``points`` of them per iteration, default one); ``count``: the dimension that runs
-        over the chunk's real points (a total)."""
+        over the chunk's real points (a total); ``runs``: an inner dimension of extent
+        ``P`` that runs over the chunk's points (a loop over steps around them)."""
         self.blocks.append(Block(self.shape(space, batched) if batched and not points
                                  else space, body, tuple(ins), tuple(outs), accumulate,
-                                 points or int(batched), contract, count))
+                                 points or int(batched), contract, count, runs))
 
     def materialise(self, loc: tuple, into: int | None = None) -> tuple:
         """``loc`` copied to a contiguous temporary (or to buffer ``into``, of its size): by

@@ -39,8 +39,9 @@ sweep = LazyModule("sweep", globals(), "symtape.derivatives.sweep")
 __all__ = ["Program", "Runner", "trace", "scan", "layout", "unpack", "UNROLL_STEPS"]
 
 #: A scan's element view (its formulas, a compile without a loop form) unrolls its steps up
-#: to this many body applications times body steps; beyond, it is refused at once.
-UNROLL_STEPS = 20000
+#: to this many steps times body ops; beyond, it is refused at once (unrolling costs more
+#: than its size suggests: each step's ops are applied again to the last step's views).
+UNROLL_STEPS = 2000
 #: A compiled loop's body is the program's element view for one step: up to this many atoms.
 BODY_ATOMS = 4096
 #: Eager loops of more steps times body ops than this run compiled (some 0.3-1 s to compile
@@ -686,8 +687,10 @@ def scan_loop(planner, node) -> tuple:
         writes.append(planner.at(loc[0], start, ((-n if rev else n),) + pstride,
                                  tuple(range(n))))
     if length:
-        space = (length, P) if batched else (length,)
-        planner.block(space, body, reads, writes, accumulate=True)
+        if batched:  # (the chunk's points innermost: a step's body vectorised across them)
+            planner.block((length, P), body, reads, writes, accumulate=True, runs=1)
+        else:
+            planner.block((length,), body, reads, writes, accumulate=True)
     for (buf, n), (at, _, _) in zip(states, parts[:nc]):
         if n:
             src = planner.at(buf, 0, lane + (P,))

@@ -159,6 +159,22 @@ def scan(fn: Callable, elems, initializer=None, parallel_iterations: int = 10,
     return nest.pack_sequence_as(init_struct, _no_gradient(ys, back_prop))
 
 
+def _per_element(fn: Callable, elems, what: str) -> tuple:
+    """``(program, sequences, length, output structure)``: ``fn`` traced once for one
+    element of ``elems`` along their leading axis."""
+    xs, length = _sequences(elems, what, fn)
+    structure: list = []
+
+    def body(hs):
+        out = fn(nest.pack_sequence_as(elems, hs))
+        structure.append(out)
+        return _tensors(out, what + ": fn")
+
+    prog, _ = control.trace(body, [Aval(tuple(x.shape[1:]), x.dtype) for x in xs],
+                            [f"x{k}" for k in range(len(xs))], what)
+    return prog, xs, length, structure[0]
+
+
 def map_fn(fn: Callable, elems, dtype=None, parallel_iterations=None, back_prop: bool = True,
            swap_memory: bool = False, infer_shape: bool = True, name: str | None = None,
            fn_output_signature=None):
@@ -169,19 +185,9 @@ def map_fn(fn: Callable, elems, dtype=None, parallel_iterations=None, back_prop:
     >>> st.map_fn(lambda r: st.reduce_sum(r * r), st.constant([[1.0, 2.0], [3.0, 4.0]])).numpy()
     array([ 5., 25.])
     """
-    what = "st.map_fn"
-    xs, length = _sequences(elems, what, fn)
-    shape_of: list = []
-
-    def body(hs):
-        out = fn(nest.pack_sequence_as(elems, hs))
-        shape_of.append(out)
-        return _tensors(out, what + ": fn")
-
-    prog, _ = control.trace(body, [Aval(tuple(x.shape[1:]), x.dtype) for x in xs],
-                            [f"x{k}" for k in range(len(xs))], what)
+    prog, xs, length, structure = _per_element(fn, elems, "st.map_fn")
     ys = _run_scan(prog, [], xs, length, False)
-    return nest.pack_sequence_as(shape_of[0], _no_gradient(ys, back_prop))
+    return nest.pack_sequence_as(structure, _no_gradient(ys, back_prop))
 
 
 def vectorized_map(fn: Callable, elems, fallback_to_while_loop: bool = True,
@@ -196,21 +202,11 @@ def vectorized_map(fn: Callable, elems, fallback_to_while_loop: bool = True,
     array([[ 5.,  7.],
            [13., 15.]])
     """
-    what = "st.vectorized_map"
-    xs, n = _sequences(elems, what, fn)
-    shape_of: list = []
-
-    def body(hs):
-        out = fn(nest.pack_sequence_as(elems, hs))
-        shape_of.append(out)
-        return _tensors(out, what + ": fn")
-
-    prog, _ = control.trace(body, [Aval(tuple(x.shape[1:]), x.dtype) for x in xs],
-                            [f"x{k}" for k in range(len(xs))], what)
+    prog, xs, n, structure = _per_element(fn, elems, "st.vectorized_map")
     caps = [convert_to_tensor(c) for c in prog.captures]
     batched, stand = control.vmapped(prog, (True,) * len(xs), (False,) * len(caps), n)
     out = batched.replay(xs, control.captured_as(batched, stand, caps))
-    return nest.pack_sequence_as(shape_of[0], out)
+    return nest.pack_sequence_as(structure, out)
 
 
 # --------------------------------------------------------------------------------------------

@@ -365,7 +365,7 @@ def test_map_fn_nested_output():
 # -- implicit differentiation ------------------------------------------------------------------
 
 
-def _newton(f, x0):
+def _newton(f, x0, maximum_iterations=None):
     def step(x):
         with st.GradientTape() as t:
             t.watch(x)
@@ -373,7 +373,7 @@ def _newton(f, x0):
         return x - y / t.gradient(y, x)
 
     _, x = st.while_loop(lambda i, x: i < 40, lambda i, x: (i + 1, step(x)),
-                         (st.constant(0), x0))
+                         (st.constant(0), x0), maximum_iterations=maximum_iterations)
     return x
 
 
@@ -453,15 +453,7 @@ def test_jacobian_through_a_scan_is_one_batched_scan():
 
 def test_custom_root_compiles_with_a_bounded_newton_loop():
     def newton(f, x0):
-        def step(x):
-            with st.GradientTape() as t:
-                t.watch(x)
-                y = f(x)
-            return x - y / t.gradient(y, x)
-
-        _, x = st.while_loop(lambda i, x: i < 30, lambda i, x: (i + 1, step(x)),
-                             (st.constant(0), x0), maximum_iterations=30)
-        return x
+        return _newton(f, x0, maximum_iterations=40)
 
     def root(p):
         a, b = p[0], p[1]

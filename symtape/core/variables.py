@@ -30,7 +30,7 @@ G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["Tensor", "Variable", "SymbolTensor", "constant", "symbol", "convert_to_tensor",
            "is_tensor", "CSEForm", "promote", "shape_arg", "exact_constant", "atom_constant",
-           "view"]
+           "view", "leaf_node"]
 
 _variable_ids = itertools.count(1)
 _leaf_names = itertools.count(1)
@@ -76,8 +76,10 @@ def _leaf_atoms(name: str, shape: tuple, store: _Store, assumptions: dict | None
     return atoms
 
 
-def _leaf_node(name: str, shape: tuple, dtype, store: _Store,
-               assumptions: dict | None = None) -> N.Node:
+def leaf_node(name: str, shape: tuple, dtype, store, assumptions: dict | None = None
+              ) -> N.Node:
+    """A leaf over ``store`` (whose ``value`` its atoms read) whose elements are named
+    ``name``, ``name_i_j``, ... in formulas (variables, symbols, a loop body's inputs)."""
     node = N.leaf(shape, dtype, store, lambda: _leaf_atoms(name, shape, store, assumptions))
     node.label = name
     return node
@@ -118,7 +120,7 @@ class Variable(Tensor):
         self._trainable = bool(trainable)
         self._order = next(_variable_ids)
         label = name if name else f"v{self._order}"
-        node = _leaf_node(clean_name(label), value.shape, value.dtype, self._store)
+        node = leaf_node(clean_name(label), value.shape, value.dtype, self._store)
         super().__init__(node, None, value.dtype, name=_SCOPES.prefix() + (name or "Variable"))
         self._snapshot = None
 
@@ -356,7 +358,7 @@ def symbol(name: str, value=None, shape=None, dtype="float64", **assumptions
     store = _Store(value)
     t = SymbolTensor.__new__(SymbolTensor)
     t._store = store
-    Tensor.__init__(t, _leaf_node(name, shape, dtype, store, assumptions or None), None,
+    Tensor.__init__(t, leaf_node(name, shape, dtype, store, assumptions or None), None,
                     dtype, name=name)
     return t
 
@@ -369,4 +371,4 @@ def promote(t: Tensor) -> None:
         return
     name = t._name or f"c{next(_leaf_names)}"
     store = _Store(t._value)
-    t._node = _leaf_node(clean_name(name), t.shape, t._dtype, store)
+    t._node = leaf_node(clean_name(name), t.shape, t._dtype, store)

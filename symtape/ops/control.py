@@ -13,7 +13,6 @@ compiled, it is one loop around the program's element view, whatever the number 
 
 from __future__ import annotations
 
-import itertools
 import math
 
 import numpy as np
@@ -23,16 +22,14 @@ from symtape.base.errors import (
     InvalidArgumentError, ShapeError, SymtapeError, UnboundLeafError,
 )
 from symtape.base.lazy import LazyModule
-from symtape.core import node as N
 from symtape.core.primitive import (
     Aval, Primitive, Unplannable, batch_size, fmt, register_primitive, spread,
 )
 from symtape.core.tensor import Tensor, constant, read_only, view
-from symtape.core.variables import symbol
+from symtape.core.variables import leaf_node, symbol
 from symtape.ops.elementwise import add
 from symtape.ops.structural import cast, concat, expand_dims, getitem, reshape, transpose
 
-G = LazyModule("G", globals(), "symtape.element.graph")
 TN = LazyModule("TN", globals(), "symtape.core.notation")
 sweep = LazyModule("sweep", globals(), "symtape.derivatives.sweep")
 
@@ -47,8 +44,6 @@ BODY_ATOMS = 4096
 #: Eager loops of more steps times body ops than this run compiled (some 0.3-1 s to compile
 #: once per program and shapes; applying ops one by one costs some 10-20 us each).
 EAGER_STEPS = 4000
-
-_names = itertools.count(1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -75,19 +70,8 @@ def _holding(holder: Tensor, value) -> Tensor:
 def placeholder(label: str, shape: tuple, dtype) -> Tensor:
     """A leaf with no value standing for an input of a traced body (named ``label`` in its
     formulas)."""
-    store = _Unbound()
-    shape = tuple(shape)
-
-    def make():
-        atoms = np.empty(shape, dtype=object)
-        for flat, idx in enumerate(np.ndindex(*shape)):
-            name = label if not idx else f"{label}_{'_'.join(map(str, idx))}"
-            atoms[idx] = G.Leaf.new(name, store, flat)
-        return atoms
-
-    node = N.leaf(shape, np.dtype(dtype), store, make)
-    node.label = label
-    return Tensor(node, None, np.dtype(dtype), name=label)
+    dtype = np.dtype(dtype)
+    return Tensor(leaf_node(label, tuple(shape), dtype, _Unbound()), None, dtype, name=label)
 
 
 class Program:
@@ -100,7 +84,7 @@ class Program:
                  "holders", "step_avals", "__weakref__")
 
     def __init__(self, name: str, in_avals: list, captures: list, steps: list, outs: list,
-                 out_avals: list, holders: list = (), step_avals: list = ()) -> None:
+                 out_avals: list, holders: list, step_avals: list) -> None:
         self.name = name
         self.step_avals = tuple(step_avals)  # each step's result (batching reads them)
         self.holders = tuple(holders)  # the placeholders it was traced on (for formulas)
@@ -146,8 +130,6 @@ class Program:
         >>> prog.describe()
         '(a) -> (a*x + 1.0)'
         """
-        if len(self.holders) != len(self.in_avals):
-            return self.name
         with recording.paused():
             outs = self.replay(list(self.holders))
         return f"({', '.join(h.name for h in self.holders)}) -> " \
@@ -209,10 +191,9 @@ def trace(fn, avals: list, labels: list, what: str) -> tuple:
                 f"assign after the loop ({e})") from None
     outs = [_as_tensor(o, what, i) for i, o in enumerate(outs)]
     own = {t._id for t in holders}
-    for t in read:
-        if t._id not in own:
-            recording.accessed(t)
     leaves = {t._id: t for t in read if t._id not in own}
+    for t in leaves.values():
+        recording.accessed(t)
     return _program(what, holders, rec.entries, outs, leaves), outs
 
 
@@ -330,9 +311,7 @@ def vmapped(prog: Program, in_flags: tuple, cap_flags: tuple, n: int) -> tuple:
         outs = [get(r) for r in prog.outs]
         return [t if b else spread(t, False, n) for t, b in outs]
 
-    found, _ = trace(body, avals, [h.name or f"s{i}" for i, h in enumerate(prog.holders)]
-                     if len(prog.holders) == len(avals) else [f"s{i}" for i in range(len(avals))],
-                     prog.name)
+    found, _ = trace(body, avals, [h.name for h in prog.holders], prog.name)
     found = prog.derived[key] = (found, tuple(stand))
     return found
 

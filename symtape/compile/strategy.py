@@ -173,18 +173,7 @@ def view_refused(outputs: Sequence[N.Node]) -> str | None:
     >>> view_refused([st.sin(st.symbol("x"))._node]) is None
     True
     """
-    seen, stack = set(), list(outputs)
-    while stack:
-        node = stack.pop()
-        if id(node) in seen or node.built:
-            continue
-        seen.add(id(node))
-        if node.kind == "op":
-            why = node.prim.view_refused(node)
-            if why is not None:
-                return why
-        stack.extend(node.inputs)
-    return None
+    return N.view_refused(outputs)
 
 
 def element_estimate(outputs: Sequence[N.Node]) -> int:

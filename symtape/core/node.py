@@ -34,7 +34,7 @@ sp = LazyModule("sp", globals(), "sympy")
 G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["Node", "leaf", "const", "lazy", "apply", "params_key", "ancestry",
-           "ELEMENT_LIMIT"]
+           "view_refused", "ELEMENT_LIMIT"]
 
 #: Nodes whose element view (with the unbuilt part of their ancestry) has at most this many
 #: atoms settle eagerly to the element DAG's exact folding; larger ones follow the template
@@ -345,6 +345,23 @@ def fold_id(key):
             _FOLD_IDS.clear()
         fid = _FOLD_IDS[key] = next(_fold_serial)
     return fid
+
+
+def view_refused(roots) -> str | None:
+    """Why a node under ``roots`` whose element view is not built has none to build (its
+    op's ``view_refused``: a loop of many steps is never unrolled), or None."""
+    seen, stack = set(), list(roots)
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or node.built:
+            continue
+        seen.add(id(node))
+        if node.kind == "op":
+            why = node.prim.view_refused(node)
+            if why is not None:
+                return why
+        stack.extend(node.inputs)
+    return None
 
 
 def ancestry(root: Node, through=lambda node: True) -> list[Node]:

@@ -113,17 +113,4 @@ def wants_notation(node: N.Node, size_limit: int = 64, view_limit: int = 4096) -
     than ``size_limit`` elements, or its element view would take more than ``view_limit``
     atoms to build, or a node under it has none (a long loop: ``Primitive.view_refused``)."""
     return node.size > size_limit or not node.view_cost_within(view_limit) or \
-        _refused(node)
-
-
-def _refused(root: N.Node) -> bool:
-    seen, stack = set(), [root]
-    while stack:
-        node = stack.pop()
-        if id(node) in seen or node.built:
-            continue
-        seen.add(id(node))
-        if node.kind == "op" and node.prim.view_refused(node) is not None:
-            return True
-        stack.extend(node.inputs)
-    return False
+        N.view_refused([node]) is not None

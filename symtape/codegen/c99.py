@@ -19,9 +19,10 @@ from symtape.base.lazy import LazyModule
 
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
-__all__ = ["render", "render_many", "name_problem", "check_file_stem"]
+__all__ = ["render", "render_many", "name_problem", "check_file_stem", "literal", "comment",
+           "definitions", "identifier", "CTYPES"]
 
-_CTYPES = {"float64": ("double", ""), "float32": ("float", "f")}
+CTYPES = {"float64": ("double", ""), "float32": ("float", "f")}
 
 # --------------------------------------------------------------------------------------------
 # Names exported C may not use
@@ -141,20 +142,35 @@ def _check_names(name: str, params: list, guard: str, what: str) -> None:
         seen[ident] = f"the {role} {given!r}"
 
 
-def _identifier(name: str, fallback: str) -> str:
+def identifier(name: str, fallback: str) -> str:
+    """``name`` with every character C does not allow in an identifier as ``_`` (``fallback``
+    for no name).
+
+    >>> identifier("x.0", "in0"), identifier("2x", "in0"), identifier(None, "in0")
+    ('x_0', '_2x', 'in0')
+    """
     ident = re.sub(r"\W", "_", name or "")
     if not ident or ident[0].isdigit():
         ident = fallback if not ident else f"_{ident}"
     return ident
 
 
-def _comment(text: str) -> str:
-    """``text`` safe inside a C block comment: a name read from a file cannot close it."""
+def comment(text: str) -> str:
+    """``text`` safe inside a C block comment: a name read from a file cannot close it.
+
+    >>> comment("a */ b")
+    'a * / b'
+    """
     text = "".join(ch if ch.isprintable() else " " for ch in text)
     return text.replace("*/", "* /")
 
 
-def _literal(value, ctype: str) -> str:
+def literal(value, ctype: str) -> str:
+    """A constant as an exact C literal of ``ctype`` (hexadecimal: no decimal rounding).
+
+    >>> literal(0.5, "double"), literal(0.5, "float"), literal(float("-inf"), "double")
+    ('0x1.0000000000000p-1', '0x1.0000000000000p-1f', '(-INFINITY)')
+    """
     if isinstance(value, bool):
         return "1" if value else "0"
     if math.isnan(value):
@@ -165,7 +181,7 @@ def _literal(value, ctype: str) -> str:
     return f"{text}f" if ctype == "float" else text
 
 
-def _definitions(plans, ctype: str, m: str) -> str:
+def definitions(plans, ctype: str, m: str) -> str:
     """The C definitions the ops of ``plans`` call (``Op.c_defs``), for one float type (their
     names end in ``m``: ``st_signf``), each once, in the order of the op table."""
     used = {ins.op for plan in plans for ins in plan.instrs}
@@ -175,21 +191,21 @@ def _definitions(plans, ctype: str, m: str) -> str:
 
 def _signature(plan: Plan, name: str, ctype: str, input_names, output_names) -> tuple:
     n_in, n_out = len(plan.inputs), len(plan.outputs)
-    in_names = [_identifier((input_names or [None] * n_in)[i], f"in{i}") for i in range(n_in)]
-    out_names = [_identifier((output_names or [None] * n_out)[i], f"out{i}")
+    in_names = [identifier((input_names or [None] * n_in)[i], f"in{i}") for i in range(n_in)]
+    out_names = [identifier((output_names or [None] * n_out)[i], f"out{i}")
                  for i in range(n_out)]
     params = ["int64_t n"]
     params += [f"const {ctype} *restrict {nm}" for nm in in_names]
     params += [f"{'unsigned char' if o.boolean else ctype} *restrict {nm}"
                for o, nm in zip(plan.outputs, out_names)]
-    head = f"void {_identifier(name, 'kernel')}({', '.join(params)})"
+    head = f"void {identifier(name, 'kernel')}({', '.join(params)})"
     return head, in_names, out_names
 
 
 def _describe(plan: Plan, name: str) -> str:
     sizes = ", ".join(str(math.prod(a.shape)) for a in plan.inputs)
     outs = ", ".join(str(math.prod(o.shape)) for o in plan.outputs)
-    return (f"/* {_comment(name)}: {len(plan.inputs)} inputs (sizes per point: {sizes or '-'}), "
+    return (f"/* {comment(name)}: {len(plan.inputs)} inputs (sizes per point: {sizes or '-'}), "
             f"{len(plan.outputs)} outputs ({outs or '-'}), batched over n points. */")
 
 
@@ -230,9 +246,9 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tu
 'void g(int64_t n, const float *restrict x, float *restrict out0);']
     """
     heads, bodies, types = [], [], {}
-    guard = _identifier(header, "header").upper()
+    guard = identifier(header, "header").upper()
     for plan, name, dtype, input_names, output_names in kernels:
-        ctype, m = _CTYPES[dtype]
+        ctype, m = CTYPES[dtype]
         head, ins, outs = _signature(plan, name, ctype, input_names, output_names)
         given = [("input", (input_names or [None] * len(ins))[i] or c, c)
                  for i, c in enumerate(ins)]
@@ -244,8 +260,8 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tu
         types.setdefault((ctype, m), []).append(plan)
     h = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", "", *_CPLUSPLUS_OPEN,
          ""] + heads + ["", *_CPLUSPLUS_CLOSE, "", f"#endif /* {guard} */", ""]
-    c = [f'#include "{_comment(header)}"', "#include <math.h>", "#include <stdint.h>", ""]
-    c += [_definitions(plans, ctype, m) for (ctype, m), plans in types.items()] + bodies
+    c = [f'#include "{comment(header)}"', "#include <math.h>", "#include <stdint.h>", ""]
+    c += [definitions(plans, ctype, m) for (ctype, m), plans in types.items()] + bodies
     return "\n".join(h), "\n".join(c)
 
 
@@ -265,22 +281,22 @@ def render(plan: Plan, name: str, dtype: str = "float64", input_names=None,
     const double v1 = (v0 * v0);
     out0[j * 1 + 0] = v1;
     """
-    ctype, m = _CTYPES[dtype]
+    ctype, m = CTYPES[dtype]
     head, in_names, out_names = _signature(plan, name, ctype, input_names, output_names)
     lines = [
-        f"/* {_comment(name)}: {len(plan.inputs)} inputs, {len(plan.outputs)} outputs, "
+        f"/* {comment(name)}: {len(plan.inputs)} inputs, {len(plan.outputs)} outputs, "
         "batched over n points. */",
         "#include <math.h>",
         "#include <stdint.h>",
         "",
-        _definitions([plan], ctype, m),
+        definitions([plan], ctype, m),
     ]
     return "\n".join(lines + _body(plan, head, in_names, out_names, ctype, m))
 
 
 def _value(plan, ref, ins, values, in_names, ctype, m, lines) -> str:
     if ins.op == "const":
-        return _literal(ins.attr[0], ctype)
+        return literal(ins.attr[0], ctype)
     var = f"v{ref}"
     if ins.op == "input":
         arg, k = ins.attr

@@ -20,7 +20,7 @@ from symtape import ops
 from symtape.base import progress
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.base.lazy import LazyModule
-from symtape.codegen import CompiledFunction, TensorSpec, c99, compile_atoms
+from symtape.codegen import CompiledFunction, TensorSpec, c99, casadi_abi, compile_atoms
 from symtape.compile import strategy
 from symtape.compile.function import (
     Function, SparseFunction, common_dtype, compile_options, compile_with, fn_name,
@@ -287,17 +287,31 @@ def _with_vector(fn, specs: list, argnums, what: str, usage: str) -> tuple:
     return xs, num, symbol(specs[-1].name or "v", shape=tuple(x.shape), dtype=x.dtype)
 
 
-def export_c(functions: dict, path) -> tuple:
+def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = None) -> tuple:
     """Writes compiled functions as one C program: ``path`` with ``.h`` (their
     declarations) and ``.c`` (their definitions and the helpers they share, needing only
     ``<math.h>`` and ``<stdint.h>``); ``functions`` maps each C name to a compiled function
-    (``st.compile``, a transform with ``input_signature``, a sparse one's values, an
-    ``st.function`` traced once). Returns the two paths. Each function has the layout of
+    (``st.compile``, a transform with ``input_signature``, a sparse one, an ``st.function``
+    traced once or with an ``input_signature``). Returns the two paths.
+
+    ``abi="batched"`` (the default) gives each function the layout of
     :meth:`CompiledFunction.c_source`'s: ``void name(int64_t n, const double *x, ...,
-    double *out...)``. A C name that would not compile -- a C or C++ keyword (``int``,
-    ``restrict``, ``class``), a reserved identifier (``_X``, ``__x``), a name of ``<math.h>``
-    or ``<stdint.h>`` (``sin``, ``NAN``, ``int64_t``) or of the generated code (``n``, ``j``,
-    ``v0``, ``st_*``), for a function or an argument -- and a file name other than ASCII
+    double *out...)`` over ``n`` points (a sparse function's outputs are its values).
+    ``abi="casadi"`` writes CasADi's external-function ABI, which ``casadi.external(name,
+    "lib.so")`` loads: ``int name(const casadi_real** arg, casadi_real** res, casadi_int*
+    iw, casadi_real* w, int mem)`` for one point, with ``name_n_in``, ``name_sparsity_out``,
+    ``name_work`` and the rest of CasADi's companions; arguments are CasADi matrices stored
+    column by column (a vector is a column), a sparse Jacobian's or Hessian's output holds
+    its nonzeros in its compressed-column pattern, and every temporary is in the caller's
+    work vector ``w`` (see :mod:`symtape.codegen.casadi_abi`). ``dtype``: ``"float64"`` or
+    ``"float32"``, the C type the code computes in (``casadi_real`` in the CasADi ABI);
+    default: each function's own (one for all functions in the CasADi ABI).
+
+    A C name that would not compile -- a C or C++ keyword (``int``, ``restrict``,
+    ``class``), a reserved identifier (``_X``, ``__x``), a name of ``<math.h>`` or
+    ``<stdint.h>`` (``sin``, ``NAN``, ``int64_t``) or of the generated code (``n``, ``j``,
+    ``v0``, ``st_*``, ``casadi_*``), for a function or an argument, or two functions whose
+    CasADi companions clash (``f`` and ``f_work``) -- and a file name other than ASCII
     letters, digits, ``_``, ``.`` and ``-`` raise ``InvalidArgumentError`` naming it.
 
     >>> import symtape as st, tempfile, pathlib
@@ -307,9 +321,21 @@ def export_c(functions: dict, path) -> tuple:
     >>> [line for line in header.read_text().splitlines() if line.startswith("void")]
     ['void g(int64_t n, const double *restrict x, double *restrict out0);', \
 'void H(int64_t n, const double *restrict x, double *restrict out0);']
+    >>> hs = st.hessian(lambda x: st.reduce_sum(x ** 3), sparse=True,
+    ...                 input_signature=[st.TensorSpec((2,))])
+    >>> header, source = st.export_c({"H": hs}, pathlib.Path(tempfile.mkdtemp()) / "cube",
+    ...                              abi="casadi")
+    >>> print(header.read_text().split("/* H:")[1].split(chr(10))[0])
+    (x[2x1])->(o0[2x2, 2 nonzeros])
     """
     import pathlib
 
+    if abi not in ("batched", "casadi"):
+        raise InvalidArgumentError(f"st.export_c: abi must be 'batched' or 'casadi', got "
+                                   f"{abi!r}")
+    if dtype is not None and dtype not in ("float64", "float32"):
+        raise InvalidArgumentError(f"st.export_c: dtype must be None, 'float64' or 'float32', "
+                                   f"got {dtype!r}")
     if not isinstance(functions, dict) or not functions:
         raise InvalidArgumentError("st.export_c: functions must be a non-empty dict of C "
                                    "name -> compiled function")
@@ -323,13 +349,38 @@ def export_c(functions: dict, path) -> tuple:
         if problem:
             raise InvalidArgumentError(f"st.export_c: the C function name {key!r} {problem}; "
                                        "choose another name")
-        kernels.append(_exportable(fn, key).c_kernel("st.export_c", name=key))
+        patterns = fn.sparsity if isinstance(fn, SparseFunction) else None
+        compiled = _exportable(fn, key)
+        plan, name, own, ins, outs = compiled.c_kernel("st.export_c", name=key)
+        kernels.append((plan, name, dtype or own, ins, outs, patterns,
+                        _origin(fn, compiled)))
     # (base "lib.v2" writes lib.v2.h and lib.v2.c: only a .c or .h suffix is replaced)
     header, source = base.with_name(f"{base.name}.h"), base.with_name(f"{base.name}.c")
-    h_text, c_text = c99.render_many(kernels, header.name, "st.export_c")
+    if abi == "casadi":
+        h_text, c_text = casadi_abi.render(kernels, header.name, _one_dtype(kernels),
+                                           "st.export_c")
+    else:
+        h_text, c_text = c99.render_many([k[:5] for k in kernels], header.name, "st.export_c")
     header.write_text(h_text)
     source.write_text(c_text)
     return header, source
+
+
+def _origin(fn, compiled: CompiledFunction) -> str:
+    """What ``fn`` computes, for the comment above its C function."""
+    ins = ", ".join(f"{spec.name}: {spec.dtype}{list(spec.shape)}" for spec in compiled.inputs)
+    kind = "the nonzeros of " if isinstance(fn, SparseFunction) else ""
+    return f"{kind}symtape's {compiled.name}({ins})"
+
+
+def _one_dtype(kernels: list) -> str:
+    """The one C type of functions written together in the CasADi ABI."""
+    dtypes = sorted({k[2] for k in kernels})
+    if len(dtypes) > 1:
+        raise InvalidArgumentError(
+            f"st.export_c: the functions compute in {' and '.join(dtypes)}, but one CasADi "
+            "program has one casadi_real; pass dtype='float64' or dtype='float32'")
+    return dtypes[0]
 
 
 def _exportable(fn, key: str) -> CompiledFunction:
@@ -344,6 +395,10 @@ def _exportable(fn, key: str) -> CompiledFunction:
         (fn,) = fn._compiled.values()
     if isinstance(fn, Function):
         compiled = fn.single_trace()
+        signature = fn.input_signature
+        if compiled is None and not fn.traced_signatures and signature is not None and all(
+                s.shape is not None and None not in s.shape for s in signature):
+            compiled = fn.get_concrete_function(*signature)  # its one trace, made now
         if compiled is None:
             raise InvalidArgumentError(
                 f"st.export_c: {key}: an st.function is exported from one trace; pass "

@@ -13,14 +13,16 @@ from __future__ import annotations
 import math
 import re
 
-from symtape.codegen.plan import Plan
+import numpy as np
+
+from symtape.codegen.plan import Plan, formulas
 from symtape.base.errors import InvalidArgumentError
 from symtape.base.lazy import LazyModule
 
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
 __all__ = ["render", "render_many", "name_problem", "check_file_stem", "literal", "comment",
-           "definitions", "identifier", "CTYPES"]
+           "definitions", "identifier", "formula_lines", "CTYPES"]
 
 CTYPES = {"float64": ("double", ""), "float32": ("float", "f")}
 
@@ -110,8 +112,8 @@ def check_file_stem(stem: str, what: str) -> None:
     >>> check_file_stem('a"b', "st.export_c")
     Traceback (most recent call last):
     ...
-    symtape.base.errors.InvalidArgumentError: st.export_c: the file name 'a"b' cannot be written in \
-#include "a"b.h": use only ASCII letters, digits, '_', '.' and '-' (not first: '.', '-')
+    symtape.base.errors.InvalidArgumentError: st.export_c: the file name 'a"b' cannot be \
+written in #include "a"b.h": use only ASCII letters, digits, '_', '.' and '-' (not first: '.', '-')
     """
     if not _FILE_STEM.fullmatch(stem):
         raise InvalidArgumentError(
@@ -202,11 +204,48 @@ def _signature(plan: Plan, name: str, ctype: str, input_names, output_names) -> 
     return head, in_names, out_names
 
 
-def _describe(plan: Plan, name: str) -> str:
-    sizes = ", ".join(str(math.prod(a.shape)) for a in plan.inputs)
-    outs = ", ".join(str(math.prod(o.shape)) for o in plan.outputs)
-    return (f"/* {comment(name)}: {len(plan.inputs)} inputs (sizes per point: {sizes or '-'}), "
-            f"{len(plan.outputs)} outputs ({outs or '-'}), batched over n points. */")
+def _describe(plan: Plan, name: str, ins: list, outs: list, origin: str | None) -> str:
+    sig = ", ".join(f"{nm}[{math.prod(a.shape)}]" for nm, a in zip(ins, plan.inputs))
+    res = ", ".join(f"{nm}[{math.prod(o.shape)}]" for nm, o in zip(outs, plan.outputs))
+    lines = [f"{name}:({sig})->({res}) per point, batched over n points",
+             f"from: {origin}" if origin else None, *formula_lines(plan, outs)]
+    text = "\n   ".join(comment(line) for line in lines if line is not None)
+    return f"/* {text} */"
+
+
+# Formulas longer than this (in operations, in characters) are not written into the comment
+# above a function: a comment is for a reader, the code is the formula.
+_FORMULA_OPS = 60
+_FORMULA_CHARS = 400
+
+
+def formula_lines(plan: Plan, outs: list, patterns=None) -> list:
+    """Lines ``name = formula`` of each output of a small ``plan`` (``patterns``: per output
+    ``None`` or ``(indices, dense_shape)`` of a sparse one's values, shown beside their
+    indices), or one line saying the formula is too long to print.
+
+    >>> import numpy as np
+    >>> from symtape.element import graph
+    >>> from symtape.codegen.plan import build_plan
+    >>> x = graph.Leaf.new("x")
+    >>> sq = build_plan([np.array(graph.mul(x, x), dtype=object)], [np.array(x, dtype=object)])
+    >>> formula_lines(sq, ["y"])
+    ['y = x**2']
+    """
+    if plan.n_ops > _FORMULA_OPS:
+        return [f"formula: {plan.n_ops} operations, too long to print here (formula() of the "
+                "symtape function shows it)"]
+    lines = []
+    for nm, value, pat in zip(outs, formulas(plan), patterns or [None] * len(outs)):
+        if pat is None:
+            text = str(value.tolist() if value.ndim else value[()])
+        else:  # each nonzero beside its index in the dense result
+            text = ", ".join(f"{list(map(int, i))}: {v}"
+                             for i, v in zip(np.asarray(pat[0]).tolist(), value.tolist()))
+        if len(text) > _FORMULA_CHARS:
+            text = text[:_FORMULA_CHARS] + " ..."
+        lines.append(f"{nm} = {text}")
+    return lines
 
 
 def _body(plan: Plan, head: str, in_names, out_names, ctype: str, m: str) -> list:
@@ -229,7 +268,8 @@ _CPLUSPLUS_CLOSE = ("#ifdef __cplusplus", "}", "#undef restrict", "#endif")
 
 def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tuple:
     """``(header text, source text)`` of several plans as C functions of one program:
-    ``kernels`` holds ``(plan, name, dtype, input_names, output_names)``; the header
+    ``kernels`` holds ``(plan, name, dtype, input_names, output_names)``, and optionally a
+    sixth entry: a line saying what the function computes (for its comment); the header
     (``#include``d by the source as ``header``) declares them. Names must differ, and a
     function or argument name that C could not compile (:func:`name_problem`) raises
     ``InvalidArgumentError`` naming it (prefixed with ``what``).
@@ -247,7 +287,7 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tu
     """
     heads, bodies, types = [], [], {}
     guard = identifier(header, "header").upper()
-    for plan, name, dtype, input_names, output_names in kernels:
+    for plan, name, dtype, input_names, output_names, *origin in kernels:
         ctype, m = CTYPES[dtype]
         head, ins, outs = _signature(plan, name, ctype, input_names, output_names)
         given = [("input", (input_names or [None] * len(ins))[i] or c, c)
@@ -255,7 +295,7 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tu
         given += [("output", (output_names or [None] * len(outs))[i] or c, c)
                   for i, c in enumerate(outs)]
         _check_names(name, given, guard, what)
-        heads += [_describe(plan, name), head + ";"]
+        heads += [_describe(plan, name, ins, outs, origin[0] if origin else None), head + ";"]
         bodies += _body(plan, head, ins, outs, ctype, m)
         types.setdefault((ctype, m), []).append(plan)
     h = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", "", *_CPLUSPLUS_OPEN,

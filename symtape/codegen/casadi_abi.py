@@ -25,7 +25,7 @@ import numpy as np
 from symtape.base.errors import InvalidArgumentError
 from symtape.base.lazy import LazyModule
 from symtape.codegen import c99
-from symtape.codegen.plan import Plan, formulas
+from symtape.codegen.plan import Plan
 
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
@@ -35,10 +35,6 @@ __all__ = ["Layout", "layout", "matrix_shape", "column_major", "render", "SUFFIX
 SUFFIXES = ("alloc_mem", "init_mem", "free_mem", "checkout", "release", "incref", "decref",
             "n_in", "n_out", "default_in", "name_in", "name_out", "sparsity_in",
             "sparsity_out", "work", "work_bytes")
-
-# Formulas longer than this (in operations) are not written into the comment above a function.
-_FORMULA_OPS = 60
-_FORMULA_CHARS = 400
 
 
 @dataclass(frozen=True)
@@ -255,30 +251,12 @@ def _shape_text(pattern: tuple) -> str:
     return f"{rows}x{cols}" + ("" if nnz == rows * cols else f", {nnz} nonzeros")
 
 
-def _formula_lines(plan: Plan, outs: list, patterns) -> list:
-    if plan.n_ops > _FORMULA_OPS:
-        return [f"formula: {plan.n_ops} operations, too long to print here (formula() of the "
-                "symtape function shows it)"]
-    lines = []
-    patterns = patterns or [None] * len(outs)
-    for nm, value, pat in zip(outs, formulas(plan), patterns):
-        if pat is None:
-            text = str(value.tolist() if value.ndim else value[()])
-        else:  # each nonzero beside its index in the dense result
-            text = ", ".join(f"{list(map(int, i))}: {v}"
-                             for i, v in zip(np.asarray(pat[0]).tolist(), value.tolist()))
-        if len(text) > _FORMULA_CHARS:
-            text = text[:_FORMULA_CHARS] + " ..."
-        lines.append(f"{nm} = {text}")
-    return lines
-
-
 def _describe(plan: Plan, name: str, origin: str, ins: list, outs: list, lay: Layout,
               patterns) -> str:
     sig = ", ".join(f"{nm}[{_shape_text(p)}]" for nm, p in zip(ins, lay.sparsity_in))
     res = ", ".join(f"{nm}[{_shape_text(p)}]" for nm, p in zip(outs, lay.sparsity_out))
     lines = [f"{name}:({sig})->({res})", f"from: {origin}" if origin else None,
-             *_formula_lines(plan, outs, patterns),
+             *c99.formula_lines(plan, outs, patterns),
              f"work: sz_arg {lay.sz_arg}, sz_res {lay.sz_res}, sz_iw {lay.sz_iw}, "
              f"sz_w {lay.sz_w}"]
     text = "\n   ".join(c99.comment(line) for line in lines if line is not None)

@@ -360,7 +360,8 @@ def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = No
         h_text, c_text = casadi_abi.render(kernels, header.name, _one_dtype(kernels),
                                            "st.export_c")
     else:
-        h_text, c_text = c99.render_many([k[:5] for k in kernels], header.name, "st.export_c")
+        h_text, c_text = c99.render_many([k[:5] + k[6:] for k in kernels], header.name,
+                                         "st.export_c")
     header.write_text(h_text)
     source.write_text(c_text)
     return header, source

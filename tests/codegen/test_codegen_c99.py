@@ -57,3 +57,33 @@ def test_c_source_compiles_and_matches_the_jit(tmp_path, same):
     got0, got1 = f(a, b)
     same(out0, got0)
     np.testing.assert_array_equal(out1.astype(bool), got1)
+
+
+@pytest.mark.parametrize("abi", ["batched", "casadi"])
+def test_each_exported_function_has_a_comment_naming_its_arguments_and_formula(tmp_path, abi):
+    """Above each function: its inputs and outputs by name with their sizes, the symtape
+    function it came from, and, for a small one, each output's formula, which parses back to
+    sympy.diff of the expression; a large one says how many operations it has instead."""
+    import re
+
+    import symtape as st
+
+    def f(x):
+        return st.reduce_sum(st.sin(x[:-1]) * x[1:] ** 2)
+
+    grad = st.grad(f, input_signature=[st.TensorSpec((3,))])
+    big = st.grad(lambda x: st.reduce_sum(st.tanh(st.tanh(x[:, None] * x[None, :]) ** 3)),
+                  input_signature=[st.TensorSpec((12,))])
+    header, _ = st.export_c({"g": grad, "big": big}, tmp_path / "lib", abi=abi)
+    text = header.read_text()
+    note = text[text.index("/* g:"):text.index("*/", text.index("/* g:"))]
+    shape = "x[3x1])->(o0[3x1])" if abi == "casadi" else "x[3])->(out0[3])"
+    assert f"g:({shape}" in note and "from: symtape's f_grad(x: float64[3])" in note
+    formula = re.search(r"(?:o0|out0) = (\[.*\])", note).group(1)
+    xs = sp.symbols("x_0:3")
+    expr = sum(sp.sin(xs[k]) * xs[k + 1] ** 2 for k in range(2))
+    want = [sp.diff(expr, v) for v in xs]
+    got = sp.sympify(formula, locals=dict(zip(map(str, xs), xs)))
+    assert all(sp.simplify(a - b) == 0 for a, b in zip(got, want))
+    big_note = text[text.index("/* big:"):]
+    assert re.search(r"formula: \d+ operations, too long to print", big_note.split("*/")[0])

@@ -198,8 +198,8 @@ def _kane_function():
 @pytest.mark.slow
 def test_mlp_input_gradient_through_casadi_external(tmp_path):
     """The 8-64-64-1 tanh MLP's input gradient (its straight-line C: about 0.7 MB, about
-    16,000 operations) equals backpropagation by hand; its work vector holds the values alive
-    at once (a few hundred), not one slot per operation."""
+    19,000 operations) equals backpropagation by hand; its work vector holds the values alive
+    at once (192), not one slot per operation."""
     grad = st.grad(_mlp(MLP), input_signature=[st.TensorSpec((MLP[0],))])
     _, source = st.export_c({"mlp_grad": grad}, tmp_path / "mlp", abi="casadi")
     lib = _build(source)
@@ -210,7 +210,8 @@ def test_mlp_input_gradient_through_casadi_external(tmp_path):
                                    atol=1e-14)
         np.testing.assert_allclose(got, grad(x), rtol=1e-14, atol=1e-15)
     lay = _layout(grad)
-    assert _work(ext, lib, "mlp_grad") == lay.work and lay.sz_w < 1000 < grad.plan.n_ops
+    assert _work(ext, lib, "mlp_grad") == lay.work
+    assert lay.sz_w < 1000 < 10_000 < grad.c_kernel()[0].n_ops
     assert _pattern(ext, 0) == _dense_pattern(MLP[0], 1) == lay.sparsity_out[0]
     assert ext.name_in(0) == "x"
 

@@ -1,7 +1,10 @@
-"""``st.config``: settings of the library as a whole -- compile progress, and
-``st.config.threading`` (TensorFlow's names) for the threads of eager ops' BLAS.
+"""``st.config``: settings of the library as a whole -- the default float
+(``floatx``), compile progress, and ``st.config.threading`` (TensorFlow's names) for the
+threads of eager ops' BLAS.
 
 >>> import symtape as st
+>>> st.config.floatx()
+'float64'
 >>> st.config.set_compile_progress(False)  # no progress lines, even on a terminal
 >>> st.config.set_compile_progress(None)   # the default: on when stderr is a terminal
 """
@@ -12,8 +15,36 @@ import types
 
 from symtape.base import progress
 from symtape.base.errors import InvalidArgumentError, MissingDependencyError
+from symtape.core import tensor
 
-__all__ = ["set_compile_progress", "threading"]
+__all__ = ["floatx", "set_floatx", "set_compile_progress", "threading"]
+
+
+def floatx() -> str:
+    """The default float, ``"float64"`` unless set: the dtype of Python floats made tensors
+    (``st.constant(0.5)``, ``st.Variable(1.0)``), of ``st.zeros``/``ones``/``eye``,
+    ``st.one_hot`` and ``st.random.*`` given no dtype. A Python number or numpy scalar
+    meeting a tensor takes the tensor's dtype whatever this is. ``st.keras`` has its own,
+    float32 (``st.keras.backend.floatx``).
+
+    >>> import symtape as st
+    >>> st.config.floatx(), st.constant(0.5).dtype.name
+    ('float64', 'float64')
+    """
+    return tensor.floatx().name
+
+
+def set_floatx(dtype: str) -> None:
+    """Sets :func:`floatx`: ``"float32"`` (TensorFlow's default, for networks) or
+    ``"float64"`` (the default, for exact physics). Tensors made before keep their dtype.
+
+    >>> import symtape as st
+    >>> st.config.set_floatx("float32")
+    >>> st.constant(0.5).dtype.name, st.zeros([2]).dtype.name
+    ('float32', 'float32')
+    >>> st.config.set_floatx("float64")
+    """
+    tensor.set_floatx(dtype)
 
 
 def set_compile_progress(enabled: bool | None) -> None:

@@ -11,7 +11,7 @@ import numpy as np
 
 from symtape import ops
 from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
-from symtape.core.tensor import true_divide
+from symtape.core.tensor import floatx, true_divide
 from symtape.core.variables import Tensor, constant, convert_to_tensor
 from symtape.core.variables import shape_arg as _shape_arg
 from symtape.base.lazy import LazyModule
@@ -836,10 +836,10 @@ def rank(input, name=None) -> Tensor:  # noqa: A002
 
 
 def _dtype(dtype):
-    return np.dtype(dtype) if dtype is not None else np.dtype(np.float64)
+    return np.dtype(dtype) if dtype is not None else floatx()
 
 
-def zeros(shape, dtype="float64", name=None) -> Tensor:
+def zeros(shape, dtype=None, name=None) -> Tensor:
     """A tensor of zeros (structural zeros: they fold away in formulas).
 
     >>> import symtape as st
@@ -849,7 +849,7 @@ def zeros(shape, dtype="float64", name=None) -> Tensor:
     return constant(CREATION["zeros"](_shape_arg(shape, "st.zeros"), _dtype(dtype)))
 
 
-def ones(shape, dtype="float64", name=None) -> Tensor:
+def ones(shape, dtype=None, name=None) -> Tensor:
     """A tensor of ones.
 
     >>> import symtape as st
@@ -881,7 +881,7 @@ def ones_like(input, dtype=None, name=None) -> Tensor:  # noqa: A002
     return constant(CREATION["ones"](t.shape, np.dtype(dtype) if dtype else t.dtype))
 
 
-def eye(num_rows, num_columns=None, batch_shape=None, dtype="float64", name=None) -> Tensor:
+def eye(num_rows, num_columns=None, batch_shape=None, dtype=None, name=None) -> Tensor:
     """The identity matrix (optionally a batch of them).
 
     >>> import symtape as st

@@ -15,7 +15,7 @@ import numpy as np
 
 from symtape import ops
 from symtape.base.errors import DTypeError, InvalidArgumentError, ShapeError
-from symtape.core.tensor import true_divide
+from symtape.core.tensor import floatx, true_divide
 from symtape.core.variables import Tensor, constant, convert_to_tensor
 from symtape.segments import *  # noqa: F403 - TensorFlow's segment and scatter ops
 from symtape.ordering import *  # noqa: F403 - TensorFlow's scans and orderings
@@ -371,7 +371,7 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
     """A one-hot code of integer ``indices`` along a new axis ``axis`` (default -1) of size
     ``depth``: ``on_value`` (default 1) at the index, ``off_value`` (default 0) elsewhere;
     indices outside ``[0, depth)`` give no ``on_value``. The dtype is ``dtype``, else that of
-    ``on_value`` or ``off_value``, else symtape's default float, float64 (TF: float32).
+    ``on_value`` or ``off_value``, else ``st.config.floatx()`` (float64 unless set).
 
     >>> import symtape as st
     >>> st.one_hot([0, 2, -1], 3).numpy()
@@ -389,8 +389,7 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
         raise InvalidArgumentError(f"st.one_hot: axis {axis} is out of range for indices of "
                                    f"rank {indices.ndim}")
     given = [convert_to_tensor(v) for v in (on_value, off_value) if v is not None]
-    out = np.dtype(dtype) if dtype is not None else given[0].dtype if given else \
-        np.dtype(np.float64)
+    out = np.dtype(dtype) if dtype is not None else given[0].dtype if given else floatx()
     for label, value in (("on_value", on_value), ("off_value", off_value)):
         if isinstance(value, Tensor) and (value.ndim or value.dtype != out):
             raise DTypeError(f"st.one_hot: {label} must be a scalar of dtype {out.name}, got "

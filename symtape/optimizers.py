@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from symtape import Tensor, Variable, constant
+from symtape import Tensor, Variable, cast, constant
 from symtape.base.errors import InvalidArgumentError
 from symtape.math import sqrt
 
@@ -23,6 +23,13 @@ def _pairs(grads_and_vars: Iterable) -> list[tuple]:
         if g is not None:
             out.append((g if isinstance(g, Tensor) else constant(np.asarray(g, v.dtype)), v))
     return out
+
+
+def _rate(rate, v: Variable):
+    """A step size in ``v``'s dtype: a tensor one (of the float64 step count: Adam's bias
+    correction, Keras's decay) is cast, as Keras computes each update in its variable's
+    dtype; a number takes the dtype of the tensor it meets."""
+    return cast(rate, v.dtype) if isinstance(rate, Tensor) and rate.dtype != v.dtype else rate
 
 
 class Slots(dict):
@@ -74,10 +81,10 @@ class SGD:
         for g, v in _pairs(grads_and_vars):
             if self.momentum:
                 vel = slot(self._velocity, v)
-                vel.assign(self.momentum * vel - self.learning_rate * g)
+                vel.assign(self.momentum * vel - _rate(self.learning_rate, v) * g)
                 v.assign_add(vel)
             else:
-                v.assign_sub(self.learning_rate * g)
+                v.assign_sub(_rate(self.learning_rate, v) * g)
 
 
 class Adam:
@@ -97,7 +104,8 @@ class Adam:
         self.beta_1, self.beta_2, self.epsilon = float(beta_1), float(beta_2), float(epsilon)
         self._m: Slots = Slots()
         self._v: Slots = Slots()
-        self.iterations = Variable(0.0, name="iterations", trainable=False)
+        # a float64 count is exact past float32's 2**24 whatever st.config.floatx() is
+        self.iterations = Variable(0.0, name="iterations", trainable=False, dtype="float64")
 
     def apply_gradients(self, grads_and_vars: Iterable) -> None:
         pairs = _pairs(grads_and_vars)
@@ -109,7 +117,7 @@ class Adam:
             m, s = slot(self._m, v), slot(self._v, v)
             m.assign(b1 * m + (1.0 - b1) * g)
             s.assign(b2 * s + (1.0 - b2) * g * g)
-            v.assign_sub(lr * m / (sqrt(s) + self.epsilon))
+            v.assign_sub(_rate(lr, v) * m / (sqrt(s) + self.epsilon))
 
 
 class RMSprop:
@@ -142,7 +150,7 @@ class RMSprop:
                 mean = slot(self._mean, v)
                 mean.assign(rho * mean + (1.0 - rho) * g)
                 denominator = denominator - mean * mean
-            step = self.learning_rate * g / sqrt(denominator)
+            step = _rate(self.learning_rate, v) * g / sqrt(denominator)
             if self.momentum:
                 vel = slot(self._velocity, v)
                 vel.assign(self.momentum * vel + step)

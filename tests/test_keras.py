@@ -15,6 +15,15 @@ from symtape.keras.layers import BatchNormalization, Dropout
 keras = st.keras
 
 
+@pytest.fixture(autouse=True)
+def _keras_float64():
+    """These tests compare with numpy's float64 to 1e-12: their layers are float64.
+    Keras's default, float32, is tested against float32 references in test_float32.py."""
+    keras.backend.set_floatx("float64")
+    yield
+    keras.backend.set_floatx("float32")
+
+
 def _relu(x):
     return np.maximum(x, 0.0)
 

@@ -556,7 +556,39 @@ def clean_name(name: str) -> str:
     return name or "v"
 
 
+#: The default float of Python numbers (``st.config.set_floatx``): float64, for exact
+#: physics; float32 for networks as TensorFlow makes them.
+_FLOATX = {"dtype": np.dtype(np.float64)}
+
+
+def floatx() -> np.dtype:
+    """The dtype Python floats (and float creation functions given no dtype) become.
+
+    >>> floatx()
+    dtype('float64')
+    """
+    return _FLOATX["dtype"]
+
+
+def set_floatx(dtype) -> None:
+    """Sets :func:`floatx` to ``"float32"`` or ``"float64"``.
+
+    >>> set_floatx("float32"); constant(0.5).dtype
+    dtype('float32')
+    >>> set_floatx("float64")
+    """
+    try:
+        got = np.dtype(dtype) if dtype is not None else None  # (np.dtype(None) is float64)
+    except TypeError:
+        got = None
+    if got is None or got.name not in ("float32", "float64"):
+        raise InvalidArgumentError(f"st.config.set_floatx: dtype must be 'float32' or "
+                                   f"'float64', got {dtype!r}")
+    _FLOATX["dtype"] = got
+
+
 def _infer_dtype(value) -> np.dtype:
+    # numpy values keep their dtype (as tf.constant keeps them); Python floats are floatx
     if isinstance(value, (bool, np.bool_)):
         return np.dtype(bool)
     if isinstance(value, (int, np.integer)) and not isinstance(value, np.integer):
@@ -564,18 +596,18 @@ def _infer_dtype(value) -> np.dtype:
     if isinstance(value, np.ndarray) or isinstance(value, np.generic):
         return value.dtype
     if isinstance(value, sp.Basic):
-        return np.dtype(np.int32) if value.is_Integer else np.dtype(np.float64)
+        return np.dtype(np.int32) if value.is_Integer else floatx()
     arr = np.asarray(value)
     if arr.dtype.kind == "i":
         return np.dtype(np.int32)
     if arr.dtype.kind in "fb":
-        return np.dtype(np.float64) if arr.dtype.kind == "f" else arr.dtype
+        return floatx() if arr.dtype.kind == "f" else arr.dtype
     return arr.dtype
 
 
 def checked_array(value, dtype, what: str) -> np.ndarray:
     """A numpy array of ``value`` in ``dtype`` (inferred when None: Python ints are int32,
-    floats float64), checked; errors name ``what``.
+    floats :func:`floatx`, numpy values keep theirs), checked; errors name ``what``.
 
     >>> checked_array([1, 2], None, "st.constant").dtype
     dtype('int32')
@@ -599,6 +631,9 @@ def checked_array(value, dtype, what: str) -> np.ndarray:
     if target.kind in "iu" and arr.dtype.kind == "f":
         if not np.all(np.isfinite(arr)) or not np.all(arr == np.round(arr)):
             raise DTypeError(f"{what}: cannot convert non-integer values to {target.name}")
+    if target.kind == "f" and arr.dtype.kind == "f" and target.itemsize < arr.itemsize:
+        with np.errstate(over="ignore"):  # beyond float32's range: its infinity, as in TF
+            return arr.astype(target)
     if target.kind == "b" and arr.dtype.kind != "b":
         raise DTypeError(f"{what}: cannot convert {arr.dtype.name} values to bool")
     if target.kind not in "fiub":
@@ -607,8 +642,9 @@ def checked_array(value, dtype, what: str) -> np.ndarray:
 
 
 def constant(value, dtype=None, shape=None, name: str | None = None) -> Tensor:
-    """A constant tensor: Python numbers, nested lists, numpy arrays (float64 by default for
-    floats; Python ints give int32 as in TensorFlow).
+    """A constant tensor: Python numbers, nested lists, numpy arrays (Python floats give
+    ``st.config.floatx()``, float64 unless set; numpy arrays keep their dtype; Python ints
+    give int32 as in TensorFlow).
 
     >>> import symtape as st
     >>> st.constant([1.0, 2.0]).numpy()

@@ -15,10 +15,11 @@ from __future__ import annotations
 import numpy as np  # noqa: F401 - the doctests' namespace
 
 from symtape.keras import (
-    activations, callbacks, datasets, initializers, layers, losses, metrics, optimizers, utils,
+    activations, backend, callbacks, datasets, initializers, layers, losses, metrics, optimizers,
+    utils,
 )
 from symtape.keras.layers import Input
 from symtape.keras.models import Model, Sequential
 
 __all__ = ["layers", "losses", "metrics", "optimizers", "utils", "datasets", "activations",
-           "initializers", "callbacks", "Sequential", "Model", "Input"]
+           "initializers", "callbacks", "backend", "Sequential", "Model", "Input"]

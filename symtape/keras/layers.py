@@ -14,7 +14,7 @@ from symtape import Tensor, Variable, constant, nn
 from symtape import math as M
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.module import Module, snake_case
-from symtape.keras import activations, initializers
+from symtape.keras import activations, backend, initializers
 
 __all__ = ["Layer", "Dense", "Conv2D", "MaxPooling2D", "AveragePooling2D",
            "BatchNormalization", "Activation", "Flatten", "Dropout", "InputLayer", "Input"]
@@ -41,7 +41,7 @@ class Layer(Module):
     ...         return x * self.w
     >>> layer = Scale()
     >>> layer(np.array([[1.0, 2.0]])).numpy(), layer.w.name
-    (array([[1., 2.]]), 'scale/w:0')
+    (array([[1., 2.]], dtype=float32), 'scale/w:0')
     """
 
     def __init__(self, trainable: bool = True, name: str | None = None,
@@ -54,7 +54,7 @@ class Layer(Module):
         self.trainable = bool(trainable)
         self.built = False
         self.input_shape = None if input_shape is None else tuple(input_shape)
-        self.dtype = np.dtype(dtype or "float64")
+        self.dtype = np.dtype(dtype or backend.floatx())
 
     def __init_subclass__(cls, **kwargs) -> None:
         """Each layer class records the arguments it was made with (for :meth:`get_config`):
@@ -83,7 +83,7 @@ class Layer(Module):
 
         >>> import symtape as st
         >>> st.keras.layers.Dense(3, activation=st.nn.relu, name="d").get_config()
-        {'units': 3, 'activation': 'relu', 'name': 'd', 'dtype': 'float64'}
+        {'units': 3, 'activation': 'relu', 'name': 'd', 'dtype': 'float32'}
         """
         out = {}
         for key, value in self.__dict__.get("_made_with", {}).items():
@@ -364,9 +364,9 @@ class BatchNormalization(Layer):
     >>> x = np.array([[1.0, 2.0], [3.0, 6.0]])
     >>> np.round(bn(x, training=True).numpy(), 2)
     array([[-1., -1.],
-           [ 1.,  1.]])
+           [ 1.,  1.]], dtype=float32)
     >>> bn.moving_mean.numpy()
-    array([0.02, 0.04])
+    array([0.02, 0.04], dtype=float32)
     """
 
     def __init__(self, axis: int = -1, momentum: float = 0.99, epsilon: float = 1e-3,

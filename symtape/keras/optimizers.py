@@ -26,7 +26,8 @@ def _legacy(cls):
             self.decay = float(decay)
             self.name = name or cls.__name__
             if not hasattr(self, "iterations"):
-                self.iterations = Variable(0.0, name="iterations", trainable=False)
+                self.iterations = Variable(0.0, name="iterations", trainable=False,
+                                           dtype="float64")  # counts exactly past 2**24
                 self._counts = True
             else:
                 self._counts = False

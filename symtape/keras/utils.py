@@ -5,16 +5,18 @@ from __future__ import annotations
 import numpy as np
 
 from symtape.base.errors import InvalidArgumentError
+from symtape.keras import backend
 
 __all__ = ["to_categorical"]
 
 
-def to_categorical(x, num_classes: int | None = None, dtype="float64") -> np.ndarray:
-    """One-hot rows of integer class labels (``num_classes`` default: the largest + 1).
+def to_categorical(x, num_classes: int | None = None, dtype=None) -> np.ndarray:
+    """One-hot rows of integer class labels (``num_classes`` default: the largest + 1;
+    ``dtype`` default: ``st.keras.backend.floatx()``, float32).
 
     >>> to_categorical([0, 2], 3)
     array([[1., 0., 0.],
-           [0., 0., 1.]])
+           [0., 0., 1.]], dtype=float32)
     """
     labels = np.asarray(x)
     if labels.dtype.kind not in "iu" and not (labels.dtype.kind == "f" and labels.size and
@@ -29,4 +31,4 @@ def to_categorical(x, num_classes: int | None = None, dtype="float64") -> np.nda
     if labels.size and (labels.min() < 0 or labels.max() >= n):
         raise InvalidArgumentError(f"st.keras.utils.to_categorical: labels must be in [0, "
                                    f"{n}), got {labels.min()}..{labels.max()}")
-    return np.eye(n, dtype=dtype)[labels]
+    return np.eye(n, dtype=dtype or backend.floatx())[labels]

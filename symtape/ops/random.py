@@ -21,6 +21,8 @@ from collections.abc import Callable
 import numpy as np
 
 from symtape.base import recording
+from symtape.base.errors import DTypeError
+from symtape.core.tensor import floatx
 from symtape.core.variables import Tensor, Variable, constant
 from symtape.core.variables import shape_arg as _shape_arg
 
@@ -86,19 +88,35 @@ def _rng(seed):
     return _state["ops"][key]
 
 
-def normal(shape, mean=0.0, stddev=1.0, dtype="float64", seed=None, name=None) -> Tensor:
-    """Normally distributed values.
+def _float_dtype(dtype, what: str, ints: bool = False) -> np.dtype:
+    """``dtype`` checked (floats; ints too where ``ints``), floatx when None."""
+    if dtype is None:
+        return floatx()
+    try:
+        got = np.dtype(dtype)
+    except TypeError:
+        got = None
+    if got is None or got.kind not in ("fiu" if ints else "f") or got.itemsize < 4:
+        raise DTypeError(f"{what}: dtype must be float32 or float64"
+                         f"{' (or int32, int64)' if ints else ''}, got {dtype!r}")
+    return got
+
+
+def normal(shape, mean=0.0, stddev=1.0, dtype=None, seed=None, name=None) -> Tensor:
+    """Normally distributed values (``dtype``: ``st.config.floatx()`` when None).
 
     >>> import symtape as st
     >>> st.random.normal([2, 3]).shape
     (2, 3)
     """
     shape = _shape_arg(shape, "st.random.normal")
+    dtype = _float_dtype(dtype, "st.random.normal")
     return _values(lambda: _rng(seed).normal(mean, stddev, size=shape), shape, dtype)
 
 
-def uniform(shape, minval=0.0, maxval=None, dtype="float64", seed=None, name=None) -> Tensor:
-    """Uniformly distributed values in ``[minval, maxval)`` (``maxval`` defaults to 1).
+def uniform(shape, minval=0.0, maxval=None, dtype=None, seed=None, name=None) -> Tensor:
+    """Uniformly distributed values in ``[minval, maxval)`` (``maxval`` defaults to 1;
+    ``dtype``: ``st.config.floatx()`` when None; int32/int64 need ``maxval``).
 
     >>> import symtape as st
     >>> bool((st.random.uniform([4]).numpy() < 1).all())
@@ -106,7 +124,8 @@ def uniform(shape, minval=0.0, maxval=None, dtype="float64", seed=None, name=Non
     """
     hi = 1.0 if maxval is None else maxval
     shape = _shape_arg(shape, "st.random.uniform")
-    if np.dtype(dtype).kind in "iu":
+    dtype = _float_dtype(dtype, "st.random.uniform", ints=True)
+    if dtype.kind in "iu":
         if maxval is None:
             raise ValueError("st.random.uniform: integer dtypes need an explicit maxval")
         return _values(lambda: _rng(seed).integers(int(minval), int(hi), size=shape), shape,

@@ -104,9 +104,9 @@ REDUCE = {
 }
 
 
-def random_values(rng: np.random.Generator, shape: tuple) -> np.ndarray:
-    """Half special values, half ordinary ones."""
-    special = rng.choice(SPECIAL, size=shape)
+def random_values(rng: np.random.Generator, shape: tuple, special=SPECIAL) -> np.ndarray:
+    """Half special values (of ``special``), half ordinary ones."""
+    special = rng.choice(special, size=shape)
     ordinary = rng.normal(scale=2.0, size=shape)
     return np.where(rng.random(shape) < 0.5, special, ordinary)
 
@@ -259,6 +259,91 @@ def check(rng: np.random.Generator, n_inputs: int = 2, size: int = 3) -> list:
             bad = [i for i in mismatches(a, b) if where is None or where[i]]
             if bad:
                 found.append((what, k, bad, np.ravel(a)[bad], np.ravel(b)[bad], steps))
+    return found
+
+
+#: :data:`SPECIAL` for float32 programs: signed zeros, infinities, nan, and magnitudes whose
+#: ``exp`` overflows (``1e4``) and underflows (``-104``) in float32 but whose powers in the
+#: programs stay inside float32's range (inputs near its limits make intermediates overflow
+#: at one evaluation order and not another, which tells nothing about either).
+SPECIAL32 = np.array([0.0, -0.0, 1.0, -1.0, 0.5, -2.0, 3.0, 1e4, -1e4, 1e-3, np.inf,
+                      -np.inf, np.nan, 1e-4, 20.0, -104.0], dtype=np.float32)
+
+
+def reference_in(outputs, xs, scale: float = 0.0, rng=None) -> list:
+    """The DAG of ``outputs`` interpreted by numpy in float64 at the values of ``xs``, each
+    moved by ``scale`` times itself in a random direction when ``rng`` is given."""
+    atoms = [a for t in outputs for a in t._atoms.flat]
+    leaves = [a for x in xs for a in x._atoms.flat]
+    run = evaluate.program(atoms, leaves, evaluate.HEADS)
+    point = np.concatenate([np.ravel(x.numpy()).astype(np.float64) for x in xs])
+    if rng is not None:
+        point = point * (1.0 + scale * rng.choice([-1.0, 1.0], size=point.shape))
+    flat = run(*[np.float64(v) for v in point])
+    out, k = [], 0
+    for t in outputs:
+        out.append(np.array(flat[k:k + t.size], dtype=np.float64).reshape(t.shape))
+        k += t.size
+    return out
+
+
+def _beyond(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> list:
+    """:func:`mismatches` of ``a`` and ``b`` but for finite pairs within ``atol`` (not both
+    zeros)."""
+    a, b = np.ravel(a), np.ravel(b)
+    with np.errstate(invalid="ignore"):
+        return [i for i in mismatches(a, b, rtol)
+                if not (np.isfinite(a[i]) and np.isfinite(b[i]) and abs(a[i] - b[i]) <= atol
+                        and (a[i] or b[i]))]  # two zeros: their signs agree
+
+
+def check_float32(rng: np.random.Generator, n_inputs: int = 2, size: int = 3,
+                  rtol: float = 1e-4, atol: float = 1e-6) -> list:
+    """The disagreements of one random program in float32 (``st.config.floatx()`` float32
+    while it is built, so its own constants are float32 too). Its eager values, gradients
+    and second derivatives, and the same tensors compiled with ``dtype="float32"``, must be
+    float32. The reference is the DAG interpreted by numpy in float64 at the same float32
+    points, rounded to float32 (a value beyond float32's range is its infinity). Where the
+    reference is well conditioned -- it moves by less than ``rtol / 10`` when the points
+    move by float32's rounding (two random directions) -- and within float32's range, eager,
+    compiled and the reference agree within ``rtol``, or ``atol`` where the values are
+    residues of a cancellation of numbers of order 1 (8 float32 ulps of 1); zeros agree in
+    sign. Where float32's range is reached -- any of the three an infinity or nan, or the
+    reference a zero that float64 does not make -- the values are not compared: an
+    intermediate can overflow (or a comparison flip by rounding) at one and not the other
+    (eager fused templates keep intermediates that compiled float32 code rounds), and the
+    exact nan, infinity and zero patterns are the float64 test's (:func:`check`)."""
+    fn, steps = program(rng)
+    xs = [st.Variable(random_values(rng, (size,), SPECIAL32).astype(np.float32),
+                      name=f"x{k}") for k in range(n_inputs)]
+    saved = st.config.floatx()
+    st.config.set_floatx("float32")
+    try:
+        outputs = _value_gradient_hessian(fn, xs)
+    finally:
+        st.config.set_floatx(saved)
+    found = [("dtype", k, t.dtype.name, steps) for k, t in enumerate(outputs)
+             if t.dtype != np.float32]
+    f = st.compile(outputs, xs, dtype="float32")
+    native = f(*[x.numpy() for x in xs])
+    found += [("compiled dtype", k, np.asarray(c).dtype.name, steps)
+              for k, c in enumerate(native) if np.asarray(c).dtype != np.float32]
+    eager = [np.asarray(t.numpy(), dtype=np.float64) for t in outputs]
+    compiled = [np.asarray(c, dtype=np.float64) for c in native]
+    exact = reference_in(outputs, xs)
+    moved = [reference_in(outputs, xs, 2.0 ** -20, np.random.default_rng(k)) for k in (1, 2, 3)]
+    with np.errstate(over="ignore"):
+        ref = [r.astype(np.float32).astype(np.float64) for r in exact]
+    for k in range(len(outputs)):
+        unsteady = set().union(*(_beyond(m[k], exact[k], rtol / 10, atol) for m in moved))
+        a, b, r, e = (np.ravel(v) for v in (eager[k], compiled[k], ref[k], exact[k]))
+        ranged = set(np.flatnonzero(~np.isfinite(a) | ~np.isfinite(b) | ~np.isfinite(r) |
+                                    ((r == 0) & (e != 0))).tolist())
+        for what, x, y in (("eager32/numpy64-DAG", a, r), ("compiled32/numpy64-DAG", b, r),
+                           ("eager32/compiled32", a, b)):
+            bad = [i for i in _beyond(x, y, rtol, atol) if i not in unsteady | ranged]
+            if bad:
+                found.append((what, k, bad, x[bad], y[bad], steps))
     return found
 
 

@@ -369,7 +369,8 @@ def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = No
 
 def _origin(fn, compiled: CompiledFunction) -> str:
     """What ``fn`` computes, for the comment above its C function."""
-    ins = ", ".join(f"{spec.name}: {spec.dtype}{list(spec.shape)}" for spec in compiled.inputs)
+    ins = ", ".join(f"{spec.name or f'in{k}'}: {spec.dtype}{list(spec.shape)}"
+                    for k, spec in enumerate(compiled.inputs))
     kind = "the nonzeros of " if isinstance(fn, SparseFunction) else ""
     return f"{kind}symtape's {compiled.name}({ins})"
 

@@ -131,22 +131,16 @@ def _target_machine():
     )
 
 
-#: LLVM options set once, before the first compile in this process: the instruction
-#: schedulers (before and after register allocation) are quadratic in the size of a basic
-#: block -- 80% of the code generation time of a kernel of 10^4 vector operations, seconds
-#: -- and the out-of-order cores we generate code for gain nothing measurable from them
-#: (``benchmarks/peers.py``). They are process-wide: other llvmlite users in the same
-#: process (numba) get unscheduled code too.
-CODEGEN_OPTIONS = ("-enable-misched=false", "-enable-post-misched=false",
-                   "-post-RA-scheduler=false")
-
-
 @functools.cache
 def _codegen_machine():
-    """The target machine used for optimising and emitting code (under the lock)."""
-    llvm = _llvm()
-    for option in CODEGEN_OPTIONS:
-        llvm.set_option("symtape", option)
+    """The target machine used for optimising and emitting code (under the lock).
+
+    No LLVM command-line option is set: those are global to the process, and would change
+    the code of every other llvmlite user in it (numba). Large kernels are cut into
+    functions of a few hundred operations (``kernel.SPLIT_OPS``), which keeps LLVM's
+    instruction schedulers, quadratic in a basic block's size, to about a tenth of its time
+    (measured over the 15 kernels of ``benchmarks/peers.py``: 6.1-6.6 s of LLVM with the
+    schedulers off, 7.0 s with them on)."""
     return _target_machine()
 
 

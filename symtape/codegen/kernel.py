@@ -52,8 +52,8 @@ LOOP_VECTORIZE_MAX_STORE = 7
 # Plans with more operations than this are cut into functions of this many, optimised one
 # at a time: LLVM's time per operation grows with the size of a function (measured: about
 # 50 us per op at 10^3 ops, 150 us at 3 x 10^4), and stays near its small-size cost this way.
-# With the schedulers off, register allocation is what grows: cut at 500 (and lane kernels
-# at LANE_SPLIT_OPS), the N-body k=20 Hessian sets up in 1.6 s against 2.2 s at 2,000,
+# Register allocation and the instruction schedulers are what grow: cut at 500 (and lane
+# kernels at LANE_SPLIT_OPS), the N-body k=20 Hessian sets up in 1.6 s against 2.2 s at 2,000,
 # Rosenbrock n=100's and the MLP's Hessians run 6-10% faster and N-body's 5% slower
 # (benchmarks/peers.py).
 SPLIT_OPS = 500
@@ -206,7 +206,7 @@ class Body:
                 or plan.n_ops >= LANE_OPS_PER_OUTPUT * sum(len(o.refs) for o in plan.outputs))):
             self.lanes, self.loop_vectorize = LANES, False
         # vector code is cut twice as fine: LLVM's instruction schedulers, quadratic in the
-        # size of a block, are most of its time there (measured on an N-body Hessian: 3.7 s
+        # size of a block, were most of its time there (measured on an N-body Hessian: 3.7 s
         # of code generation at 1,000 operations a function against 5.8 s at 2,000)
         chunks = _chunks(plan, LANE_SPLIT_OPS if self.lanes > 1 else SPLIT_OPS)
         crossing = _crossing(plan, chunks)

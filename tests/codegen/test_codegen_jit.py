@@ -127,3 +127,59 @@ def test_object_code_is_vectorised_for_the_host():
     outs = [np.array([graph.mul(v, v) for v in xs], dtype=object)]
     f = compile_atoms(outs, [np.array(xs, dtype=object)])
     assert "pd" in f.asm  # packed double instructions: the loop or the body was vectorised
+
+
+NEIGHBOUR = textwrap.dedent('''
+    import sys
+    import llvmlite.binding as llvm
+    IR = """
+    define void @f(ptr %a, ptr %out) {
+      %p1 = getelementptr double, ptr %a, i64 1
+      %p2 = getelementptr double, ptr %a, i64 2
+      %p3 = getelementptr double, ptr %a, i64 3
+      %x0 = load double, ptr %a
+      %x1 = load double, ptr %p1
+      %m0 = fmul double %x0, %x1
+      %x2 = load double, ptr %p2
+      %d0 = fdiv double %m0, %x2
+      %x3 = load double, ptr %p3
+      %m1 = fmul double %x3, %x3
+      %s0 = fadd double %d0, %m1
+      %d1 = fdiv double %x1, %x3
+      %s1 = fadd double %s0, %d1
+      %m2 = fmul double %x0, %x2
+      %s2 = fadd double %s1, %m2
+      store double %s2, ptr %out
+      ret void
+    }
+    """
+
+    def listing():
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        tm = llvm.Target.from_default_triple().create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(),
+            opt=3)
+        mod = llvm.parse_assembly(IR)
+        return tm.emit_assembly(mod)
+
+    before = listing()
+    import numpy as np
+    import symtape as st
+    g = st.grad(lambda x: st.reduce_sum(st.exp(x) * x ** 3),
+                input_signature=[st.TensorSpec((40,))])
+    g(np.ones((3, 40)))
+    assert st.codegen.jit.STATS.compiles > 0
+    print("same" if listing() == before else "changed")
+''')
+
+
+def test_llvm_options_of_other_llvmlite_users_are_untouched(fresh_cache):
+    # LLVM's command-line options are global to the process: symtape sets none, so a module
+    # another llvmlite user (numba) compiles after symtape's kernels gets the same machine
+    # code as before them (with the instruction schedulers turned off for the process, the
+    # listing of this function changes on x86-64)
+    out = subprocess.run([sys.executable, "-c", NEIGHBOUR], capture_output=True, text=True,
+                         env={**os.environ, "SYMTAPE_CACHE_DIR": str(fresh_cache)}, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "same"

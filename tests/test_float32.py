@@ -192,11 +192,14 @@ def test_compiled_float32_agrees_with_eager_and_numpy():
         assert_allclose(a.numpy(), ref_grad, rtol=1e-4, atol=1e-6)
 
 
-def test_function_dtype_float32_compiles_float64_arguments_in_float32():
-    f = st.function(lambda x: st.reduce_sum(x * x), dtype="float32")
+def test_function_dtype_float32_traces_and_compiles_in_float32():
+    """``st.function(dtype="float32")`` without an input_signature: its arguments are
+    float32 leaves (so they meet float32 variables), its code float32."""
+    w = st.Variable(np.float32([1.0, -2.0, 0.5]))
+    f = st.function(lambda x: st.reduce_sum(x * x * w), dtype="float32")
     out = f(np.array([0.1, 0.2, 0.3]))
     assert out.dtype == F32
-    assert float(out) == pytest.approx(0.14, rel=4 * EPS32)
+    assert float(out) == pytest.approx(0.01 - 0.08 + 0.045, rel=8 * EPS32)
 
 
 # --------------------------------------------------------------------------------------------

@@ -760,7 +760,7 @@ class Function:
         if traced is None:
             shapes = key[0] if python else key
             specs = [TensorSpec(k, s.dtype, s.name) for k, s in zip(shapes, sig)] if sig else \
-                [TensorSpec(k) for k in shapes]
+                [TensorSpec(k, self._dtype or "float64") for k in shapes]  # dtype=: its leaves
             with self._tracing:
                 traced = self._traces.get(key)
                 if traced is None:

@@ -13,12 +13,16 @@ eager symtape.
 
 Targets: compile <= 3 s; step <= 1.5x JAX.
 
+``--dtype float32`` runs everything in float32: the data and weights are float32, the
+steps are compiled with float32 specs (``st.function(dtype=...)`` and float32
+``TensorSpec``), JAX jits the float32 step, and values agree to float32 rounding.
+
 The forward pass of the same network (softmax probabilities) is also timed three ways:
 ``st.function`` traced at the batch's size, with ``input_signature=[TensorSpec((None,
 784))]`` (one trace for every batch size: the batch-1 program over chunks of examples),
 and JAX ``jit``; each compiled once, values checked against each other.
 
-    python benchmarks/train_step.py [--batch N] [--steps K]
+    python benchmarks/train_step.py [--batch N] [--steps K] [--dtype float64|float32]
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ import symtape as st  # noqa: E402 - the cache directory must be chosen first
 
 SIZES = (784, 128, 10)
 LR = 1e-3
+#: the dtype of the run (--dtype) and its tolerances: (value rtol, weight rtol, weight atol)
+DTYPE = ["float64"]
+TOL = {"float64": (1e-12, 1e-9, 1e-15), "float32": (1e-5, 1e-4, 1e-6)}
 
 
 def initial(seed: int = 0) -> list:
@@ -43,13 +50,13 @@ def initial(seed: int = 0) -> list:
     out = []
     for a, b in zip(SIZES[:-1], SIZES[1:]):
         out += [rng.standard_normal((a, b)) / np.sqrt(a), np.zeros(b)]
-    return out
+    return [a.astype(DTYPE[0]) for a in out]
 
 
 def data(batch: int, seed: int = 1) -> tuple:
     rng = np.random.default_rng(seed)
-    return rng.standard_normal((batch, SIZES[0])), np.eye(SIZES[-1])[
-        rng.integers(0, SIZES[-1], batch)]
+    return rng.standard_normal((batch, SIZES[0])).astype(DTYPE[0]), np.eye(
+        SIZES[-1], dtype=DTYPE[0])[rng.integers(0, SIZES[-1], batch)]
 
 
 def symtape_step(params: list):
@@ -115,7 +122,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--batch", type=int, default=128)
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--dtype", choices=("float64", "float32"), default="float64")
     args = ap.parse_args()
+    DTYPE[0] = args.dtype
+    rtol, wrtol, watol = TOL[args.dtype]
     x, y = data(args.batch)
 
     step, vs = symtape_step(initial())
@@ -125,28 +135,29 @@ def main() -> None:
     eager_w = vs[0].numpy().copy()
 
     step, vs = symtape_step(initial())
-    fn = st.function(step)
+    fn = st.function(step, dtype=args.dtype)
     t = time.perf_counter()
-    loss = float(fn(x, y))
+    out = fn(x, y)
     compile_s = time.perf_counter() - t
     plan = fn.get_concrete_function(x, y).plan
-    np.testing.assert_allclose(loss, eager_loss, rtol=1e-12)
-    np.testing.assert_allclose(vs[0].numpy(), eager_w, rtol=1e-9, atol=1e-15)
+    assert vs[0].dtype == args.dtype and out.dtype == args.dtype
+    np.testing.assert_allclose(float(out), eager_loss, rtol=rtol)
+    np.testing.assert_allclose(vs[0].numpy(), eager_w, rtol=wrtol, atol=watol)
     kind = type(plan).__name__
-    print(f"MLP {'-'.join(map(str, SIZES))} training step, batch {args.batch} (float64)")
+    print(f"MLP {'-'.join(map(str, SIZES))} training step, batch {args.batch} ({args.dtype})")
     print(f"  symtape eager step          {eager_s * 1e3:9.2f} ms")
     print(f"  symtape st.function compile {compile_s:9.3f} s   ({kind}, "
           f"{len(getattr(plan, 'blocks', ()))} blocks)")
 
     # the same step with a None batch: one trace and compile for every batch size
     step, pvs = symtape_step(initial())
-    poly = st.function(step, input_signature=[st.TensorSpec((None, SIZES[0])),
-                                              st.TensorSpec((None, SIZES[-1]))])
+    poly = st.function(step, input_signature=[st.TensorSpec((None, SIZES[0]), args.dtype),
+                                              st.TensorSpec((None, SIZES[-1]), args.dtype)])
     t = time.perf_counter()
     loss = float(poly(x, y))
     poly_s = time.perf_counter() - t
-    np.testing.assert_allclose(loss, eager_loss, rtol=1e-12)
-    np.testing.assert_allclose(pvs[0].numpy(), eager_w, rtol=1e-9, atol=1e-15)
+    np.testing.assert_allclose(loss, eager_loss, rtol=rtol)
+    np.testing.assert_allclose(pvs[0].numpy(), eager_w, rtol=wrtol, atol=watol)
     sizes = (1, 3, 64, 1001)
     t = time.perf_counter()
     for b in sizes:  # other sizes: no new trace
@@ -169,10 +180,11 @@ def main() -> None:
     m = [np.zeros_like(a) for a in p]
     s = [np.zeros_like(a) for a in p]
     t = time.perf_counter()
-    out = jax.block_until_ready(jstep(p, m, s, 0.0, x, y))
+    out = jax.block_until_ready(jstep(p, m, s, np.zeros((), args.dtype), x, y))
     jax_compile = time.perf_counter() - t
-    np.testing.assert_allclose(float(out[0]), eager_loss, rtol=1e-12)
-    np.testing.assert_allclose(np.asarray(out[1][0]), eager_w, rtol=1e-9, atol=1e-15)
+    assert np.asarray(out[1][0]).dtype == args.dtype
+    np.testing.assert_allclose(float(out[0]), eager_loss, rtol=rtol)
+    np.testing.assert_allclose(np.asarray(out[1][0]), eager_w, rtol=wrtol, atol=watol)
     state = list(out[1:])
 
     def jax_call():
@@ -208,16 +220,19 @@ def forward(params: list):
 
 def forward_times(x: np.ndarray, steps: int) -> None:
     params = initial()
-    print(f"MLP {'-'.join(map(str, SIZES))} forward pass, batch {len(x)} (float64)")
-    fixed = st.function(forward(params))
-    poly = st.function(forward(params), input_signature=[st.TensorSpec((None, SIZES[0]))])
+    print(f"MLP {'-'.join(map(str, SIZES))} forward pass, batch {len(x)} ({DTYPE[0]})")
+    fixed = st.function(forward(params), dtype=DTYPE[0])
+    poly = st.function(forward(params), input_signature=[st.TensorSpec((None, SIZES[0]),
+                                                                       DTYPE[0])])
+    rtol, _, atol = TOL[DTYPE[0]]
     want = None
     for name, fn in (("traced at this size", fixed), ("None batch (one trace)", poly)):
         t = time.perf_counter()
         got = fn(x).numpy()
         compile_s = time.perf_counter() - t
         want = got if want is None else want
-        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+        assert got.dtype == DTYPE[0]
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
         best, median = timings(lambda: fn(x), steps)
         print(f"  symtape {name:<24} compile {compile_s:6.3f} s   {best * 1e3:7.3f} ms best, "
               f"{median * 1e3:.3f} median   {fn.traced_signatures}")
@@ -235,7 +250,8 @@ def forward_times(x: np.ndarray, steps: int) -> None:
     t = time.perf_counter()
     got = np.asarray(jax.block_until_ready(jforward(params, x)))
     compile_s = time.perf_counter() - t
-    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-15)
+    assert got.dtype == DTYPE[0]
+    np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
     best, median = timings(lambda: jax.block_until_ready(jforward(params, x)), steps)
     print(f"  JAX jit {'':<24} compile {compile_s:6.3f} s   {best * 1e3:7.3f} ms best, "
           f"{median * 1e3:.3f} median")

@@ -19,11 +19,13 @@ from symtape.math import table_entry
 from symtape.math import einsum, eye, global_norm, matmul, norm, tensordot  # also under tf.linalg
 from symtape.core.variables import constant, convert_to_tensor
 from symtape.linalg_factor import cholesky, cholesky_solve, logdet, triangular_solve
+from symtape.linalg_decomp import eigh, eigvalsh, expm, lstsq, lu, pinv, qr, slogdet, svd
 
 __all__ = ["det", "inv", "solve", "trace", "matrix_transpose", "matmul", "norm", "einsum",
            "tensordot", "eye", "global_norm", "diag", "diag_part",
            "matvec", "cross", "band_part",
-           "cholesky", "triangular_solve", "cholesky_solve", "logdet"]
+           "cholesky", "triangular_solve", "cholesky_solve", "logdet",
+           "eigh", "eigvalsh", "svd", "qr", "lu", "slogdet", "lstsq", "pinv", "expm"]
 
 
 #: ``name -> composite`` of this module (the op-table test asks for a row per entry).

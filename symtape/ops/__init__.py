@@ -45,6 +45,7 @@ from symtape.ops.contraction import (
 )
 from symtape.ops.linalg import Det, Inv, Solve, swap_last, cofactors, det, inv, solve
 from symtape.ops.factorizations import cholesky, triangular_solve  # noqa: F401
+from symtape.ops.decompositions import eigh, lu, qr, svd  # noqa: F401
 from symtape.ops.reductions import (
     ORDERED_TERMS, Reduction, normalize_axes, reduce_euclidean_norm, reduce_logsumexp, reduce_max,
     reduce_mean, reduce_min, reduce_prod, reduce_sum,

@@ -346,3 +346,14 @@ def test_symbolic_formulas_print_the_factorization_in_tensor_notation():
     m = st.stack([st.stack([a, b]), st.stack([b, c])])
     text = str(st.linalg.eigvalsh(m).formula())
     assert "eigh(stack" in text and "(a, b)" in text
+
+
+def test_empty_matrices_and_batches():
+    sign, logabs = st.linalg.slogdet(np.zeros((2, 0, 0)))
+    np.testing.assert_array_equal(sign.numpy(), [1.0, 1.0])  # det of a 0x0 matrix is 1
+    np.testing.assert_array_equal(logabs.numpy(), [0.0, 0.0])
+    e, v = st.linalg.eigh(np.zeros((0, 3, 3)))
+    assert e.shape == (0, 3) and v.shape == (0, 3, 3)
+    s, u, w = st.linalg.svd(np.zeros((2, 3, 0)))
+    assert s.shape == (2, 0) and u.shape == (2, 3, 0) and w.shape == (2, 0, 0)
+    assert st.linalg.expm(np.zeros((0, 0))).shape == (0, 0)

@@ -67,8 +67,9 @@ def unpack(packed, cores: list) -> list:
     return out
 
 
-def _pack(parts: list, batch: tuple, dtype) -> np.ndarray:
-    flat = [np.asarray(p, dtype=np.float64).reshape(batch + (-1,)) for p in parts]
+def _pack(parts: list, cores: list, batch: tuple, dtype) -> np.ndarray:
+    flat = [np.asarray(p, dtype=np.float64).reshape(batch + (math.prod(c),))
+            for p, c in zip(parts, cores)]
     return np.concatenate(flat, axis=-1).astype(dtype)
 
 
@@ -171,19 +172,28 @@ class Decomposition(Primitive):
         return True, None, None
 
     def numeric(self, values, params):
+        """LAPACK's factors; a matrix holding nan or inf (which LAPACK refuses) or on which
+        it does not converge has nan factors, as TensorFlow's."""
         a = np.asarray(values[0])
         x = a.astype(np.float64)
         batch = x.shape[:-2]
         cores = layout(self.name, x.shape, params)
-        if x.size == 0 or not np.all(np.isfinite(x)):
-            # LAPACK refuses nan/inf: those matrices' factors are nan, as TensorFlow's
-            good = np.isfinite(x).all(axis=(-2, -1)) if x.size else np.zeros(batch, bool)
+        bad = ~np.isfinite(x).all(axis=(-2, -1)) if x.shape[-1] and x.shape[-2] else \
+            np.zeros(batch, dtype=bool)
+        safe = np.where(bad[..., None, None], 0.0, x)
+        try:
+            parts = self.lapack(safe, params)
+        except np.linalg.LinAlgError:
             parts = [np.full(batch + c, np.nan) for c in cores]
-            if good.any():
-                for p, q in zip(parts, self.lapack(x[good], params)):
-                    p[good] = q
-            return _pack(parts, batch, a.dtype)
-        return _pack(self.lapack(x, params), batch, a.dtype)
+            for idx in np.ndindex(*batch):
+                try:
+                    for p, q in zip(parts, self.lapack(safe[idx], params)):
+                        p[idx] = q
+                except np.linalg.LinAlgError:
+                    bad[idx] = True
+        parts = [np.where(bad.reshape(batch + (1,) * len(c)), np.nan, p)
+                 for p, c in zip(parts, cores)]
+        return _pack(parts, cores, batch, a.dtype)
 
     def batch(self, args, batched, params, shape):
         n = batch_size(args, batched)  # the op maps over leading axes already

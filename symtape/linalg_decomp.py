@@ -185,7 +185,9 @@ def lstsq(matrix, rhs, l2_regularizer=0.0, fast=True, name=None):
                          f"{tuple(a.shape[:-1]) + ('k',)})")
     if not fast:
         return ops.matmul.bind(pinv(a), b)
-    l2 = convert_to_tensor(np.asarray(l2_regularizer, dtype=a.dtype))
+    l2 = convert_to_tensor(l2_regularizer)  # a tensor stays one: its gradient flows
+    if l2.dtype != a.dtype:
+        l2 = ops.cast.bind(l2, dtype=a.dtype)
     if l2.shape != ():
         raise ShapeError(f"st.linalg.lstsq: l2_regularizer must be a scalar, got shape "
                          f"{tuple(l2.shape)}")

@@ -191,6 +191,9 @@ CASES = {
     "lstsq_under_l2": (lambda a, b: st.linalg.lstsq(a, b, l2_regularizer=0.2),
                        [(2, 3), (2, 1)], 2),
     "lstsq_robust": (lambda a, b: st.linalg.lstsq(a, b, fast=False), [(4, 3), (4, 1)], 2),
+    "lstsq_l2_argument": (lambda a, b, lam: st.linalg.lstsq(a, b,
+                                                            l2_regularizer=lam[0] ** 2),
+                          [(4, 3), (4, 1), (1,)], 2),
     "expm": (st.linalg.expm, [(3, 3)], 2),
     "expm_squared": (lambda a: st.linalg.expm(4.0 * a), [(3, 3)], 2),
 }
@@ -333,6 +336,16 @@ def test_compiling_a_factorization_is_refused_naming_it(fn):
         a = st.symbol("a", shape=(n, n))
         with pytest.raises(LoweringError, match=r"st\.linalg\.(eigh|lu|qr|svd) of a"):
             st.compile(fn(a), [a])
+
+
+def test_compiling_factors_computed_eagerly_is_refused_not_baked_in():
+    """Small eager values settle through opaque atoms; compiling them later finds no value
+    to bake in (an error naming the factor's atoms, never the old numbers)."""
+    x0 = _normal(3, 3)
+    x = st.Variable(x0)
+    y = st.linalg.eigvalsh(x) * np.array([0.0, 1.0, 2.0])
+    with pytest.raises(SymtapeError, match=r"eigh\["):
+        st.compile(y, [x])
 
 
 def test_large_factorizations_are_unplannable_at_once():

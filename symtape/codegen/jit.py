@@ -29,8 +29,8 @@ from symtape.base.errors import CompileError
 from symtape.codegen import cache
 from symtape.codegen.lanes import LANES_MARK
 
-__all__ = ["STATS", "Host", "host", "compile_object", "object_code", "assembly", "check_object",
-           "Engine"]
+__all__ = ["STATS", "Host", "host", "features", "compile_object", "object_code", "assembly",
+           "check_object", "Engine"]
 
 _LOCK = threading.RLock()
 _OPT_LEVEL = 3
@@ -121,13 +121,34 @@ def host() -> Host:
     )
 
 
+#: Tuning features added to the host's on x86-64: vector gathers and scatters are never
+#: chosen by the loop vectoriser. With AVX-512 LLVM takes them as cheap, but they are slow on
+#: AMD's cores and, since the microcode against Downfall, on Intel's: the Rosenbrock n=10
+#: value kernel (a point reads a row of 10) ran 28 ns a point with four-wide gathers, 7.5 ns
+#: with them replaced by loads and shuffles (hand C: 10 ns).
+X86_TUNING = "+prefer-no-gather,+prefer-no-scatter"
+
+
+def features() -> str:
+    """The feature string code is generated for: the host's, plus :data:`X86_TUNING` on
+    x86-64.
+
+    >>> host().features in features()
+    True
+    """
+    h = host()
+    if h.triple.startswith(("x86_64", "amd64")):
+        return f"{h.features},{X86_TUNING}" if h.features else X86_TUNING
+    return h.features
+
+
 def _target_machine():
     """A fresh target machine for the host CPU (an MCJIT engine takes ownership of one)."""
     llvm = _llvm()
     h = host()
     target = llvm.Target.from_triple(h.triple)
     return target.create_target_machine(
-        cpu=h.cpu, features=h.features, opt=_OPT_LEVEL, reloc="default", codemodel="jitdefault"
+        cpu=h.cpu, features=features(), opt=_OPT_LEVEL, reloc="default", codemodel="jitdefault"
     )
 
 
@@ -206,7 +227,7 @@ def assembly(ir: str) -> str:
 
 def cache_key(ir: str) -> str:
     """The cache key of ``ir`` on this host (IR, CPU, features, versions, pipeline)."""
-    return cache.key(ir, _PIPELINE, *host().signature())
+    return cache.key(ir, _PIPELINE, features(), *host().signature())
 
 
 def object_code(ir: str) -> bytes:

@@ -7,7 +7,9 @@ TensorFlow's) and the derivative rules are matrix calculus written with ops of t
 gradients divide by differences of eigenvalues (of squared singular values); they use
 TensorFlow's safe reciprocal ``x / (x**2 + 1e-20)``, so an exactly repeated eigenvalue
 contributes nothing (docs/limits.md). The factors of a general matrix have no finite
-formula in its elements: these ops have no element view and no loop form, and say so.
+formula in its elements: these ops have no loop form and only an opaque element view (one
+unbound leaf per element, for the exact settling of small eager tensors downstream), so
+compiling one is refused naming the op and the matrix size.
 """
 
 from __future__ import annotations
@@ -121,10 +123,6 @@ def _right_solve_upper(x, r):
 
 def _columns(x, start: int, stop: int | None):
     return getitem.bind(x, key=(Ellipsis, slice(start, stop, None)))
-
-
-def _rows(x, start: int, stop: int | None):
-    return getitem.bind(x, key=(Ellipsis, slice(start, stop, None), slice(None, None, None)))
 
 
 # --------------------------------------------------------------------------------------------

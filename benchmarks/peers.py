@@ -209,6 +209,10 @@ CASES = [
 
 
 def symtape_tool(case: Case, points: np.ndarray):
+    # each tool's libraries are imported outside its timed setup (the others import theirs
+    # first): SymPy too, which symtape imports on first use
+    import sympy  # noqa: F401
+
     f = case.array_code(_Symtape)
     spec = [st.TensorSpec((case.n,))]
     t = time.perf_counter()

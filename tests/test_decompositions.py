@@ -328,14 +328,38 @@ def test_expm_compiles_and_matches_scipy():
                                    atol=1e-13 * np.abs(sl.expm(x)).max())
 
 
-@pytest.mark.parametrize("fn", [st.linalg.eigvalsh, lambda a: st.linalg.slogdet(a)[1],
-                                lambda a: st.linalg.qr(a)[1],
-                                lambda a: st.linalg.svd(a, compute_uv=False)])
-def test_compiling_a_factorization_is_refused_naming_it(fn):
-    for n in (3, 40):
+@pytest.mark.parametrize("fn, sizes", [
+    (st.linalg.eigvalsh, (3, 40)), (lambda a: st.linalg.slogdet(a)[1], (5, 40)),
+    (lambda a: st.linalg.qr(a)[1], (3, 40)), (lambda a: st.linalg.svd(a, compute_uv=False),
+                                              (3, 40))])
+def test_compiling_a_factorization_is_refused_naming_it(fn, sizes):
+    for n in sizes:
         a = st.symbol("a", shape=(n, n))
         with pytest.raises(LoweringError, match=r"st\.linalg\.(eigh|lu|qr|svd) of a"):
             st.compile(fn(a), [a])
+
+
+def test_small_lu_and_slogdet_compile_and_print_exactly():
+    """Up to 4x4 the LU's element view is the eager elimination on atoms (selects pick the
+    pivots per evaluation): compiled values equal eager ones, pivoting and singular cases
+    included, and the formula is the elimination's."""
+    a = st.symbol("a", shape=(4, 4))
+    sign, logabs = st.linalg.slogdet(a)
+    lu, p = st.linalg.lu(a)
+    fn = st.compile([sign, logabs, lu, st.cast(p, st.float64)], [a])
+    cases = [_normal(4, 4), np.array([[0.0, 1, 2, 3], [4, 5, 6, 7], [1, 1, 0, 2], [2, 0, 1, 1]]),
+             np.array([[1.0, 2, 3, 4], [2, 4, 6, 8], [0, 1, 1, 0], [3, 0, 1, 1]])]
+    for x in cases:
+        got = fn(x)
+        ws, wl = np.linalg.slogdet(x)
+        assert float(got[0]) == ws
+        assert float(got[1]) == pytest.approx(wl, rel=1e-12, abs=1e-12)
+        eager_lu, eager_p = st.linalg.lu(x)
+        np.testing.assert_allclose(got[2], eager_lu.numpy(), rtol=1e-14, atol=1e-15)
+        np.testing.assert_array_equal(got[3], eager_p.numpy())
+    b, c = st.symbol("b", real=True), st.symbol("c", real=True)
+    m = st.stack([st.stack([b, c]), st.stack([c, b])])
+    assert "log(Abs(" in str(st.linalg.slogdet(m)[1].formula())
 
 
 def test_compiling_factors_computed_eagerly_is_refused_not_baked_in():

@@ -29,6 +29,7 @@ from symtape.ops.factorizations import swap, triangle_mask, triangular_solve
 from symtape.ops.structural import concat, getitem, matrix_diag, reshape
 
 G = LazyModule("G", globals(), "symtape.element.graph")
+sp = LazyModule("sp", globals(), "sympy")
 
 #: The most elements times matrix elements of a node whose opaque element view is built
 #: (eager settling asks only for small ones; compiling large ones is refused at once).
@@ -384,10 +385,66 @@ def lu_factor(x: np.ndarray) -> list:
     return [a, p, sign]
 
 
+#: The largest matrices whose LU has its element view (pivots chosen by selects on atoms),
+#: so that ``lu`` and ``slogdet`` print and compile exactly; larger ones are eager only.
+LU_VIEW_MAX = 4
+
+
+def _pick_pivot(rows: list, k: int) -> object:
+    """Moves the pivot row of column ``k`` (the first of largest magnitude, the first nan
+    over numbers: numpy's ``argmax``) of ``rows`` (lists of atoms, the permutation's index
+    last) to row ``k`` by selects; returns whether rows were exchanged."""
+    n = len(rows)
+    best_abs = G.call(sp.Abs, rows[k][k])
+    conds = []
+    for i in range(k + 1, n):
+        cand = G.call(sp.Abs, rows[i][k])
+        wins = G.logic(sp.Or, G.relation(sp.StrictGreaterThan, cand, best_abs),
+                       G.logic(sp.And, G.relation(sp.Unequality, cand, cand),
+                               G.relation(sp.Equality, best_abs, best_abs)))
+        conds.append((i, wins))
+        best_abs = G.piecewise((cand, wins), (best_abs, sp.S.true))
+    picks, later = [], sp.S.false
+    for i, c in reversed(conds):  # row i is the pivot if it won and no later row did
+        picks.append((i, G.logic(sp.And, c, G.logic(sp.Not, later))))
+        later = G.logic(sp.Or, later, c)
+    top = [G.piecewise(*[(rows[i][j], p) for i, p in picks], (rows[k][j], sp.S.true))
+           for j in range(len(rows[k]))]
+    for i, p in picks:
+        rows[i] = [G.piecewise((rows[k][j], p), (rows[i][j], sp.S.true))
+                   for j in range(len(rows[i]))]
+    rows[k] = top
+    return later
+
+
+def lu_atoms(m: list) -> np.ndarray:
+    """:func:`lu_factor` on atoms, step for step (the same roundings): the packed ``[lu, P,
+    sign]`` of one matrix."""
+    n = len(m)
+    rows = [list(r) + [G.number(i)] for i, r in enumerate(m)]
+    sign = G.ONE
+    for k in range(n):
+        swapped = _pick_pivot(rows, k)
+        sign = G.piecewise((G.lincomb([(sp.S.NegativeOne, sign)]), swapped), (sign, sp.S.true))
+        pivot = rows[k][k]
+        zero = G.relation(sp.Equality, pivot, G.ZERO)
+        for i in range(k + 1, n):
+            ratio = G.monomial(G.ONE, [(rows[i][k], G.ONE), (pivot, sp.S.NegativeOne)])
+            low = rows[i][k] = G.piecewise((G.ZERO, zero), (ratio, sp.S.true))
+            for j in range(k + 1, n):
+                rows[i][j] = G.add(rows[i][j], G.lincomb([(sp.S.NegativeOne,
+                                                            G.mul(low, rows[k][j]))]))
+    perm = [[G.piecewise((G.ONE, G.relation(sp.Equality, r[n], G.number(j))),
+                         (G.ZERO, sp.S.true)) for j in range(n)] for r in rows]
+    flat = [a for r in rows for a in r[:n]] + [a for r in perm for a in r] + [sign]
+    return np.array(flat, dtype=object)
+
+
 class Lu(Decomposition):
     """``(lu, P, sign)``: partial-pivoting LU, ``P a = L U``, packed as TensorFlow's ``lu``
     (``L``'s unit diagonal implied); ``P`` the row permutation as a matrix, ``sign`` its
-    determinant."""
+    determinant. Up to :data:`LU_VIEW_MAX` its element view is the same elimination on
+    atoms (selects choose the pivots), so it prints and compiles; beyond, eager only."""
 
     why = "its pivots are chosen per value"
 
@@ -397,6 +454,30 @@ class Lu(Decomposition):
     @staticmethod
     def lapack(x, params):
         return lu_factor(x)
+
+    def structure(self, args, params, shape):
+        """Small matrices settle through the element view (it is the eager value)."""
+        return args[0].shape[-1] > LU_VIEW_MAX, None, None
+
+    def view_refused(self, node):
+        return None if node.inputs[0].shape[-1] <= LU_VIEW_MAX else super().view_refused(node)
+
+    def build(self, atoms, params):
+        x = np.asarray(atoms[0], dtype=object)
+        if x.shape[-1] > LU_VIEW_MAX:
+            return super().build(atoms, params)
+        size = 2 * x.shape[-1] ** 2 + 1
+        out = np.empty(x.shape[:-2] + (size,), dtype=object)
+        for idx in np.ndindex(*x.shape[:-2]):
+            out[idx] = lu_atoms(x[idx].tolist())
+        return out
+
+    def loop(self, planner, node):
+        """The element view unrolled while small (up to :data:`LU_VIEW_MAX`, and the
+        planner's limit); else refused at once, naming the op and the size."""
+        if node.inputs[0].shape[-1] <= LU_VIEW_MAX:
+            return planner.unrolled(node)
+        return super().loop(planner, node)
 
     @staticmethod
     def vjp_of(gs, parts, x, params):

@@ -178,6 +178,8 @@ CASES = {
     "eigvalsh": (st.linalg.eigvalsh, [(4, 4)], 3),
     "eigh": (_eigh_all, [(4, 4)], 2),
     "eigh_batch": (_eigh_all, [(2, 3, 3)], 2),
+    "eigh_2x2": (_eigh_all, [(3, 2, 2)], 2),
+    "eigvalsh_2x2": (st.linalg.eigvalsh, [(2, 2)], 3),
     "slogdet": (lambda a: st.linalg.slogdet(a)[1], [(4, 4)], 3),
     "lu": (lambda a: st.linalg.lu(a)[0], [(4, 4)], 2),
     "qr_square": (_qr_all, [(3, 3)], 2),
@@ -379,10 +381,8 @@ def test_large_factorizations_are_unplannable_at_once():
 
 
 def test_symbolic_formulas_print_the_factorization_in_tensor_notation():
-    a, b, c = (st.symbol(n) for n in "abc")
-    m = st.stack([st.stack([a, b]), st.stack([b, c])])
-    text = str(st.linalg.eigvalsh(m).formula())
-    assert "eigh(stack" in text and "(a, b)" in text
+    a = st.symbol("a", shape=(3, 3))  # beyond the 2x2 closed form
+    assert "eigh(a)" in str(st.linalg.eigvalsh(a).formula())
 
 
 def test_empty_matrices_and_batches():
@@ -394,3 +394,26 @@ def test_empty_matrices_and_batches():
     s, u, w = st.linalg.svd(np.zeros((2, 3, 0)))
     assert s.shape == (2, 0) and u.shape == (2, 3, 0) and w.shape == (2, 0, 0)
     assert st.linalg.expm(np.zeros((0, 0))).shape == (0, 0)
+
+
+def test_2x2_eigh_is_one_closed_form_eager_printed_and_compiled():
+    """``e = m -+ sqrt(h**2 + b**2)`` and the eigenvectors at ``atan2(b, h)/2``: the eager
+    value of one matrix, of a batch too large to settle element by element, and the
+    compiled one are the same numbers."""
+    a = _sym(_normal(600, 2, 2))
+    e, v = st.linalg.eigh(a)
+    we, wv = np.linalg.eigh(a)
+    np.testing.assert_allclose(e.numpy(), we, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(np.abs(v.numpy()), np.abs(wv), atol=1e-13)
+    s = st.symbol("s", shape=(2, 2))
+    fn = st.compile(list(st.linalg.eigh(s)), [s])
+    for i in (0, 1, 599):
+        one_e, one_v = st.linalg.eigh(st.Variable(a[i]))
+        got_e, got_v = fn(a[i])
+        np.testing.assert_array_equal(one_e.numpy(), e.numpy()[i])
+        np.testing.assert_array_equal(one_v.numpy(), v.numpy()[i])
+        np.testing.assert_allclose(got_e, e.numpy()[i], rtol=1e-15, atol=1e-15)
+        np.testing.assert_allclose(got_v, v.numpy()[i], rtol=1e-15, atol=1e-15)
+    x, y, z = (st.symbol(n, real=True) for n in "xyz")
+    low = st.linalg.eigvalsh(st.stack([st.stack([x, y]), st.stack([y, z])]))[0]
+    assert str(low.formula()) == "x/2 + z/2 - sqrt(y**2 + (x/2 - z/2)**2)"

@@ -232,9 +232,79 @@ class Decomposition(Primitive):
         return self.vjp_of(unpack(g, cores), unpack(ans, cores), x, params)
 
 
+#: The largest matrices whose eigh is the closed form (eager, printed and compiled alike).
+EIGH_VIEW_MAX = 2
+
+
+def eigh_closed(a, b, c, ops) -> tuple:
+    """The eigen-decomposition of ``[[a, b], [b, c]]`` in closed form, with ``ops`` numpy's
+    functions or the graph's builders: ``e = m -+ r`` (``m`` the mean of the diagonal,
+    ``r = sqrt(h**2 + b**2)``, ``h = (a - c)/2``) and the eigenvectors at the angle ``t =
+    atan2(b, h)/2``: ``(-sin t, cos t)`` for the smaller, ``(cos t, sin t)`` for the
+    larger."""
+    half, mean = ops.half(a, c, -1), ops.half(a, c, 1)
+    r = ops.sqrt(ops.add(ops.mul(half, half), ops.mul(b, b)))
+    t = ops.half(ops.atan2(b, half), None, 0)
+    cos, sin = ops.cos(t), ops.sin(t)
+    return [ops.sub(mean, r), ops.add(mean, r)], [[ops.neg(sin), cos], [cos, sin]]
+
+
+class _NumpyOps:
+    """numpy's side of :func:`eigh_closed`."""
+
+    add, mul, sub, sqrt = np.add, np.multiply, np.subtract, np.sqrt
+    atan2, cos, sin, neg = np.arctan2, np.cos, np.sin, np.negative
+
+    @staticmethod
+    def half(x, y, sign):
+        return x * 0.5 if y is None else (x + sign * y) * 0.5
+
+
+class _AtomOps:
+    """The graph's side of :func:`eigh_closed` (the same operations, the same roundings)."""
+
+    @staticmethod
+    def add(x, y):
+        return G.add(x, y)
+
+    @staticmethod
+    def mul(x, y):
+        return G.mul(x, y)
+
+    @staticmethod
+    def sub(x, y):
+        return G.add(x, G.lincomb([(sp.S.NegativeOne, y)]))
+
+    @staticmethod
+    def neg(x):
+        return G.lincomb([(sp.S.NegativeOne, x)])
+
+    @staticmethod
+    def sqrt(x):
+        return G.power(x, sp.Rational(1, 2))
+
+    @staticmethod
+    def atan2(y, x):
+        return G.call(sp.atan2, y, x)
+
+    @staticmethod
+    def cos(x):
+        return G.call(sp.cos, x)
+
+    @staticmethod
+    def sin(x):
+        return G.call(sp.sin, x)
+
+    @staticmethod
+    def half(x, y, sign):
+        terms = [(sp.Rational(1, 2), x)] + ([] if y is None else [(sp.Rational(sign, 2), y)])
+        return G.lincomb(terms)
+
+
 class Eigh(Decomposition):
     """``(e, v)``: ascending eigenvalues and orthonormal eigenvectors (columns) of the
-    symmetric matrices whose lower triangle is the input."""
+    symmetric matrices whose lower triangle is the input. Up to :data:`EIGH_VIEW_MAX` the
+    closed form (eager, printed and compiled alike); beyond, LAPACK's, eager only."""
 
     why = "eigenvalues are roots of the characteristic polynomial"
 
@@ -243,7 +313,43 @@ class Eigh(Decomposition):
 
     @staticmethod
     def lapack(x, params):
+        n = x.shape[-1]
+        if n == 1:
+            return [x[..., 0], np.ones(x.shape)]
+        if n == 2:
+            e, v = eigh_closed(x[..., 0, 0], x[..., 1, 0], x[..., 1, 1], _NumpyOps)
+            return [np.stack(e, axis=-1), np.stack([np.stack(r, axis=-1) for r in v], axis=-2)]
         return list(np.linalg.eigh(x, UPLO="L"))
+
+    def structure(self, args, params, shape):
+        """Small matrices settle through their closed form (it is the eager value)."""
+        return args[0].shape[-1] > EIGH_VIEW_MAX, None, None
+
+    def view_refused(self, node):
+        n = node.inputs[0].shape[-1]
+        return None if n <= EIGH_VIEW_MAX else super().view_refused(node)
+
+    def build(self, atoms, params):
+        x = np.asarray(atoms[0], dtype=object)
+        n = x.shape[-1]
+        if n > EIGH_VIEW_MAX:
+            return super().build(atoms, params)
+        out = np.empty(x.shape[:-2] + (n + n * n,), dtype=object)
+        for idx in np.ndindex(*x.shape[:-2]):
+            m = x[idx]
+            if n == 2:
+                e, v = eigh_closed(m[0, 0], m[1, 0], m[1, 1], _AtomOps)
+            else:
+                e, v = list(m[0]) if n else [], [[G.ONE]] * n
+            out[idx] = np.array(list(e) + [a for r in v for a in r], dtype=object)
+        return out
+
+    def loop(self, planner, node):
+        """The closed form unrolled while small; else refused at once, naming the op and
+        the size."""
+        if node.inputs[0].shape[-1] <= EIGH_VIEW_MAX:
+            return planner.unrolled(node)
+        return super().loop(planner, node)
 
     def dependencies(self, deps, params, shape):
         n = int(round(math.sqrt(shape[-1] + 0.25) - 0.5))  # size n + n*n

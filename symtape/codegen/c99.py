@@ -208,7 +208,12 @@ def _describe(plan: Plan, name: str, ins: list, outs: list, origin: str | None) 
     sig = ", ".join(f"{nm}[{math.prod(a.shape)}]" for nm, a in zip(ins, plan.inputs))
     res = ", ".join(f"{nm}[{math.prod(o.shape)}]" for nm, o in zip(outs, plan.outputs))
     lines = [f"{name}:({sig})->({res}) per point, batched over n points",
-             f"from: {origin}" if origin else None, *formula_lines(plan, outs)]
+             f"from: {origin}" if origin else None]
+    if isinstance(plan, Plan):
+        lines += formula_lines(plan, outs)
+    else:  # a loop plan: its loop nests, not its elements' formulas
+        chunk = f", over chunks of {plan.points} points" if plan.points else ""
+        lines.append(f"loop nests: {len(plan.blocks)} blocks{chunk}")
     text = "\n   ".join(comment(line) for line in lines if line is not None)
     return f"/* {text} */"
 
@@ -266,13 +271,17 @@ _CPLUSPLUS_OPEN = ("#ifdef __cplusplus", "#define restrict __restrict", 'extern 
 _CPLUSPLUS_CLOSE = ("#ifdef __cplusplus", "}", "#undef restrict", "#endif")
 
 
-def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tuple:
+def render_many(kernels: list, header: str, what: str = "c99.render_many",
+                loops=None) -> tuple:
     """``(header text, source text)`` of several plans as C functions of one program:
     ``kernels`` holds ``(plan, name, dtype, input_names, output_names)``, and optionally a
     sixth entry: a line saying what the function computes (for its comment); the header
     (``#include``d by the source as ``header``) declares them. Names must differ, and a
     function or argument name that C could not compile (:func:`name_problem`) raises
-    ``InvalidArgumentError`` naming it (prefixed with ``what``).
+    ``InvalidArgumentError`` naming it (prefixed with ``what``). A plan that is not a
+    straight-line :class:`Plan` (a loop plan) is written by ``loops(plan, name, head,
+    input_names, output_names, ctype, m) -> (lines, includes)``
+    (:func:`symtape.codegen.c_loops.render_function`).
 
     >>> import numpy as np
     >>> from symtape.element import graph
@@ -285,7 +294,7 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tu
     ['void f(int64_t n, const double *restrict x, double *restrict out0);', \
 'void g(int64_t n, const float *restrict x, float *restrict out0);']
     """
-    heads, bodies, types = [], [], {}
+    heads, bodies, types, includes = [], [], {}, set()
     guard = identifier(header, "header").upper()
     for plan, name, dtype, input_names, output_names, *origin in kernels:
         ctype, m = CTYPES[dtype]
@@ -296,11 +305,21 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many") -> tu
                   for i, c in enumerate(outs)]
         _check_names(name, given, guard, what)
         heads += [_describe(plan, name, ins, outs, origin[0] if origin else None), head + ";"]
-        bodies += _body(plan, head, ins, outs, ctype, m)
-        types.setdefault((ctype, m), []).append(plan)
+        if isinstance(plan, Plan):
+            bodies += _body(plan, head, ins, outs, ctype, m)
+            types.setdefault((ctype, m), []).append(plan)
+            continue
+        if loops is None:
+            raise InvalidArgumentError(f"{what}: {name!r} is a loop plan and no loop "
+                                       "renderer was given")
+        lines, more = loops(plan, identifier(name, "kernel"), head, ins, outs, ctype, m)
+        bodies += lines
+        includes.update(more)
+        types.setdefault((ctype, m), []).extend(b.body for b in plan.blocks)
     h = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", "", *_CPLUSPLUS_OPEN,
          ""] + heads + ["", *_CPLUSPLUS_CLOSE, "", f"#endif /* {guard} */", ""]
-    c = [f'#include "{comment(header)}"', "#include <math.h>", "#include <stdint.h>", ""]
+    c = [f'#include "{comment(header)}"', "#include <math.h>", "#include <stdint.h>",
+         *(f"#include {name}" for name in sorted(includes)), ""]
     c += [definitions(plans, ctype, m) for (ctype, m), plans in types.items()] + bodies
     return "\n".join(h), "\n".join(c)
 

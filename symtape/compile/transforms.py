@@ -20,7 +20,9 @@ from symtape import ops
 from symtape.base import progress
 from symtape.base.errors import InvalidArgumentError, ShapeError
 from symtape.base.lazy import LazyModule
-from symtape.codegen import CompiledFunction, TensorSpec, c99, casadi_abi, compile_atoms
+from symtape.codegen import (
+    CompiledFunction, TensorSpec, c99, c_loops, casadi_abi, compile_atoms,
+)
 from symtape.compile import strategy
 from symtape.compile.function import (
     Function, SparseFunction, common_dtype, compile_options, compile_with, fn_name,
@@ -351,7 +353,7 @@ def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = No
                                        "choose another name")
         patterns = fn.sparsity if isinstance(fn, SparseFunction) else None
         compiled = _exportable(fn, key)
-        plan, name, own, ins, outs = compiled.c_kernel("st.export_c", name=key)
+        plan, name, own, ins, outs = _c_kernel(compiled, key, abi)
         kernels.append((plan, name, dtype or own, ins, outs, patterns,
                         _origin(fn, compiled)))
     # (base "lib.v2" writes lib.v2.h and lib.v2.c: only a .c or .h suffix is replaced)
@@ -361,10 +363,21 @@ def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = No
                                            "st.export_c")
     else:
         h_text, c_text = c99.render_many([k[:5] + k[6:] for k in kernels], header.name,
-                                         "st.export_c")
+                                         "st.export_c", loops=c_loops.render_function)
     header.write_text(h_text)
     source.write_text(c_text)
     return header, source
+
+
+def _c_kernel(compiled: CompiledFunction, key: str, abi: str) -> tuple:
+    """``(plan, name, dtype, input names, output names)`` of ``compiled``'s C: its loop plan
+    where the batched layout can hold it (the C then grows with the plan, not with the
+    elements), else its straight-line element view."""
+    specs = [s for s in compiled.inputs + compiled.outputs if s.dtype != "bool"]
+    if abi == "batched" and specs and c_loops.exportable(compiled.plan):
+        return (compiled.plan, key, specs[0].dtype, tuple(s.name for s in compiled.inputs),
+                tuple(s.name for s in compiled.outputs))
+    return compiled.c_kernel("st.export_c", name=key)
 
 
 def _origin(fn, compiled: CompiledFunction) -> str:

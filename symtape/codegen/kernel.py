@@ -30,7 +30,7 @@ from typing import NamedTuple
 from symtape.codegen.ir import (
     MALLOC, MEMSET, body_head, body_tail, float_literal, formats, header, module, no_memory,
 )
-from symtape.codegen.lanes import LANES, LANES_MARK, libm_wrapper, vector, widen
+from symtape.codegen.lanes import LANES_MARK, libm_wrapper, points, vector, widen
 from symtape.codegen.plan import Instr, Plan
 from symtape.base.lazy import LazyModule
 
@@ -198,13 +198,13 @@ class Body:
         t = self.fmt["t"]
         sizes = [math.prod(a.shape) for a in plan.inputs] + [
             math.prod(o.shape) for o in plan.outputs]
-        # a point LLVM does not vectorise across points computes LANES points at once, where
-        # it is large enough to gain
+        # a point LLVM does not vectorise across points computes a vector register's worth of
+        # points at once (8 doubles, 16 floats), where it is large enough to gain
         if not self.loop_vectorize and not scalar and (
                 LANE_MIN_OPS == 0 or plan.n_ops >= LANE_MIN_OPS and (
                 any(ins.op not in CHEAP_OPS for ins in plan.instrs if ins.op in lower.OPS)
                 or plan.n_ops >= LANE_OPS_PER_OUTPUT * sum(len(o.refs) for o in plan.outputs))):
-            self.lanes, self.loop_vectorize = LANES, False
+            self.lanes, self.loop_vectorize = points(self.size), False
         # vector code is cut twice as fine: LLVM's instruction schedulers, quadratic in the
         # size of a block, were most of its time there (measured on an N-body Hessian: 3.7 s
         # of code generation at 1,000 operations a function against 5.8 s at 2,000)

@@ -21,11 +21,21 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["LANES", "LANES_MARK", "widen", "vector", "libm_wrapper"]
+__all__ = ["LANES", "LANES_MARK", "points", "widen", "vector", "libm_wrapper"]
 
-#: Points per vector: one 512-bit register of doubles (two 256-bit ones where that is the
-#: widest, which LLVM splits into).
+#: Points per vector of doubles: one 512-bit register (two 256-bit ones where that is the
+#: widest, which LLVM splits into); :func:`points` of floats, twice as many.
 LANES = 8
+
+
+def points(size: int) -> int:
+    """Points per vector of floats of ``size`` bytes: one 512-bit register's worth.
+
+    >>> points(8), points(4)
+    (8, 16)
+    """
+    return LANES * 8 // size
+
 
 #: The comment line of a kernel module in lane mode; ``jit.py`` optimises such modules with a
 #: short pipeline of its own.

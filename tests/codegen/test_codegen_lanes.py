@@ -1,9 +1,10 @@
-"""Lane mode (``kernel.LANES`` points per vector, ``symtape/codegen/lanes.py``): a kernel
-computing several points at once gives bit for bit what the same kernel gives one point at a
-time -- every batch length (partial last blocks included), float32, strided and broadcast
-inputs, boolean and constant outputs, kernels cut into functions, library calls through
-lane wrappers -- and its IR functions (exp, log, tanh, ...) are those of vectorised loops.
-(sin and cos are lane mode's own, tested against mpmath in ``test_codegen_vecmath.py``.)"""
+"""Lane mode (a vector register's worth of points, ``lanes.points``,
+``symtape/codegen/lanes.py``): a kernel computing several points at once gives bit for bit
+what the same kernel gives one point at a time -- every batch length (partial last blocks
+included), float32, strided and broadcast inputs, boolean and constant outputs, kernels cut
+into functions, library calls through lane wrappers -- and its IR functions (exp, log, tanh,
+...) are those of vectorised loops. (sin and cos are lane mode's own, tested against mpmath
+in ``test_codegen_vecmath.py``.)"""
 
 from __future__ import annotations
 
@@ -55,7 +56,10 @@ def _compile(monkeypatch, lane: bool, dtype: str, split: int = 10 ** 9):
     _mode(monkeypatch, lane, split)
     outputs, inputs = _program(dtype)
     f = st.compile(outputs, inputs, dtype=dtype, name=f"lanes{int(lane)}")
-    assert (VECTOR in f.llvm_ir) == lane
+    # a vector register's worth of points: 8 doubles, 16 floats
+    width = lanes.points(np.dtype(dtype).itemsize)
+    assert width == (16 if dtype == "float32" else 8)
+    assert (f"<{width} x " in f.llvm_ir) == lane
     return f
 
 
@@ -228,7 +232,7 @@ def test_sin_cos_lanes_in_float32(monkeypatch):
     _mode(monkeypatch, True)
     x = st.symbol("x", dtype="float32")
     f = st.compile([st.sin(x), st.cos(x)], [x], dtype="float32", name="trig32")
-    assert "@st.sin.v8f64(" in f.llvm_ir
+    assert "@st.sin.v16f64(" in f.llvm_ir and "<16 x float>" in f.llvm_ir
     xs = np.random.default_rng(4).uniform(-100.0, 100.0, 20_000).astype(np.float32)
     s, c = f(xs)
     assert s.dtype == np.float32

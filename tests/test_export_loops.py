@@ -220,3 +220,67 @@ def test_loop_plans_export_equal_to_the_compiled_function(tmp_path, case):
     (got,) = _call(lib, case, compiled, args)
     (want,) = compiled(*args)
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=atol)
+
+
+# --------------------------------------------------------------------------------------------
+# CasADi's ABI: one point, temporaries in the caller's work vector
+# --------------------------------------------------------------------------------------------
+
+
+@needs_gcc
+def test_mlp_input_gradient_through_casadi_external(tmp_path):
+    """``abi="casadi", loops=True``: the loops run one point padded to a chunk of 4 in
+    ``w`` (sz_w as ``f_work`` reports it: the plan's temporaries and staging areas); weight
+    matrices come in column by column and the gradient equals the compiled function's and
+    backpropagation by hand."""
+    casadi = pytest.importorskip("casadi")
+    grad = _mlp_grad()
+    _, source = st.export_c({"mlp_grad": grad}, tmp_path / "mlp", abi="casadi",
+                              loops=True)
+    assert "loop nests:" in source.read_text()
+    lib, _ = _build(source)
+    ext = casadi.external("mlp_grad", str(source.with_suffix(".so")))
+    sizes = [ctypes.c_longlong(-1) for _ in range(4)]
+    assert ctypes.CDLL(str(source.with_suffix(".so"))).mlp_grad_work(
+        *[ctypes.byref(s) for s in sizes]) == 0
+    assert ext.sz_w() == sizes[3].value > 0 and sizes[2].value == 0
+    assert ext.name_in() == ["x", "w1", "b1", "w2", "b2", "w3", "b3"]
+    ws, bs = _weights()
+    params = [p for pair in zip(ws, bs) for p in pair]
+    for x in np.random.default_rng(6).normal(size=(5, MLP[0])):
+        got = np.array(ext(x, *params)).ravel()
+        np.testing.assert_allclose(got, grad(x, *params), rtol=1e-14, atol=1e-15)
+        np.testing.assert_allclose(got, _by_hand(x, ws, bs), rtol=1e-12, atol=1e-14)
+
+
+@needs_gcc
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_loop_plans_through_casadi_external(tmp_path, case):
+    """Matrices in and out column by column (the chain's 24x40, 40x32, 32x16 arguments and
+    24x16 result; the reduction's 128x200), values as the compiled function's."""
+    casadi = pytest.importorskip("casadi")
+    f, specs, atol = CASES[case]
+    fn = st.function(f, input_signature=specs)
+    compiled = fn.get_concrete_function(*specs)
+    _, source = st.export_c({case: fn}, tmp_path / case, abi="casadi", loops=True)
+    lib, _ = _build(source)
+    ext = casadi.external(case, str(source.with_suffix(".so")))
+    args = [np.random.default_rng(7).normal(size=s.shape) for s in specs]
+    (want,) = compiled(*args)
+    got = np.array(ext(*args))
+    np.testing.assert_allclose(got.reshape(want.shape) if want.ndim != 2 else got, want,
+                               rtol=1e-14, atol=atol)
+
+
+def test_loops_false_writes_the_element_view(tmp_path):
+    """``loops=False`` (and the CasADi ABI's default) writes the straight-line element view:
+    one line per operation, about 19,000 for the MLP's gradient, no loop nests."""
+    grad = _mlp_grad()
+    _, source = st.export_c({"g": grad}, tmp_path / "mlp", loops=False)
+    text = source.read_text()
+    assert "loop nests:" not in text and "for (int64_t i0" not in text
+    assert text.count("\n") > 10_000
+    _, source = st.export_c({"g": grad}, tmp_path / "mlp_casadi", abi="casadi")
+    assert "loop nests:" not in source.read_text()
+    with pytest.raises(st.errors.InvalidArgumentError, match="loops must be None, True or"):
+        st.export_c({"g": grad}, tmp_path / "x", loops="yes")

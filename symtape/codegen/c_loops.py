@@ -34,7 +34,7 @@ from symtape.base.lazy import LazyModule
 
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
 
-__all__ = ["exportable", "render_function", "arena_bytes", "STACK_BYTES"]
+__all__ = ["exportable", "render_function", "render_casadi", "arena_bytes", "STACK_BYTES"]
 
 #: Arenas (temporaries and staging areas) up to this many bytes are a local array of the
 #: entry function; larger ones are allocated per call. 256 KiB sits well inside the default
@@ -334,6 +334,12 @@ def render_function(plan: LoopPlan, f: str, head: str, ins: list, outs: list,
           const double v1 = (v0 * v0);
           B1[st_a1 + 0] = v1;
     """
+    entry, heap = _entry(plan, f, head, ins, outs, ctype)
+    return _parts(plan, f, ctype, m) + entry, ("<stdlib.h>",) if heap else ()
+
+
+def _parts(plan: LoopPlan, f: str, ctype: str, m: str) -> list:
+    """The constants, the blocks and the program of ``plan``."""
     lines = []
     for b, buf in enumerate(plan.buffers):
         if buf.kind == "const":
@@ -342,6 +348,91 @@ def render_function(plan: LoopPlan, f: str, head: str, ins: list, outs: list,
         lines.append("")
     for k, block in enumerate(plan.blocks):
         lines += _block(plan, f, k, block, ctype, m)
-    lines += _program(plan, f, ctype)
-    entry, heap = _entry(plan, f, head, ins, outs, ctype)
-    return lines + entry, ("<stdlib.h>",) if heap else ()
+    return lines + _program(plan, f, ctype)
+
+
+# --------------------------------------------------------------------------------------------
+# CasADi's ABI: one point, every temporary in the caller's work vector
+# --------------------------------------------------------------------------------------------
+
+
+def _casadi_points(plan: LoopPlan) -> int:
+    """The points one call runs: 1, or (a plan over chunks) the one real point padded up to
+    a multiple of :data:`POINT_ALIGN` and of every block's points per iteration."""
+    if not plan.points:
+        return 1
+    p = POINT_ALIGN
+    for block in plan.blocks:
+        if block.points:
+            p = math.lcm(p, block.points)
+    return p
+
+
+def _casadi_copy(dst: str, src: str, shape: tuple, into_c_order: bool, cast: str) -> list:
+    """Copies one CasADi matrix (stored column by column) and its C-order elements."""
+    if len(shape) != 2:
+        return [f"    for (st_k = 0; st_k < {math.prod(shape)}; ++st_k) "
+                f"{dst}[st_k] = {cast}{src}[st_k];"]
+    rows, cols = shape
+    c_at, f_at = f"st_r * {cols} + st_c", f"st_c * {rows} + st_r"
+    d, s = (c_at, f_at) if into_c_order else (f_at, c_at)
+    return [f"    for (st_r = 0; st_r < {rows}; ++st_r)",
+            f"      for (st_c = 0; st_c < {cols}; ++st_c) {dst}[{d}] = {cast}{src}[{s}];"]
+
+
+def render_casadi(plan: LoopPlan, f: str, head: str, ctype: str, m: str) -> tuple:
+    """``(lines, sz_w)``: loop plan ``plan`` as CasADi's ``f(arg, res, iw, w, mem)`` whose
+    definition starts with ``head``, for one point: the arguments copied from CasADi's
+    column-major matrices (a null one as zeros) into C order in ``w``, the program run on
+    them (a plan over chunks: on one chunk of the real point and zero padding), the results
+    copied back (a null ``res[i]`` skipped). Every temporary lives in ``w``; ``sz_w`` is the
+    number of ``casadi_real`` it needs (its temporaries, packed by lifetime, and the staging
+    areas): nothing is allocated.
+
+    >>> import numpy as np
+    >>> from symtape.element import graph
+    >>> from symtape.codegen.plan import build_plan
+    >>> from symtape.codegen.loops import Access, Buffer, layouts
+    >>> x = graph.Leaf.new("x")
+    >>> body = build_plan([np.array(graph.mul(x, x), dtype=object)], [np.array(x, dtype=object)])
+    >>> ins, outs = layouts([(2, 3)], [((2, 3), False)])
+    >>> lp = LoopPlan((Buffer("input", 0, 6), Buffer("output", 0, 6)),
+    ...               (Block((6,), body, (Access(0, 0, (1,)),), (Access(1, 0, (1,)),)),),
+    ...               ins, outs)
+    >>> lines, sz_w = render_casadi(lp, "sq", "int sq(const double** arg, double** res, "
+    ...                             "long long* iw, double* w, int mem)", "double", "")
+    >>> sz_w
+    16
+    """
+    points = _casadi_points(plan)
+    width = _width(False, ctype)
+    top = -(-plan.arena[1] // 64) * 64
+    n_in = len(plan.inputs)
+    layouts = [(a.shape, False) for a in plan.inputs] + [(o.shape, o.boolean)
+                                                          for o in plan.outputs]
+    stage, sizes = [], []
+    for shape, boolean in layouts:
+        at = f"w + {top // width}"
+        stage.append(f"(unsigned char *)({at})" if boolean else at)
+        sizes.append(math.prod(shape))
+        top += -(-points * math.prod(shape) * _width(boolean, ctype) // 64) * 64
+    lines = [f"{head} {{", "  int64_t st_k = 0, st_r = 0, st_c = 0;", "  (void)iw;",
+             "  (void)mem;", "  (void)st_k;", "  (void)st_r;", "  (void)st_c;"]
+    if not n_in:
+        lines.append("  (void)arg;")
+    if not plan.outputs:
+        lines.append("  (void)res;")
+    for i, (shape, _) in enumerate(layouts[:n_in]):
+        lines += [f"  for (st_k = 0; st_k < {points * sizes[i]}; ++st_k) "
+                  f"({stage[i]})[st_k] = 0;",
+                  f"  if (arg[{i}]) {{"]
+        lines += _casadi_copy(f"({stage[i]})", f"arg[{i}]", shape, True, "")
+        lines.append("  }")
+    lines.append(f"  st_{f}_program({', '.join(stage + ['w', str(points)])});")
+    for o, (shape, boolean) in enumerate(layouts[n_in:]):
+        lines.append(f"  if (res[{o}]) {{")
+        lines += _casadi_copy(f"res[{o}]", f"({stage[n_in + o]})", shape, False,
+                              f"({ctype})" if boolean else "")
+        lines.append("  }")
+    lines += ["  return 0;", "}", ""]
+    return _parts(plan, f, ctype, m) + lines, top // width

@@ -255,8 +255,9 @@ def _describe(plan: Plan, name: str, origin: str, ins: list, outs: list, lay: La
               patterns) -> str:
     sig = ", ".join(f"{nm}[{_shape_text(p)}]" for nm, p in zip(ins, lay.sparsity_in))
     res = ", ".join(f"{nm}[{_shape_text(p)}]" for nm, p in zip(outs, lay.sparsity_out))
-    lines = [f"{name}:({sig})->({res})", f"from: {origin}" if origin else None,
-             *c99.formula_lines(plan, outs, patterns),
+    formula = c99.formula_lines(plan, outs, patterns) if isinstance(plan, Plan) else [
+        f"loop nests: {len(plan.blocks)} blocks"]
+    lines = [f"{name}:({sig})->({res})", f"from: {origin}" if origin else None, *formula,
              f"work: sz_arg {lay.sz_arg}, sz_res {lay.sz_res}, sz_iw {lay.sz_iw}, "
              f"sz_w {lay.sz_w}"]
     text = "\n   ".join(c99.comment(line) for line in lines if line is not None)
@@ -347,11 +348,14 @@ def _companions(f: str, plan: Plan, lay: Layout, ins: list, outs: list, sp_names
 
 
 def render(kernels: list, header: str, dtype: str = "float64",
-           what: str = "casadi_abi.render") -> tuple:
+           what: str = "casadi_abi.render", loops=None) -> tuple:
     """``(header text, source text)`` of several plans as CasADi external functions of one
     program, their ``casadi_real`` being ``dtype``'s C type. ``kernels`` holds ``(plan, name,
     dtype, input names, output names, patterns, origin)`` (``patterns`` as for
     :func:`layout`; ``origin``: a line saying what the function computes, for its comment).
+    A plan that is not a straight-line :class:`Plan` (a loop plan, dense outputs) is written
+    by ``loops(plan, name, head, ctype, m) -> (lines, sz_w)``
+    (:func:`symtape.codegen.c_loops.render_casadi`).
 
     >>> import numpy as np
     >>> from symtape.element import graph
@@ -376,7 +380,18 @@ casadi_real* w, int mem) {
     ctype, m = c99.CTYPES[dtype]
     guard = c99.identifier(header, "header").upper()
     named = _names(kernels, guard, what)
-    lays = [layout(k[0], k[5], f"{what}: {k[1]}") for k in kernels]
+    lays, loop_bodies = [], {}
+    for k in kernels:
+        if isinstance(k[0], Plan):
+            lays.append(layout(k[0], k[5], f"{what}: {k[1]}"))
+            continue
+        if loops is None or k[5] is not None:
+            raise InvalidArgumentError(f"{what}: {k[1]!r} is a loop plan, which is written "
+                                       "with dense outputs and a loop renderer only")
+        head = f"CASADI_SYMBOL_EXPORT {_SIGNATURE.format(f=k[1])}"
+        lines, sz_w = loops(k[0], k[1], head, ctype, m)
+        loop_bodies[k[1]] = lines
+        lays.append(_loop_layout(k[0], sz_w))
     sp_names: dict = {}
     for lay in lays:
         for p in lay.sparsity_in + lay.sparsity_out:
@@ -387,7 +402,7 @@ casadi_real* w, int mem) {
         heads += [note]
         heads += [f"CASADI_SYMBOL_EXPORT {d};" for d in _declarations(name)] + [""]
         bodies += [note]
-        bodies += _body(plan, name, lay, ctype, m)
+        bodies += loop_bodies[name] if name in loop_bodies else _body(plan, name, lay, ctype, m)
         bodies += _companions(name, plan, lay, ins, outs, sp_names)
     h = [f"#ifndef {guard}", f"#define {guard}", "",
          f"/* casadi_real is {ctype}: the code was generated for it (its constants, its "
@@ -395,12 +410,24 @@ casadi_real* w, int mem) {
          "#endif", "#ifndef casadi_int", "#define casadi_int long long int", "#endif", "",
          _EXPORT, "", "#ifdef __cplusplus", 'extern "C" {', "#endif", "", *heads,
          "#ifdef __cplusplus", '} /* extern "C" */', "#endif", "", f"#endif /* {guard} */", ""]
-    c = [f'#include "{c99.comment(header)}"', "#include <math.h>", "",
+    c = [f'#include "{c99.comment(header)}"', "#include <math.h>",
+         *(["#include <stdint.h>"] if loop_bodies else []), "",
          f"/* Defining casadi_real as other than {ctype} fails here: the code computes in "
          f"{ctype} */",
          f"typedef char st_casadi_real_must_be_{ctype}[sizeof(casadi_real) == sizeof({ctype}) "
          "? 1 : -1];", ""]
     c += [f"static const casadi_int {nm}[{len(p)}] = {{{', '.join(map(str, p))}}};"
           for p, nm in sp_names.items()] + [""]
-    c += [c99.definitions([k[0] for k in kernels], ctype, m)] + bodies
+    plans = [b.body for k in kernels if not isinstance(k[0], Plan) for b in k[0].blocks]
+    c += [c99.definitions([k[0] for k in kernels if isinstance(k[0], Plan)] + plans, ctype,
+                          m)] + bodies
     return "\n".join(h), "\n".join(c)
+
+
+def _loop_layout(plan, sz_w: int) -> Layout:
+    """The :class:`Layout` of a loop plan: dense arguments and outputs, ``sz_w`` reals of
+    work (its temporaries and staging areas), no per-value slots."""
+    ins = tuple(_dense(a.shape)[0] for a in plan.inputs)
+    outs = [_dense(o.shape) for o in plan.outputs]
+    return Layout(ins, tuple(p for p, _ in outs), len(plan.inputs), len(plan.outputs), 0, sz_w,
+                  (), tuple(pos for _, pos in outs))

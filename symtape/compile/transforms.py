@@ -289,10 +289,12 @@ def _with_vector(fn, specs: list, argnums, what: str, usage: str) -> tuple:
     return xs, num, symbol(specs[-1].name or "v", shape=tuple(x.shape), dtype=x.dtype)
 
 
-def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = None) -> tuple:
+def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = None,
+             loops: bool | None = None) -> tuple:
     """Writes compiled functions as one C program: ``path`` with ``.h`` (their
     declarations) and ``.c`` (their definitions and the helpers they share, needing only
-    ``<math.h>`` and ``<stdint.h>``); ``functions`` maps each C name to a compiled function
+    ``<math.h>`` and ``<stdint.h>``, and ``<stdlib.h>`` for loops whose temporaries are
+    allocated per call); ``functions`` maps each C name to a compiled function
     (``st.compile``, a transform with ``input_signature``, a sparse one, an ``st.function``
     traced once or with an ``input_signature``). Returns the two paths.
 
@@ -308,6 +310,16 @@ def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = No
     work vector ``w`` (see :mod:`symtape.codegen.casadi_abi`). ``dtype``: ``"float64"`` or
     ``"float32"``, the C type the code computes in (``casadi_real`` in the CasADi ABI);
     default: each function's own (one for all functions in the CasADi ABI).
+
+    ``loops``: whether a function compiled as loop nests over large tensors is written as
+    those loops (:mod:`symtape.codegen.c_loops`: C that grows with the loop plan, not with
+    the elements: an 8-64-64-1 tanh MLP's input gradient is 12 KB with the weights as
+    arguments, 217 KB with them as constants, mostly their literals, against 1.0 MB) or as
+    its straight-line element view. The default: loops in the batched ABI; the element view
+    in the CasADi ABI, whose work vector ``w`` then holds only the values alive at once (192
+    reals for that gradient, against 16,448 for its loop plan's temporaries). Plans with
+    outputs summed over all points or arguments shared by all points, and sparse functions,
+    are always written from their element view.
 
     A C name that would not compile -- a C or C++ keyword (``int``, ``restrict``,
     ``class``), a reserved identifier (``_X``, ``__x``), a name of ``<math.h>`` or
@@ -338,6 +350,11 @@ def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = No
     if dtype is not None and dtype not in ("float64", "float32"):
         raise InvalidArgumentError(f"st.export_c: dtype must be None, 'float64' or 'float32', "
                                    f"got {dtype!r}")
+    if loops not in (None, True, False):
+        raise InvalidArgumentError(f"st.export_c: loops must be None, True or False, got "
+                                   f"{loops!r}")
+    if loops is None:
+        loops = abi == "batched"
     if not isinstance(functions, dict) or not functions:
         raise InvalidArgumentError("st.export_c: functions must be a non-empty dict of C "
                                    "name -> compiled function")
@@ -353,14 +370,14 @@ def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = No
                                        "choose another name")
         patterns = fn.sparsity if isinstance(fn, SparseFunction) else None
         compiled = _exportable(fn, key)
-        plan, name, own, ins, outs = _c_kernel(compiled, key, abi)
+        plan, name, own, ins, outs = _c_kernel(compiled, key, loops and patterns is None)
         kernels.append((plan, name, dtype or own, ins, outs, patterns,
                         _origin(fn, compiled)))
     # (base "lib.v2" writes lib.v2.h and lib.v2.c: only a .c or .h suffix is replaced)
     header, source = base.with_name(f"{base.name}.h"), base.with_name(f"{base.name}.c")
     if abi == "casadi":
         h_text, c_text = casadi_abi.render(kernels, header.name, _one_dtype(kernels),
-                                           "st.export_c")
+                                           "st.export_c", loops=c_loops.render_casadi)
     else:
         h_text, c_text = c99.render_many([k[:5] + k[6:] for k in kernels], header.name,
                                          "st.export_c", loops=c_loops.render_function)
@@ -369,12 +386,12 @@ def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = No
     return header, source
 
 
-def _c_kernel(compiled: CompiledFunction, key: str, abi: str) -> tuple:
-    """``(plan, name, dtype, input names, output names)`` of ``compiled``'s C: its loop plan
-    where the batched layout can hold it (the C then grows with the plan, not with the
-    elements), else its straight-line element view."""
+def _c_kernel(compiled: CompiledFunction, key: str, loops: bool) -> tuple:
+    """``(plan, name, dtype, input names, output names)`` of ``compiled``'s C: with
+    ``loops``, its loop plan where C can hold it (the C then grows with the plan, not with
+    the elements), else its straight-line element view."""
     specs = [s for s in compiled.inputs + compiled.outputs if s.dtype != "bool"]
-    if abi == "batched" and specs and c_loops.exportable(compiled.plan):
+    if loops and specs and c_loops.exportable(compiled.plan):
         return (compiled.plan, key, specs[0].dtype, tuple(s.name for s in compiled.inputs),
                 tuple(s.name for s in compiled.outputs))
     return compiled.c_kernel("st.export_c", name=key)

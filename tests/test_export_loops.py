@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import pathlib
+import re
 import shutil
 import subprocess
 import time
@@ -19,6 +20,7 @@ import symtape as st
 from symtape.codegen.loops import LoopPlan
 
 GCC = shutil.which("gcc")
+VALGRIND = shutil.which("valgrind")
 STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
 needs_gcc = pytest.mark.skipif(GCC is None, reason="no gcc")
 CTYPE = {"float64": np.float64, "float32": np.float32}
@@ -284,3 +286,79 @@ def test_loops_false_writes_the_element_view(tmp_path):
     assert "loop nests:" not in source.read_text()
     with pytest.raises(st.errors.InvalidArgumentError, match="loops must be None, True or"):
         st.export_c({"g": grad}, tmp_path / "x", loops="yes")
+
+
+@needs_gcc
+@pytest.mark.skipif(VALGRIND is None, reason="no valgrind")
+def test_valgrind_sees_only_w_used_and_no_invalid_access(tmp_path):
+    """A C driver calls the CasADi loop form of the MLP gradient and of the matrix chain with
+    a work vector malloc'd at exactly the size ``f_work`` gives (uninitialised), with null
+    arguments and results too, and branches on every result; memcheck finds no invalid
+    access and no uninitialised value, and the only heap blocks are the driver's."""
+    fns = {"mlp": _mlp_grad(), "chain": st.function(CASES["matmul_chain"][0],
+                                                    input_signature=CASES["matmul_chain"][1])}
+    header, source = st.export_c(fns, tmp_path / "lib", abi="casadi", loops=True)
+    driver = tmp_path / "driver.c"
+    driver.write_text(_DRIVER.replace("LIB_H", header.name))
+    exe = tmp_path / "driver"
+    done = subprocess.run([GCC, *STRICT, "-O1", "-g", str(driver), str(source), "-I",
+                           str(tmp_path), "-o", str(exe), "-lm"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    run = subprocess.run([VALGRIND, "--error-exitcode=3", "--leak-check=full", str(exe)],
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "ERROR SUMMARY: 0 errors" in run.stderr
+    allocs = re.search(r"total heap usage: (\d+) allocs, (\d+) frees", run.stderr)
+    assert allocs and allocs.groups() == ("12", "12"), run.stderr  # the driver's 4 x 3
+
+
+_DRIVER = r"""
+#include <stdlib.h>
+#include "LIB_H"
+
+typedef int (*casadi_fn)(const casadi_real**, casadi_real**, casadi_int*, casadi_real*, int);
+typedef int (*work_fn)(casadi_int*, casadi_int*, casadi_int*, casadi_int*);
+typedef const casadi_int* (*sparsity_fn)(casadi_int);
+
+static casadi_int nnz(const casadi_int* sp) { return sp[2 + sp[1]]; }
+
+/* f on inputs 0.01, 0.02, ... (input skip_in null), output skip_out null; every buffer
+   malloc'd at exactly its size; 1 if a result written is not a number. */
+static int check(casadi_fn f, work_fn work, sparsity_fn sp_in, sparsity_fn sp_out,
+                 casadi_int n_in, casadi_int n_out, casadi_int skip_in, casadi_int skip_out) {
+    casadi_int sz_arg, sz_res, sz_iw, sz_w, i, k, total_in = 0, total_out = 0;
+    const casadi_real* arg[8];
+    casadi_real* res[8];
+    casadi_real *in, *out, *w, *p;
+    int bad = 0;
+    if (work(&sz_arg, &sz_res, &sz_iw, &sz_w) != 0 || sz_iw != 0) return 1;
+    for (i = 0; i < n_in; ++i) total_in += nnz(sp_in(i));
+    for (i = 0; i < n_out; ++i) total_out += nnz(sp_out(i));
+    in = malloc(sizeof(casadi_real) * (size_t)total_in);
+    out = malloc(sizeof(casadi_real) * (size_t)total_out);
+    w = malloc(sizeof(casadi_real) * (size_t)sz_w);
+    for (k = 0; k < total_in; ++k) in[k] = 0.01 * (casadi_real)(k % 97 + 1);
+    p = in;
+    for (i = 0; i < n_in; ++i) { arg[i] = i == skip_in ? 0 : p; p += nnz(sp_in(i)); }
+    p = out;
+    for (i = 0; i < n_out; ++i) { res[i] = i == skip_out ? 0 : p; p += nnz(sp_out(i)); }
+    if (f(arg, res, 0, w, 0) != 0) bad = 1;
+    for (i = 0; i < n_out; ++i) {
+        if (i == skip_out) continue;
+        for (k = 0; k < nnz(sp_out(i)); ++k) if (res[i][k] != res[i][k]) bad = 1;
+    }
+    free(w);
+    free(out);
+    free(in);
+    return bad;
+}
+
+int main(void) {
+    int bad = 0;
+    bad |= check(mlp, mlp_work, mlp_sparsity_in, mlp_sparsity_out, 7, 1, -1, -1);
+    bad |= check(mlp, mlp_work, mlp_sparsity_in, mlp_sparsity_out, 7, 1, 3, -1);
+    bad |= check(chain, chain_work, chain_sparsity_in, chain_sparsity_out, 3, 1, -1, -1);
+    bad |= check(chain, chain_work, chain_sparsity_in, chain_sparsity_out, 3, 1, 0, 0);
+    return bad;
+}
+"""

@@ -208,14 +208,14 @@ def _buffer_name(plan: LoopPlan, f: str, b: int) -> str:
     return f"st_t{b}"
 
 
-def _program(plan: LoopPlan, f: str, ctype: str) -> list:
-    """``st_<f>_program``: one point, or one chunk of ``np`` points, every block in order."""
+def _program(plan: LoopPlan, f: str, ctype: str, offsets: tuple) -> list:
+    """``st_<f>_program``: one point, or one chunk of ``np`` points, every block in order
+    (``offsets``: where each temporary starts in the arena, in bytes)."""
     params = [f"const {ctype} *restrict st_in{i}" for i in range(len(plan.inputs))]
     params += [f"{'unsigned char' if o.boolean else ctype} *restrict st_out{i}"
                for i, o in enumerate(plan.outputs)]
     params += [f"{ctype} *restrict st_arena", "int64_t np"]
     out = [f"static void st_{f}_program({', '.join(params)})", "{"]
-    offsets = plan.arena[0]
     used = {a.buffer for block in plan.blocks for a in block.ins + block.outs}
     for b, buf in enumerate(plan.buffers):
         if buf.kind != "temp" or offsets[b] is None or b not in used:
@@ -338,8 +338,9 @@ def render_function(plan: LoopPlan, f: str, head: str, ins: list, outs: list,
     return _parts(plan, f, ctype, m) + entry, ("<stdlib.h>",) if heap else ()
 
 
-def _parts(plan: LoopPlan, f: str, ctype: str, m: str) -> list:
-    """The constants, the blocks and the program of ``plan``."""
+def _parts(plan: LoopPlan, f: str, ctype: str, m: str, offsets: tuple | None = None) -> list:
+    """The constants, the blocks and the program of ``plan`` (``offsets``: of its
+    temporaries in the arena; default: the compiled function's)."""
     lines = []
     for b, buf in enumerate(plan.buffers):
         if buf.kind == "const":
@@ -348,7 +349,7 @@ def _parts(plan: LoopPlan, f: str, ctype: str, m: str) -> list:
         lines.append("")
     for k, block in enumerate(plan.blocks):
         lines += _block(plan, f, k, block, ctype, m)
-    return lines + _program(plan, f, ctype)
+    return lines + _program(plan, f, ctype, plan.arena[0] if offsets is None else offsets)
 
 
 # --------------------------------------------------------------------------------------------
@@ -366,6 +367,56 @@ def _casadi_points(plan: LoopPlan) -> int:
         if block.points:
             p = math.lcm(p, block.points)
     return p
+
+
+def _touched(plan: LoopPlan, points: int) -> dict:
+    """Per temporary, the elements a run of the program over ``points`` points reaches (a
+    plan over chunks sizes its temporaries for a whole chunk; one point padded to a few
+    reaches the first few points' elements only)."""
+    need: dict = {}
+    for block in plan.blocks:
+        extents = [points // block.points if d == 0 and block.points else
+                   points if d == block.runs else n for d, n in enumerate(block.space)]
+        if not all(extents):
+            continue
+        for acc in block.ins + block.outs:
+            if plan.buffers[acc.buffer].kind != "temp":
+                continue
+            top = acc.offset + max(acc.core) + sum(
+                max(0, s * (n - 1)) for s, n in zip(acc.strides, extents))
+            need[acc.buffer] = max(need.get(acc.buffer, 0), top + 1)
+    return need
+
+
+def _pack(plan: LoopPlan, need: dict, width: int) -> tuple:
+    """``(offsets, bytes)`` of temporaries of ``need`` elements packed by lifetime (the
+    compiled function's rule, :attr:`LoopPlan.arena`, over smaller sizes)."""
+    first: dict = {}
+    last: dict = {}
+    for k, block in enumerate(plan.blocks):
+        for acc in block.ins + block.outs:
+            if acc.buffer in need:
+                first.setdefault(acc.buffer, k)
+                last[acc.buffer] = k
+    offsets: list = [None] * len(plan.buffers)
+    free: list = []
+    top = 0
+    for k in range(len(plan.blocks)):
+        for buf in sorted(b for b, f in first.items() if f == k):
+            size = -(-need[buf] * (1 if plan.buffers[buf].boolean else width) // 64) * 64
+            hole = next((i for i, (o, n) in enumerate(free) if n >= size), None)
+            if hole is None:
+                offsets[buf], top = top, top + size
+            else:
+                o, n = free.pop(hole)
+                offsets[buf] = o
+                if n > size:
+                    free.append((o + size, n - size))
+        for buf in sorted(b for b, e in last.items() if e == k):
+            size = -(-need[buf] * (1 if plan.buffers[buf].boolean else width) // 64) * 64
+            free.append((offsets[buf], size))
+        free.sort()
+    return tuple(offsets), top
 
 
 def _casadi_copy(dst: str, src: str, shape: tuple, into_c_order: bool, cast: str) -> list:
@@ -386,8 +437,8 @@ def render_casadi(plan: LoopPlan, f: str, head: str, ctype: str, m: str) -> tupl
     column-major matrices (a null one as zeros) into C order in ``w``, the program run on
     them (a plan over chunks: on one chunk of the real point and zero padding), the results
     copied back (a null ``res[i]`` skipped). Every temporary lives in ``w``; ``sz_w`` is the
-    number of ``casadi_real`` it needs (its temporaries, packed by lifetime, and the staging
-    areas): nothing is allocated.
+    number of ``casadi_real`` it needs (the elements of its temporaries one call reaches,
+    packed by lifetime, and the staging areas): nothing is allocated.
 
     >>> import numpy as np
     >>> from symtape.element import graph
@@ -406,7 +457,7 @@ def render_casadi(plan: LoopPlan, f: str, head: str, ctype: str, m: str) -> tupl
     """
     points = _casadi_points(plan)
     width = _width(False, ctype)
-    top = -(-plan.arena[1] // 64) * 64
+    offsets, top = _pack(plan, _touched(plan, points), width)
     n_in = len(plan.inputs)
     layouts = [(a.shape, False) for a in plan.inputs] + [(o.shape, o.boolean)
                                                           for o in plan.outputs]
@@ -435,4 +486,4 @@ def render_casadi(plan: LoopPlan, f: str, head: str, ctype: str, m: str) -> tupl
                               f"({ctype})" if boolean else "")
         lines.append("  }")
     lines += ["  return 0;", "}", ""]
-    return _parts(plan, f, ctype, m) + lines, top // width
+    return _parts(plan, f, ctype, m, offsets) + lines, top // width

@@ -317,7 +317,7 @@ def export_c(functions: dict, path, abi: str = "batched", dtype: str | None = No
     arguments, 217 KB with them as constants, mostly their literals, against 1.0 MB) or as
     its straight-line element view. The default: loops in the batched ABI; the element view
     in the CasADi ABI, whose work vector ``w`` then holds only the values alive at once (192
-    reals for that gradient, against 16,448 for its loop plan's temporaries). Plans with
+    reals for that gradient, against 1,088 for its loop plan's temporaries). Plans with
     outputs summed over all points or arguments shared by all points, and sparse functions,
     are always written from their element view.
 

@@ -240,7 +240,7 @@ def _interpret(value: np.ndarray, atoms: np.ndarray, inputs) -> np.ndarray:
     if atoms.size == 0:
         return value
     flat = np.array(value, copy=True).reshape(-1)
-    got = E.evaluate_from(list(atoms.flat), _known_values(inputs))
+    got = E.evaluate_from(list(atoms.flat), _known_values(inputs), flat.dtype)
     for i, v in enumerate(got):
         if v is not None:
             flat[i] = v

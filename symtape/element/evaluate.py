@@ -222,17 +222,33 @@ def evaluate_atoms(atoms: Iterable, env: dict) -> list:
     return program(atoms, list(env))(*env.values())
 
 
-def evaluate_from(atoms: Sequence, known: dict) -> list:
+def _rounded(value, dtype: np.dtype):
+    """A float ``value`` rounded to ``dtype`` (a head computed wider, a Python constant);
+    booleans and values already of ``dtype`` as they are."""
+    kind = getattr(value, "dtype", None)
+    if kind == dtype or (kind is None and not isinstance(value, float)) or \
+            (kind is not None and kind.kind != "f"):
+        return value
+    return dtype.type(value) if np.ndim(value) == 0 else np.asarray(value, dtype=dtype)
+
+
+def evaluate_from(atoms: Sequence, known: dict, dtype=np.float64) -> list:
     """Values of ``atoms`` computed through their definitions, reading the atoms of ``known``
     (``atom -> value``) as given and other leaves at their bound values; None for an atom
-    that needs an unbound leaf.
+    that needs an unbound leaf. Leaves are read and every definition's value is rounded in
+    ``dtype`` (float32: the known values are float32 ones, and a node recomputed from leaves
+    must be the float32 value they were computed from, or a tie ``Max(a, b) == b`` breaks).
 
     >>> from symtape.element import graph
     >>> x, y = graph.Leaf.new("x"), graph.Leaf.new("y")
     >>> s = graph.add(x, y)
     >>> evaluate_from([graph.mul(s, s), graph.ZERO], {s: 3.0})
     [9.0, 0.0]
+    >>> evaluate_from([graph.mul(s, 1.0 / 3.0)], {s: np.float32(1.0)}, np.float32)
+    [np.float32(0.33333334)]
     """
+    dtype = np.dtype(dtype)
+    wide = dtype == np.float64
     values: dict = dict(known)
     missing: set = set()
     order: list = []
@@ -248,7 +264,7 @@ def evaluate_from(atoms: Sequence, known: dict) -> list:
             if bound is None:
                 missing.add(atom)
             else:
-                values[atom] = np.float64(bound)
+                values[atom] = dtype.type(bound)
             continue
         order.append(atom)
         stack.extend(op for op in atom.evaluation_operands() if op not in values)
@@ -259,7 +275,8 @@ def evaluate_from(atoms: Sequence, known: dict) -> list:
             if any(op in missing for op in node.evaluation_operands()):
                 missing.add(node)
             else:
-                values[node] = _step(node, HEADS)(values)
+                value = _step(node, HEADS)(values)
+                values[node] = value if wide else _rounded(value, dtype)
     out = []
     for a in atoms:
         if isinstance(a, (Leaf, Node)):

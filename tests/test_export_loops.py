@@ -42,8 +42,8 @@ def _call(lib, name: str, compiled, args: list, dtype: str = "float64") -> list:
     t = CTYPE[dtype]
     n = len(args[0])
     ins = [np.ascontiguousarray(a, dtype=t) for a in args]
-    outs = [np.full((n, *s.shape), np.nan, dtype=np.uint8 if s.dtype == "bool" else t)
-            for s in compiled.outputs]
+    outs = [np.full((n, *s.shape), 2, dtype=np.uint8) if s.dtype == "bool" else
+            np.full((n, *s.shape), np.nan, dtype=t) for s in compiled.outputs]
     getattr(lib, name)(ctypes.c_int64(n), *[a.ctypes.data_as(ctypes.c_void_p)
                                             for a in ins + outs])
     return outs
@@ -222,6 +222,32 @@ def test_loop_plans_export_equal_to_the_compiled_function(tmp_path, case):
     (got,) = _call(lib, case, compiled, args)
     (want,) = compiled(*args)
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=atol)
+
+
+@needs_gcc
+def test_boolean_outputs_export_as_bytes(tmp_path):
+    """A comparison's result is written as 0/1 bytes (batched) or 0.0/1.0 (CasADi), beside a
+    float output of ``where`` on the same comparison; constants no block reads are left out
+    (gcc's unused-constant warning is an error here)."""
+    specs = [st.TensorSpec((200, 200), name="x")]
+    fn = st.function(lambda x: (st.sin(x) > 0.0, st.where(x > 0.5, x, -x)),
+                     input_signature=specs)
+    compiled = fn.get_concrete_function(*specs)
+    assert isinstance(compiled.plan, LoopPlan)
+    x = np.random.default_rng(8).normal(size=(3, 200, 200))
+    want = compiled(x)
+    _, source = st.export_c({"signs": fn}, tmp_path / "signs")
+    lib, _ = _build(source)
+    flags, values = _call(lib, "signs", compiled, [x])
+    np.testing.assert_array_equal(flags, want[0].astype(np.uint8))
+    np.testing.assert_array_equal(values, want[1])
+    casadi = pytest.importorskip("casadi")
+    _, source = st.export_c({"signs": fn}, tmp_path / "signs_casadi", abi="casadi", loops=True)
+    _build(source)
+    ext = casadi.external("signs", str(source.with_suffix(".so")))
+    flags, values = ext(x[1])
+    np.testing.assert_array_equal(np.array(flags), want[0][1].astype(float))
+    np.testing.assert_array_equal(np.array(values), want[1][1])
 
 
 # --------------------------------------------------------------------------------------------

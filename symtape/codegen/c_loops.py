@@ -342,8 +342,9 @@ def _parts(plan: LoopPlan, f: str, ctype: str, m: str, offsets: tuple | None = N
     """The constants, the blocks and the program of ``plan`` (``offsets``: of its
     temporaries in the arena; default: the compiled function's)."""
     lines = []
+    used = {a.buffer for block in plan.blocks for a in block.ins + block.outs}
     for b, buf in enumerate(plan.buffers):
-        if buf.kind == "const":
+        if buf.kind == "const" and b in used:  # (one no block reads is not written)
             lines += _constant(f"st_{f}_c{b}", buf, ctype)
     if lines:
         lines.append("")

@@ -99,7 +99,11 @@ class _Builder:
         self.instrs: list[Instr] = []
         self.shared: dict = {}
         self.consts: dict = {}
+        # the same constant objects recur (the graph shares its Floats): met by identity first,
+        # since a SymPy Float's hash converts it to a double each time
+        self.const_ids: dict = {}
         self.env: dict = {}
+        self.rules: dict = {}
 
     def op(self, name: str, *args: int) -> int:
         key = (name, args)
@@ -110,12 +114,17 @@ class _Builder:
         return ref
 
     def const(self, value) -> int:
+        hit = self.const_ids.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        given = value
         if not isinstance(value, sp.Basic):
             value = G.number(value)
         ref = self.consts.get(value)
         if ref is None:
             ref = self.consts[value] = len(self.instrs)
             self.instrs.append(Instr("const", (), (G.const_value(value), _const_text(value))))
+        self.const_ids[id(given)] = (given, ref)
         return ref
 
     def term(self, expr) -> int:
@@ -125,12 +134,22 @@ class _Builder:
         if not isinstance(expr, sp.Basic) or isinstance(expr, sp.logic.boolalg.BooleanAtom) or \
                 expr.is_number:
             return self.const(expr)
-        return lower.head_rule(type(expr))(self, expr)
+        return self.rule(type(expr))(self, expr)
+
+    def rule(self, head: type):
+        """The lowering rule of ``head`` (looked up once per head)."""
+        rule = self.rules.get(head)
+        if rule is None:
+            rule = self.rules[head] = lower.head_rule(head)
+        return rule
 
     def node(self, node: G.Node) -> int:
         if node.forward is not None:
             return self.term(node.forward)
-        return self.term(node.definition)
+        definition = node.definition
+        if node.operands:  # a head over symbols: no constant, so straight to its rule
+            return self.rule(type(definition))(self, definition)
+        return self.term(definition)
 
     def _free_leaf(self, leaf) -> int:
         """A leaf that is not an input: its bound value, folded in as a constant."""
@@ -239,7 +258,9 @@ def _prune(instrs: list, inputs: tuple, outputs: tuple) -> Plan:
     for i, ins in enumerate(instrs):
         if live[i]:
             new[i] = len(kept)
-            kept.append(ins._replace(args=tuple(new[a] for a in ins.args)) if ins.args else ins)
+            # (the tuple constructor: NamedTuple._replace costs 3x more)
+            kept.append(Instr(ins.op, tuple([new[a] for a in ins.args]), ins.attr) if ins.args
+                        else ins)
     outs = tuple(OutLayout(o.shape, tuple(new[r] for r in o.refs), o.boolean) for o in outputs)
     return Plan(tuple(kept), inputs, outs)
 

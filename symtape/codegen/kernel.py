@@ -587,8 +587,18 @@ def _lane_copy(tag: str, pred: str, i: int, elem: str, size: int, lanes: int,
     between the caller's layout (``%b<i>`` at stride ``%s<i>``) and its lane buffer
     ``%l<i>`` (the elements one by one up to ``LANE_UNROLLED_COPY``, else an inner loop);
     entered from block ``pred``, it ends in the block it returns."""
+    # input rows longer than the unrolled copies move as square tiles (CPU time a point,
+    # benchmarks/peers.py kernels: Rosenbrock n=100's value 315 -> 240 ns, the others level;
+    # rows of one or two tiles and a tail measured slower than unrolled copies, and tiles
+    # on the way out 25% slower on the 8x8 cart-pendulum Hessian, 8% faster on N-body's)
+    tiles = size // lanes if gather and elem in ("double", "float") and \
+        size > LANE_UNROLLED_COPY else 0
     lines = [
-        f"  br label %{tag}.o",
+        f"  %{tag}.full = icmp eq i64 %m, {lanes}",
+        f"  br i1 %{tag}.full, label %{tag}.t, label %{tag}.o",
+        *_lane_tiles(tag, pred, i, elem, size, lanes),
+    ] if tiles else [f"  br label %{tag}.o"]
+    lines += [
         f"{tag}.o:",
         f"  %{tag}.l = phi i64 [ 0, %{pred} ], [ %{tag}.ln, %{tag}.oe ]",
         f"  %{tag}.pt = add i64 %j, %{tag}.l",
@@ -629,3 +639,93 @@ def _lane_copy(tag: str, pred: str, i: int, elem: str, size: int, lanes: int,
         f"{tag}.end:",
     ]
     return lines, f"{tag}.end"
+
+
+def transposed(vectors: list[str], vt: str, lanes: int, tag: str) -> tuple[list[str], list]:
+    """IR transposing the ``lanes`` x ``lanes`` block whose rows are ``vectors`` (values of
+    vector type ``vt``): ``log2(lanes)`` rounds of shuffles, round ``b`` exchanging blocks of
+    ``b`` elements between rows ``b`` apart (row ``i`` keeps its even blocks and takes row
+    ``i + b``'s even blocks into its odd places; row ``i + b`` the odd blocks of both). Returns
+    the lines and the names of the columns.
+
+    >>> lines, cols = transposed(["%a", "%b"], "<2 x double>", 2, "t")
+    >>> lines
+    ['  %t.1.0 = shufflevector <2 x double> %a, <2 x double> %b, <2 x i32> <i32 0, i32 2>', \
+'  %t.1.1 = shufflevector <2 x double> %a, <2 x double> %b, <2 x i32> <i32 1, i32 3>']
+    >>> cols
+    ['%t.1.0', '%t.1.1']
+    """
+    rows, lines, b = list(vectors), [], 1
+    while b < lanes:
+        low = [j if not j & b else lanes + j - b for j in range(lanes)]
+        high = [j + b if not j & b else lanes + j for j in range(lanes)]
+        new = list(rows)
+        for r in range(lanes):
+            if r & b:
+                continue
+            for out, mask in ((r, low), (r + b, high)):
+                new[out] = f"%{tag}.{b}.{out}"
+                idx = ", ".join(f"i32 {k}" for k in mask)
+                lines.append(f"  {new[out]} = shufflevector {vt} {rows[r]}, {vt} {rows[r + b]}, "
+                             f"<{lanes} x i32> <{idx}>")
+        rows, b = new, 2 * b
+    return lines, rows
+
+
+def _lane_tiles(tag: str, pred: str, i: int, elem: str, size: int, lanes: int) -> list[str]:
+    """The copy of a full block of ``lanes`` points from input ``i``'s rows into its lane
+    buffer as square tiles of ``lanes`` elements: ``lanes`` vector loads, a transpose in
+    registers (:func:`transposed`) and ``lanes`` vector stores per tile, instead of one
+    scalar load and store per element; the last ``size % lanes`` elements one by one. Ends
+    by branching to ``<tag>.end``."""
+    vt, width = f"<{lanes} x {elem}>", {"double": 8, "float": 4}[elem]
+    full = size // lanes * lanes
+    lines = [
+        f"{tag}.t:",
+        f"  %{tag}.tk = phi i64 [ 0, %{pred} ], [ %{tag}.tkn, %{tag}.t ]",
+        f"  %{tag}.lk = mul nuw nsw i64 %{tag}.tk, {lanes}",
+    ]
+    rows, cols = [], []
+    for r in range(lanes):
+        lines += [f"  %{tag}.p{r} = add i64 %j, {r}",
+                  f"  %{tag}.o{r} = mul i64 %{tag}.p{r}, %s{i}",
+                  f"  %{tag}.q{r} = add i64 %{tag}.o{r}, %{tag}.tk",
+                  f"  %{tag}.r{r} = getelementptr inbounds {elem}, ptr %b{i}, i64 %{tag}.q{r}",
+                  f"  %{tag}.w{r} = add nuw nsw i64 %{tag}.lk, {r * lanes}",
+                  f"  %{tag}.u{r} = getelementptr inbounds {elem}, ptr %l{i}, i64 %{tag}.w{r}"]
+        rows.append(f"%{tag}.r{r}")
+        cols.append(f"%{tag}.u{r}")
+    for r in range(lanes):
+        lines.append(f"  %{tag}.v{r} = load {vt}, ptr {rows[r]}, align {width}")
+    moved, out = transposed([f"%{tag}.v{r}" for r in range(lanes)], vt, lanes, f"{tag}.s")
+    lines += moved
+    for r in range(lanes):
+        lines.append(f"  store {vt} {out[r]}, ptr {cols[r]}, align {width}")
+    lines += [
+        f"  %{tag}.tkn = add nuw nsw i64 %{tag}.tk, {lanes}",
+        f"  %{tag}.te = icmp eq i64 %{tag}.tkn, {full}",
+        f"  br i1 %{tag}.te, label %{tag}.x, label %{tag}.t",
+        f"{tag}.x:",
+    ]
+    if full == size:
+        return lines + [f"  br label %{tag}.end"]
+    lines += [
+        f"  br label %{tag}.y",
+        f"{tag}.y:",
+        f"  %{tag}.yl = phi i64 [ 0, %{tag}.x ], [ %{tag}.yn, %{tag}.y ]",
+        f"  %{tag}.yp = add i64 %j, %{tag}.yl",
+        f"  %{tag}.yo = mul i64 %{tag}.yp, %s{i}",
+        f"  %{tag}.yr = getelementptr inbounds {elem}, ptr %b{i}, i64 %{tag}.yo",
+    ]
+    for k in range(full, size):
+        a, c = f"%{tag}.y{k}a", f"%{tag}.y{k}b"
+        lines += [f"  {a} = getelementptr inbounds {elem}, ptr %{tag}.yr, i64 {k}",
+                  f"  %{tag}.y{k}i = add nuw nsw i64 %{tag}.yl, {k * lanes}",
+                  f"  {c} = getelementptr inbounds {elem}, ptr %l{i}, i64 %{tag}.y{k}i"]
+        lines += [f"  %{tag}.y{k}x = load {elem}, ptr {a}",
+                  f"  store {elem} %{tag}.y{k}x, ptr {c}"]
+    return lines + [
+        f"  %{tag}.yn = add nuw nsw i64 %{tag}.yl, 1",
+        f"  %{tag}.ye = icmp eq i64 %{tag}.yn, {lanes}",
+        f"  br i1 %{tag}.ye, label %{tag}.end, label %{tag}.y",
+    ]

@@ -102,6 +102,30 @@ def test_lanes_read_strided_and_broadcast_inputs(monkeypatch):
                   "two batch axes")
 
 
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_long_input_rows_enter_the_lanes_as_tiles(monkeypatch, dtype):
+    # rows of 37 elements: square tiles transposed in registers for full blocks of points,
+    # then the 37 % lanes elements left; partial blocks element by element
+    x = st.symbol("x", shape=(37,), dtype=dtype)
+    y = st.symbol("y", shape=(19,), dtype=dtype)
+    out = {"a": st.sqrt(st.abs(x[1:]) + 1.0) * x[:-1] / (1.0 + y[0] * y[0])
+                 + st.reduce_sum(y) * x[::-1][1:],
+           "b": st.cumsum(y * y) - y[0]}
+    _mode(monkeypatch, False)
+    one = st.compile(out, [x, y], dtype=dtype, name="tiles0")
+    _mode(monkeypatch, True)
+    many = st.compile(out, [x, y], dtype=dtype, name="tiles1")
+    assert "shufflevector" in many.llvm_ir and "shufflevector" not in one.llvm_ir
+    rng = np.random.default_rng(7)
+    for n in (0, 1, 7, 8, 9, 16, 17, 33, 1001):
+        xs = rng.normal(size=(n, 37)).astype(dtype)
+        ys = rng.normal(size=(n, 19)).astype(dtype)
+        _assert_equal(many(xs, ys), one(xs, ys), n)
+    xs = rng.normal(size=(40, 74)).astype(dtype)[:, ::2]  # strided rows
+    ys = rng.normal(size=19).astype(dtype)  # one row for every point: stride 0
+    _assert_equal(many(xs, ys), one(xs, np.tile(ys, (40, 1))), "strided and broadcast")
+
+
 @pytest.mark.parametrize("name, fn, lo, hi", [
     ("exp", mpmath.exp, -750.0, 710.0),
     ("log", mpmath.log, 0.0, 1e300),

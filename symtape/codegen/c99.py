@@ -254,7 +254,11 @@ def formula_lines(plan: Plan, outs: list, patterns=None) -> list:
 
 
 def _body(plan: Plan, head: str, in_names, out_names, ctype: str, m: str) -> list:
-    lines = [head, "{", "    for (int64_t j = 0; j < n; ++j) {"]
+    # an argument no element reads (a bias whose derivative does not involve it) is still a
+    # parameter: cast to void, so that -Wunused-parameter (-Wextra) has nothing to say
+    read = {ins.attr[0] for ins in plan.instrs if ins.op == "input"}
+    unread = [f"    (void){nm};" for a, nm in enumerate(in_names) if a not in read]
+    lines = [head, "{", *unread, "    for (int64_t j = 0; j < n; ++j) {"]
     values = []
     for ref, ins in enumerate(plan.instrs):
         values.append(_value(plan, ref, ins, values, in_names, ctype, m, lines))

@@ -87,3 +87,26 @@ def test_each_exported_function_has_a_comment_naming_its_arguments_and_formula(t
     assert all(sp.simplify(a - b) == 0 for a, b in zip(got, want))
     big_note = text[text.index("/* big:"):]
     assert re.search(r"formula: \d+ operations, too long to print", big_note.split("*/")[0])
+
+
+@pytest.mark.skipif(CC is None, reason="no C compiler")
+def test_an_argument_no_element_reads_builds_under_wextra(tmp_path):
+    # d/dx of sum(w * x) + b reads w, not x or b: both stay parameters of the C function
+    x, w, b = graph.Leaf.new("x"), graph.Leaf.new("w"), graph.Leaf.new("b")
+    f = compile_atoms([np.array(graph.mul(S(2), w), dtype=object)],
+                      [np.array(v, dtype=object) for v in (x, w, b)], name="unread",
+                      input_names=["x", "w", "b"])
+    text = f.c_source()
+    assert "(void)x;" in text and "(void)b;" in text and "(void)w;" not in text
+    src, lib = tmp_path / "unread.c", tmp_path / "unread.so"
+    src.write_text(text)
+    done = subprocess.run([CC, "-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic", "-O2",
+                           "-shared", "-fPIC", str(src), "-o", str(lib), "-lm"],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    ws = np.array([1.5, -2.0, 0.25])
+    out = np.empty(3)
+    zero = np.zeros(3)
+    ctypes.CDLL(str(lib)).unread(ctypes.c_int64(3), *[ctypes.c_void_p(v.ctypes.data)
+                                                      for v in (zero, ws, zero, out)])
+    np.testing.assert_array_equal(out, 2 * ws)

@@ -253,7 +253,7 @@ def _prune(instrs: list, inputs: tuple, outputs: tuple) -> Plan:
         if live[i]:
             for a in instrs[i].args:
                 live[a] = 1
-    new = {}
+    new = [-1] * len(instrs)
     kept = []
     for i, ins in enumerate(instrs):
         if live[i]:

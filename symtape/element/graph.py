@@ -465,12 +465,12 @@ def lincomb(terms: Iterable, const=ZERO, graph: Graph = GRAPH):
         return graph.define(sp.Mul._from_args((c, a), True), (a,))
     if const_zero:
         _canonical_order(items)
-    return _sum_node(items, const, graph)
+    return _sum_node(items, ZERO if const_zero else const, graph)
 
 
 def _sum_node(items: list, const=ZERO, graph: Graph = GRAPH):
     """The ``Add`` node of ``const + sum(c * a)`` over distinct symbolic atoms, as given."""
-    args = [] if is_zero(const) else [const]
+    args = [] if const is ZERO or is_zero(const) else [const]
     for a, c in items:
         args.append(a if is_one(c) else sp.Mul._from_args((c, a), True))
     return graph.define(sp.Add._from_args(tuple(args), True), tuple(a for a, _ in items))
@@ -525,7 +525,7 @@ def monomial(coef, factors: Iterable, graph: Graph = GRAPH):
 def _select_pairs(atom) -> tuple | None:
     """The (value, condition) pairs of a select node, None for anything else."""
     if not isinstance(atom, Node) or atom.forward is not None or \
-            atom.definition.func is not sp.Piecewise:
+            type(atom.definition) is not sp.Piecewise:  # (``.func``, a property, costs more)
         return None
     return atom.definition.args
 

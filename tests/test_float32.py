@@ -233,6 +233,60 @@ def test_function_dtype_float32_traces_and_compiles_in_float32():
     assert float(out) == pytest.approx(0.01 - 0.08 + 0.045, rel=8 * EPS32)
 
 
+def test_function_traces_float32_arguments_as_a_float32_function():
+    """Without input_signature and dtype=, float32 arguments trace a float32 function of
+    their own (TensorFlow traces per dtype): float32 results, float32 variables met without
+    a cast; float64 arguments keep the float64 trace of the same shapes."""
+    w = st.Variable(np.float32([1.0, -2.0, 0.5]))
+    f = st.function(lambda x: st.reduce_sum(x * x * w) + 0.25)
+    x32, x64 = np.float32([0.1, 0.2, 0.3]), np.array([0.1, 0.2, 0.3])
+    out = f(x32)
+    assert out.dtype == F32
+    assert float(out) == pytest.approx(0.01 - 0.08 + 0.045 + 0.25, rel=8 * EPS32)
+    with pytest.raises(DTypeError, match="float32 and float64|float64 and float32"):
+        f(x64)  # a float64 trace: x meets the float32 w, as in TensorFlow
+    g = st.function(lambda x, y: st.reduce_sum(x * y) / 3.0)
+    a, b = g(x32, x32), g(x64, x64)
+    assert a.dtype == F32 and b.dtype == F64
+    assert float(a) == pytest.approx(float(np.sum(x64 * x64)) / 3.0, rel=8 * EPS32)
+    assert float(b) == float(np.sum(x64 * x64)) / 3.0
+    spec = st.TensorSpec((3,), "float32")
+    assert g.traced_signatures == [(spec, spec), ((3,), (3,))]
+    assert g(x32, x64).dtype == F64 and len(g.traced_signatures) == 2  # mixed: float64
+
+
+def test_function_concrete_functions_are_the_calls_traces():
+    """``get_concrete_function`` of TensorSpecs or arrays gives the trace a call of that
+    dtype uses (and makes no other)."""
+    f = st.function(lambda x: st.sin(x) * 2.0)
+    x32 = np.float32([0.5, 1.0])
+    made = f.get_concrete_function(st.TensorSpec((2,), "float32"))
+    assert f.get_concrete_function(x32) is made
+    assert f(x32).dtype == F32 and len(f.traced_signatures) == 1
+    assert f.get_concrete_function((2,)) is not made  # a shape: TensorSpec's float64
+    assert f.get_concrete_function(np.zeros(2)) is f.get_concrete_function((2,))
+    assert len(f.traced_signatures) == 2
+    assert_allclose(made(x32)[0], 2 * np.sin(x32), rtol=2 * EPS32)
+
+
+def test_function_python_floats_follow_floatx(floatx32):
+    f = st.function(lambda x: x * 3.0)
+    assert f(2.0).dtype == F32 and f([1.0, 2.5]).dtype == F32
+    st.config.set_floatx("float64")
+    assert f(2.0).dtype == F64
+
+
+def test_function_signature_and_dtype_decide_over_the_arguments():
+    x32 = np.float32([1.0, 2.0])
+    f = st.function(lambda x: x + 1.0, dtype="float64")
+    assert f(x32).dtype == F64 and f(x32.astype(np.float64)).dtype == F64
+    assert f.traced_signatures == [((2,),)]
+    g = st.function(lambda x: x + 1.0, input_signature=[st.TensorSpec((2,))])
+    assert g(x32).dtype == F64
+    assert g.get_concrete_function(st.TensorSpec((2,), "float32")) is \
+        g.get_concrete_function(np.zeros(2))  # the signature's dtype
+
+
 # --------------------------------------------------------------------------------------------
 # Keras: float32 by default
 # --------------------------------------------------------------------------------------------

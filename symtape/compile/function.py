@@ -33,7 +33,7 @@ from symtape.codegen import CompiledFunction, TensorSpec, compile_atoms, compile
 from symtape.base.errors import (
     InvalidArgumentError, MissingDependencyError, ShapeError, UnboundLeafError,
 )
-from symtape.core.tensor import adopt, constant
+from symtape.core.tensor import adopt, constant, floatx
 from symtape.ops.random import Draw
 from symtape.core.variables import Tensor, symbol
 from symtape.base.lazy import LazyModule
@@ -479,7 +479,13 @@ class Function:
     def traced_signatures(self) -> list[tuple]:
         """The core shapes of the tensor arguments of each trace so far (``None`` for a
         batch dimension one trace serves at every size; with Python values among the
-        arguments, ``(shapes, ((position, value key), ...))``)."""
+        arguments, ``(shapes, ((position, value key), ...))``); a float32 trace of a function
+        without input_signature and dtype= by its arguments' TensorSpecs.
+
+        >>> f = Function(lambda x: x * 2.0); _ = f(np.ones(2)), f(np.ones(2, np.float32))
+        >>> f.traced_signatures
+        [((2,),), (TensorSpec(shape=(2,), dtype='float32', name=None),)]
+        """
         poly = [tuple(tuple(sp.shape) for sp in self.input_signature)] if self._poly else []
         return poly + list(self._traces)
 
@@ -674,8 +680,15 @@ class Function:
                                  f"{[None if s.shape is None else tuple(s.shape) for s in sig]}")
         return self.python_function(*args)
 
-    def _key(self, arrays) -> tuple:
-        return tuple(a.shape for a in arrays)
+    def _keyed(self, shapes: list, dtypes: list) -> tuple[tuple, list[TensorSpec]]:
+        """``(trace key, specs to trace)`` of arguments of ``shapes`` and ``dtypes``: the shapes;
+        without input_signature and dtype=, a float32 trace by its specs (a trace per dtype,
+        as ``tf.function``'s)."""
+        sig = self.input_signature
+        specs = [TensorSpec(k, s.dtype, s.name) for k, s in zip(shapes, sig)] if sig else \
+            [TensorSpec(k, self._dtype or d) for k, d in zip(shapes, dtypes)]
+        own = sig is None and self._dtype is None and common_dtype(specs) != "float64"
+        return (tuple(specs) if own else tuple(tuple(k) for k in shapes)), specs
 
     def _positional(self, args: tuple, kwargs: dict) -> tuple:
         """Keyword arguments in their positions (defaults filled in)."""
@@ -718,9 +731,12 @@ class Function:
                 ) from None
             except ValueError:
                 pass  # (a builtin without a signature: tried as it is)
-        specs = signature_specs([getattr(a, "shape", a) if not isinstance(a, TensorSpec) else a
-                        for a in args], "st.function")
-        key = tuple(tuple(s.shape) for s in specs)
+        given = signature_specs([getattr(a, "shape", a) if not isinstance(a, TensorSpec) else a
+                                 for a in args], "st.function")
+        dtypes = [s.dtype if isinstance(a, TensorSpec) or not hasattr(a, "shape") else
+                  _argument_dtype(a) for a, s in zip(args, given)]  # (arrays: as a call's)
+        key, specs = self._keyed([s.shape for s in given], dtypes)
+        specs = [TensorSpec(s.shape, s.dtype, g.name or s.name) for s, g in zip(specs, given)]
         with self._tracing:
             if key not in self._traces:
                 self._traces[key] = self._trace(specs)
@@ -743,10 +759,10 @@ class Function:
                 raise InvalidArgumentError(
                     f"st.function {self.__name__}: argument {i} is an array of "
                     f"{a.dtype}; tensor arguments are numbers")
-        key = self._key(arrays)
-        if sig is not None and (len(sig) != len(key) or any(
-                s.shape is not None and not _fits(s.shape, k) for s, k in zip(sig, key))):
-            raise ShapeError(f"st.function {self.__name__}: argument shapes {list(key)} do not "
+        shapes = [a.shape for a in arrays]
+        if sig is not None and (len(sig) != len(shapes) or any(
+                s.shape is not None and not _fits(s.shape, k) for s, k in zip(sig, shapes))):
+            raise ShapeError(f"st.function {self.__name__}: argument shapes {shapes} do not "
                              "match input_signature "
                              f"{[None if s.shape is None else tuple(s.shape) for s in sig]}")
         if self._batch is not None:
@@ -754,13 +770,11 @@ class Function:
             if poly is not None and not (poly.sums and _empty_batch(arrays, self._batch)):
                 with self._assigning if poly.assigned else contextlib.nullcontext():
                     return self._run_split(poly, arrays)
+        key, specs = self._keyed(shapes, [_argument_dtype(a) for a in args])
         if python:
             key = (key, tuple((i, _value_key(v, self._held)) for i, v in python))
         traced = self._traces.get(key)
         if traced is None:
-            shapes = key[0] if python else key
-            specs = [TensorSpec(k, s.dtype, s.name) for k, s in zip(shapes, sig)] if sig else \
-                [TensorSpec(k, self._dtype or "float64") for k in shapes]  # dtype=: its leaves
             with self._tracing:
                 traced = self._traces.get(key)
                 if traced is None:
@@ -832,6 +846,15 @@ def _python_value(a) -> bool:
         except (ValueError, TypeError):
             return True
     return True
+
+
+def _argument_dtype(a) -> str:
+    """The dtype a call's argument is traced as (no input_signature or dtype=): a float32 or
+    float64 tensor's, array's or numpy scalar's own, else (Python numbers) floatx()."""
+    dtype = getattr(a, "dtype", None)
+    if dtype is not None and np.dtype(dtype).name in ("float32", "float64"):
+        return np.dtype(dtype).name
+    return floatx().name
 
 
 def _value_key(value, held: dict):

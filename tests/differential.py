@@ -24,7 +24,7 @@ import numpy as np
 import sympy as sp
 
 import symtape as st
-from symtape.element import evaluate
+from symtape.element import evaluate, graph
 from symtape.element import added_heads as F
 from symtape.compile import strategy
 from symtape.core import apply as binder
@@ -287,6 +287,41 @@ def reference_in(outputs, xs, scale: float = 0.0, rng=None) -> list:
     return out
 
 
+def reference_rounded(outputs, xs, samples: int, rng, scale: float = 2.0 ** -23) -> list:
+    """``samples`` evaluations at once of the DAG of ``outputs`` by numpy in float64 at the
+    values of ``xs``, each rounding operation's result moved by up to ``scale`` times itself
+    at random (float32 rounds each result by up to 2**-24 of itself; a float32 elementary
+    function is an ulp off now and then): where these move a value, it depends on where
+    float32 arithmetic rounds -- a residue of a cancellation of rounded intermediates, made
+    large by what multiplies it -- whatever the points. Results that round nothing (a
+    select, ``Max``, ``abs``, a negation, a copy, small integers) are not moved, so ties
+    stay ties. Arrays of shape ``(samples,) + shape``, one per output."""
+    atoms = [a for t in outputs for a in t._atoms.flat]
+    values = {}
+    for x in xs:
+        for a, v in zip(x._atoms.flat, np.ravel(x.numpy())):
+            values[a] = np.full(samples, v, dtype=np.float64)
+    for node in graph.reachable(atoms, through_forward=True):
+        v = np.broadcast_to(evaluate.evaluate_from([node], values)[0], (samples,))
+        if v.dtype.kind == "f":
+            with np.errstate(all="ignore"):
+                # integers up to 2**24 are float32's exactly; larger ones are rounded too
+                exact = ~np.isfinite(v) | ((v == np.round(v)) & (np.abs(v) <= 2.0 ** 24))
+                for op in node.evaluation_operands():
+                    w = values.get(op)
+                    if w is not None and w.dtype.kind == "f":
+                        exact |= np.abs(v) == np.abs(w)
+                v = np.where(exact, v, v * (1.0 + scale * rng.uniform(-1.0, 1.0, samples)))
+        values[node] = v
+    out = []
+    for t in outputs:
+        cols = [values[a] if isinstance(a, (graph.Leaf, graph.Node)) else
+                np.full(samples, graph.const_value(a)) for a in t._atoms.flat]
+        out.append(np.stack(cols, -1).reshape((samples,) + t.shape) if cols else
+                   np.zeros((samples,) + t.shape))
+    return out
+
+
 def _beyond(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> list:
     """:func:`mismatches` of ``a`` and ``b`` but for finite pairs within ``atol`` (not both
     zeros)."""
@@ -305,14 +340,17 @@ def check_float32(rng: np.random.Generator, n_inputs: int = 2, size: int = 3,
     float32. The reference is the DAG interpreted by numpy in float64 at the same float32
     points, rounded to float32 (a value beyond float32's range is its infinity). Where the
     reference is well conditioned -- it moves by less than ``rtol / 10`` when the points
-    move by float32's rounding (two random directions) -- and within float32's range, eager,
-    compiled and the reference agree within ``rtol``, or ``atol`` where the values are
-    residues of a cancellation of numbers of order 1 (8 float32 ulps of 1); zeros agree in
-    sign. Where float32's range is reached -- any of the three an infinity or nan, or the
-    reference a zero that float64 does not make -- the values are not compared: an
-    intermediate can overflow (or a comparison flip by rounding) at one and not the other
-    (eager fused templates keep intermediates that compiled float32 code rounds), and the
-    exact nan, infinity and zero patterns are the float64 test's (:func:`check`)."""
+    move by float32's rounding (three random directions) and when each rounding operation
+    does (:func:`reference_rounded`: a residue of a cancellation of rounded intermediates,
+    made large by what multiplies it, is float32's rounding, not a value) -- and within
+    float32's range, eager, compiled and the reference agree within ``rtol``, or ``atol``
+    where the values are residues of a cancellation of numbers of order 1 (8 float32 ulps of
+    1); zeros agree in sign. Where float32's range is reached -- any of the three an
+    infinity or nan, or the reference a zero that float64 does not make -- the values are
+    not compared: an intermediate can overflow (or a comparison flip by rounding) at one
+    and not the other (eager fused templates keep intermediates that compiled float32 code
+    rounds), and the exact nan, infinity and zero patterns are the float64 test's
+    (:func:`check`)."""
     fn, steps = program(rng)
     xs = [st.Variable(random_values(rng, (size,), SPECIAL32).astype(np.float32),
                       name=f"x{k}") for k in range(n_inputs)]
@@ -332,6 +370,8 @@ def check_float32(rng: np.random.Generator, n_inputs: int = 2, size: int = 3,
     compiled = [np.asarray(c, dtype=np.float64) for c in native]
     exact = reference_in(outputs, xs)
     moved = [reference_in(outputs, xs, 2.0 ** -20, np.random.default_rng(k)) for k in (1, 2, 3)]
+    rounded = reference_rounded(outputs, xs, 6, np.random.default_rng(4))
+    moved += [[r[s] for r in rounded] for s in range(6)]
     with np.errstate(over="ignore"):
         ref = [r.astype(np.float32).astype(np.float64) for r in exact]
     for k in range(len(outputs)):

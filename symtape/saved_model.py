@@ -242,7 +242,7 @@ def _signatures(name: str, fn: Function) -> list[list[TensorSpec]]:
         sigs.append([TensorSpec(() if s.shape is None else s.shape, s.dtype, s.name)
                      for s in fn.input_signature])
     for key in fn.traced_signatures:
-        spec = [TensorSpec(k) for k in key]
+        spec = [k if isinstance(k, TensorSpec) else TensorSpec(k) for k in key]
         if spec not in sigs:
             sigs.append(spec)
     if not sigs:

@@ -396,3 +396,16 @@ def test_keras_float32_model_saves_and_loads(tmp_path):
     again = st.keras.models.load_model(path)
     assert all(v.dtype == F32 for v in again.variables)
     assert np.array_equal(again.predict(x, verbose=0), model.predict(x, verbose=0))
+
+
+def test_a_function_traced_on_float32_arrays_saves(tmp_path):
+    class Squares(st.Module):
+        @st.function
+        def f(self, x):
+            return st.reduce_sum(x * x)
+
+    m = Squares()
+    assert m.f(np.array([1.0, 2.0, 3.0], dtype=np.float32)).dtype == np.float32
+    st.saved_model.save(m, str(tmp_path))
+    loaded = st.saved_model.load(str(tmp_path))
+    assert float(loaded.f(np.array([1.0, 2.0, 3.0], dtype=np.float32))) == 14.0

@@ -308,6 +308,10 @@ class Body:
         own = ptrs if self.lanes > 1 else ptrs + ["ptr noalias %sf", "ptr noalias %sb"]
         params = ", ".join(own)
         parts: list = []
+        stores: list = [[] for _ in chunks]  # the output elements each chunk stores, in order
+        for o, layout in enumerate(plan.outputs):
+            for i, ref in enumerate(layout.refs):
+                stores[owner[ref] if owner[ref] >= 0 else last].append((o, i, ref, layout.boolean))
         for k, (lo, hi) in enumerate(chunks):
             self.out, self.coerced = [], {}
             for ref in needed[k]:
@@ -316,10 +320,8 @@ class Body:
                 self._value(ref, plan.instrs[ref])
                 if ref in slot:
                     self._scratch(ref, slot[ref], load=False)
-            for o, layout in enumerate(plan.outputs):
-                for i, ref in enumerate(layout.refs):
-                    if owner[ref] == k or (owner[ref] < 0 and k == last):
-                        self._store_one(o, i, ref, layout.boolean)
+            for o, i, ref, boolean in stores[k]:
+                self._store_one(o, i, ref, boolean)
             parts += [f"define internal void @point.{k}({params}) noinline nounwind {{",
                       "entry:", *self.out, "  ret void", "}", ""]
         self.out = []

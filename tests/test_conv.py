@@ -219,7 +219,15 @@ def test_formula_of_a_small_convolution():
     assert len(xs) == 3
 
 
-def test_dilated_same_convolution_and_its_gradients_through_keras():
+@pytest.fixture
+def keras_float64():
+    """Keras layers in float64 (their default is float32), compared with numpy to 1e-12."""
+    st.keras.backend.set_floatx("float64")
+    yield
+    st.keras.backend.set_floatx("float32")
+
+
+def test_dilated_same_convolution_and_its_gradients_through_keras(keras_float64):
     """Keras ``Conv2D(dilation_rate=2, padding="same")``: the output keeps the input's size,
     values and both gradients equal the plain convolution with zero-dilated filters."""
     rng = np.random.default_rng(12)

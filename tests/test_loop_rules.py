@@ -23,7 +23,7 @@ PLANNER = Path(loopnest.__file__)
 
 #: Ops with no loop form: their rule unrolls the element view (up to UNROLL_LIMIT elements)
 #: or raises Unplannable.
-UNROLLED = {"det", "inv", "solve", "cast", "cholesky", "triangular_solve"}
+UNROLLED = {"det", "inv", "solve", "cholesky", "triangular_solve"}
 
 
 # -- the planner knows no op ------------------------------------------------------------------
@@ -230,7 +230,6 @@ def _ancestry(node) -> list:
     ("det", [(300, 4, 4)], lambda m: st.linalg.det(m)),
     ("inv", [(200, 4, 4)], lambda m: st.linalg.inv(m)),
     ("solve", [(120, 5, 5), (120, 5, 3)], lambda m, b: st.linalg.solve(m, b)),
-    ("cast", [(5000,)], lambda x: st.cast(x, st.int32)),
 ])
 def test_an_op_without_a_loop_form_is_unplannable_when_large(name, shapes, fn):
     """Too large to unroll: Unplannable at once, naming the op (the function then compiles
@@ -239,6 +238,21 @@ def test_an_op_without_a_loop_form_is_unplannable_when_large(name, shapes, fn):
     syms = [st.symbol(f"a{i}", shape=s) for i, s in enumerate(shapes)]
     with pytest.raises(Unplannable, match=name):
         loopnest.plan_loops([fn(*syms)._node], [s._node for s in syms])
+
+
+def test_large_casts_are_one_loop():
+    """A cast of 5,000 elements (float64 to float32 rounding, float to int truncation, to
+    bool) is one block over its shape, equal to numpy's."""
+    x = st.symbol("x", shape=(5000,))
+    outs = [st.cast(x, st.float32), st.cast(x, st.int32), st.cast(x, "bool")]
+    plan = loopnest.plan_loops([o._node for o in outs], [x._node])
+    assert len(plan.blocks) == 3 and all(b.space == (5000,) for b in plan.blocks)
+    x0 = np.random.default_rng(3).normal(size=5000) * 1e3
+    x0[:4] = [0.0, -0.0, 1.5, -2.5]
+    f32, i32, b = compile_plan(plan)(x0)
+    np.testing.assert_array_equal(f32, x0.astype(np.float32).astype(np.float64))
+    np.testing.assert_array_equal(i32, x0.astype(np.int32))
+    np.testing.assert_array_equal(b, x0 != 0)
 
 
 def test_slices_too_long_for_the_one_slice_view_are_unplannable():

@@ -370,7 +370,7 @@ def test_compiling_factors_computed_eagerly_is_refused_not_baked_in():
     x0 = _normal(3, 3)
     x = st.Variable(x0)
     y = st.linalg.eigvalsh(x) * np.array([0.0, 1.0, 2.0])
-    with pytest.raises(SymtapeError, match=r"eigh\["):
+    with pytest.raises(SymtapeError, match=r"eigh\[.*computed eagerly.*pass the factors"):
         st.compile(y, [x])
 
 

@@ -157,10 +157,11 @@ class _Builder:
             raise InvalidArgumentError(f"node {leaf.name!r} is used before it is defined")
         value = leaf.bound_value()
         if value is None:
+            why = getattr(leaf.store, "why", None)
             raise UnboundLeafError(
                 f"leaf {leaf.name!r} is not an input of the compiled function and has no "
-                "bound value: pass it among the inputs or give it a value"
-            )
+                + (f"value: {why}" if why else
+                   "bound value: pass it among the inputs or give it a value"))
         ref = self.env[leaf] = self.const(float(value))
         return ref
 

@@ -135,6 +135,11 @@ class Opaque:
     """The store of the opaque leaves of factors: they have no value of their own."""
 
     value = None
+    #: what code generation says of such a leaf it meets (a factor computed eagerly, read
+    #: by a function being compiled)
+    why = ("it stands for a factor of st.linalg.eigh/svd/qr/lu computed eagerly, which has no "
+           "element view at this size: a compiled function cannot recompute it; pass the "
+           "factors among the compiled function's inputs")
 
 
 OPAQUE = Opaque()

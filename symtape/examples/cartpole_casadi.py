@@ -30,6 +30,7 @@ stops.
     python -m symtape examples cartpole_casadi
 """
 
+import atexit
 import shutil
 import subprocess
 import sys
@@ -113,6 +114,7 @@ def step_np(s, u):
 
 
 folder = Path(tempfile.mkdtemp(prefix="symtape_cartpole_"))
+atexit.register(shutil.rmtree, folder, ignore_errors=True)  # also when a check fails
 
 # 1. Export F and jac_F with CasADi's ABI, build, load, compare.
 t = time.perf_counter()
@@ -159,7 +161,7 @@ opti.subject_to(opti.bounded(-U_MAX, U, U_MAX))
 opti.subject_to(opti.bounded(-X_MAX, X[0, :], X_MAX))
 opti.set_initial(X[1, :], np.linspace(0.0, np.pi, N + 1))
 opti.solver("ipopt", {"print_time": False},
-            {"print_level": 0, "hessian_approximation": "limited-memory", "tol": 1e-8,
+            {"print_level": 0, "sb": "yes", "hessian_approximation": "limited-memory", "tol": 1e-8,
              "max_iter": 1000})
 t = time.perf_counter()
 sol = opti.solve()
@@ -244,4 +246,3 @@ print(f"closed loop in C ({STEPS} steps, {STEPS * h:.0f} s) from x = 0.1, theta 
       f"{np.abs(c_run[:, 0]).max():.2f} N; against the same loop in numpy: {gap:.1e}")
 assert c_run.shape == (STEPS, 5) and gap < 1e-10
 assert np.abs(final - UPRIGHT).max() < 1e-4
-shutil.rmtree(folder, ignore_errors=True)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -453,8 +454,37 @@ def register_primitive(prim: Primitive) -> Primitive:
 
 
 def is_zero(atoms):
-    """Elementwise: whether each atom is the constant 0."""
-    return _atom_ufunc("is_zero")(atoms)
+    """Elementwise: whether each atom is the constant 0 (a bool array, or a numpy bool for
+    one atom).
+
+    The graph's zero is one object, so most elements are told apart by identity in C; only
+    the other numbers (a Float can be 0.0) are asked one by one. Element views of Jacobians
+    and Hessians are mostly zeros, and this runs over every element of every argument.
+
+    >>> x = G.Leaf.new("x")
+    >>> is_zero(np.array([G.ZERO, x, G.number(0.0), G.ONE], dtype=object)).tolist()
+    [True, False, True, False]
+    """
+    if isinstance(atoms, np.ndarray):
+        flat = atoms.reshape(-1)
+    else:
+        flat = np.empty(1, dtype=object)
+        flat[0] = atoms
+    zero = _IS(flat, G.ZERO).astype(bool) if flat.size else np.zeros(0, dtype=bool)
+    rest = np.flatnonzero(~zero)
+    if rest.size:
+        kinds = _TYPE(flat[rest])
+        for kind in set(kinds.tolist()):
+            if isinstance(kind, type) and issubclass(kind, sp.Number):
+                pick = rest[kinds == kind]
+                zero[pick] = [G.is_zero(c) for c in flat[pick].tolist()]
+    if isinstance(atoms, np.ndarray) and atoms.ndim:
+        return zero.reshape(atoms.shape)
+    return zero[0]
+
+
+_IS = np.frompyfunc(operator.is_, 2, 1)
+_TYPE = np.frompyfunc(type, 1, 1)
 
 
 def obj(shape: tuple, fill=None) -> np.ndarray:

@@ -14,7 +14,7 @@ from symtape.base.errors import NonDifferentiableError, ShapeError
 from symtape.element import numeric
 from symtape.element.numeric import quiet
 from symtape.core.primitive import (
-    OPS, P, Primitive, Zero, as_obj, fmt, is_zero, obj, register_primitive, aligned,
+    OPS, P, Primitive, Zero, as_obj, const_atom, fmt, is_zero, obj, register_primitive, aligned,
 )
 from symtape.base.lazy import LazyModule
 
@@ -153,18 +153,74 @@ class Elementwise(Primitive):
             raise ShapeError(f"st.{self.name}: shapes {', '.join(map(fmt, shapes))} cannot be "
                              "broadcast together") from None
 
+    @functools.cached_property
+    def _zero_factors(self) -> tuple:
+        """The arguments other than :attr:`_zero_arg` that are plain factors (``p`` or ``p**e``,
+        ``e`` a positive number) of a template that is a product of such factors and a
+        constant: where one is zero and every other argument is symbolic, the builder's
+        product folds to the structural zero without defining anything, so those elements
+        need not be built either (where another argument is a constant, ``0 * inf`` may be
+        ``nan``: those are built)."""
+        template = self.template
+        if not template.is_Mul:
+            return ()
+        power = {}
+        for factor in template.args:
+            base, e = factor.as_base_exp() if factor.is_Pow else (factor, sp.S.One)
+            if base in self.placeholders and e.is_Number:
+                if base in power:
+                    return ()
+                power[base] = e
+            elif factor.free_symbols & set(self.placeholders) or not factor.is_finite:
+                return ()
+        return tuple(i for i, p in enumerate(self.placeholders)
+                     if i != self._zero_arg and p.is_real and power.get(p, 0) > 0)
+
+    def _zeros(self, atoms, shape) -> np.ndarray | None:
+        """The elements known to be the structural zero before building (None: none known).
+
+        >>> x, inf = G.Leaf.new("x"), G.number(math.inf)
+        >>> xs = np.array([x, inf, x, x], dtype=object)
+        >>> ys = np.array([G.ZERO, G.ZERO, x, G.number(0.0)], dtype=object)
+        >>> OPS["multiply"]._zeros([xs, ys], (4,)).tolist()  # 0 * inf is built: nan
+        [True, False, False, True]
+        >>> out = OPS["multiply"].build([xs, ys], {})
+        >>> out[0] is G.ZERO, str(out[1]), out[2].definition, out[3] is G.ZERO
+        (True, 'nan', x**2, True)
+        """
+        zero = None
+        if self._zero_arg is not None and atoms[self._zero_arg].size > 1:
+            zero = np.broadcast_to(is_zero(atoms[self._zero_arg]), shape)
+        for j in self._zero_factors:
+            if atoms[j].size <= 1:
+                continue
+            more = np.broadcast_to(is_zero(atoms[j]), shape)
+            if zero is not None:
+                more = more & ~zero
+            at = np.flatnonzero(more)
+            if not at.size:
+                continue
+            symbolic = np.ones(at.size, dtype=bool)
+            for i, a in enumerate(atoms):
+                if i != j:
+                    picked = np.broadcast_to(a, shape).reshape(-1)[at]
+                    symbolic &= ~np.asarray(const_atom(picked), dtype=bool)
+            more = np.zeros(math.prod(shape), dtype=bool)
+            more[at[symbolic]] = True
+            more = more.reshape(shape)
+            zero = more if zero is None else zero | more
+        return zero
+
     def build(self, atoms, params):
         shape = np.broadcast_shapes(*(a.shape for a in atoms))
         with np.errstate(all="ignore"):  # constant folding follows IEEE, silently
-            if self._zero_arg is not None and atoms[self._zero_arg].size > 1:
-                zero = np.broadcast_to(is_zero(atoms[self._zero_arg]).astype(bool), shape)
-                if zero.any():
-                    out = obj(shape)
-                    keep = ~zero
-                    if keep.any():
-                        out[keep] = self._ufunc(*[np.broadcast_to(a, shape)[keep]
-                                                  for a in atoms])
-                    return out
+            zero = self._zeros(atoms, shape)
+            if zero is not None and zero.any():
+                out = obj(shape)
+                keep = ~zero
+                if keep.any():
+                    out[keep] = self._ufunc(*[np.broadcast_to(a, shape)[keep] for a in atoms])
+                return out
             if self._passes and math.prod(shape) > 1:
                 return self._build_passing(atoms, shape)
             return as_obj(self._ufunc(*atoms), shape)

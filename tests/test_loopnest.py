@@ -821,3 +821,23 @@ def test_a_batched_sweeps_one_hot_tangents_are_computed_where_they_are_read():
     pts = np.random.default_rng(6).standard_normal((5, 3 * k)) * 2.0
     np.testing.assert_allclose(f(pts), [_nbody_hessian(p) for p in pts], rtol=1e-10,
                                atol=1e-10)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_matrix_product_tiles_of_doubles_ask_for_wide_registers(dtype):
+    """On AVX-512 hosts the 4 x 32 register tile of a product of doubles is 16 512-bit
+    registers: its block asks LLVM for them (in 256-bit ones it was 32 and spilled); a tile
+    of floats fits 256-bit registers and asks nothing. The product equals numpy's."""
+    from symtape.codegen import loops
+
+    a = st.symbol("a", shape=(64, 96), dtype=dtype)
+    b = st.symbol("b", shape=(96, 64), dtype=dtype)
+    plan = loopnest.plan_loops([st.matmul(a, b)._node], [a._node, b._node])
+    f = compile_plan(plan, dtype=dtype)
+    wide = loops.wide_registers() and dtype == "float64"
+    assert ('"prefer-vector-width"="512"' in f.llvm_ir) == wide
+    rng = np.random.default_rng(5)
+    x, y = rng.normal(size=(64, 96)).astype(dtype), rng.normal(size=(96, 64)).astype(dtype)
+    np.testing.assert_allclose(f(x, y), x.astype(np.float64) @ y.astype(np.float64),
+                               rtol=1e-12 if dtype == "float64" else 2e-5,
+                               atol=1e-12 if dtype == "float64" else 2e-4)

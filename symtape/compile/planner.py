@@ -34,7 +34,9 @@ from collections.abc import Sequence
 import numpy as np
 
 from symtape.core import node as N
-from symtape.codegen.loops import POINT_ALIGN, Access, Block, Buffer, LoopPlan, layouts
+from symtape.codegen.loops import (
+    POINT_ALIGN, Access, Block, Buffer, LoopPlan, layouts, wide_registers,
+)
 from symtape.codegen.plan import Instr, OutLayout, Plan, build_plan
 from symtape.base.errors import UnboundLeafError
 from symtape.compile.offsets import (
@@ -348,10 +350,8 @@ class _Planner:
     @functools.cached_property
     def wide_vectors(self) -> bool:
         """Whether this CPU has AVX-512's 32 vector registers of 8 doubles (register tiles
-        of products may be 32 columns wide)."""
-        from symtape.codegen import jit
-
-        return "+avx512f" in jit.host().features.split(",")
+        of products may be 32 columns wide; codegen then asks LLVM for those registers)."""
+        return wide_registers()
 
     # -- buffers and accesses --------------------------------------------------------------
     def buffer(self, kind: str, index: int, node: N.Node, values=(), batched: bool = False

@@ -65,6 +65,7 @@ class Row:
     dref: Callable | None = None  # smooth reference for finite differences (default: ref)
     zerograd: tuple = ()  # arguments whose gradient must be exactly zero
     kinds: tuple = field(default_factory=tuple)
+    eager_only: bool = False  # no compiled form at this size (compiling it is refused)
 
 
 ROWS: dict[str, Row] = {}
@@ -317,12 +318,14 @@ row("triangular_solve", lambda a, b: st.linalg.triangular_solve(a + 3 * np.eye(3
     [_WELL(3), Arg((3, 2))], lambda a, b: np.linalg.solve(np.tril(a + 3 * np.eye(3)), b))
 row("eigh", lambda a: st.concat([st.linalg.eigh(a)[0][None], st.linalg.eigh(a)[1] ** 2], 0),
     [_WELL(3)],
-    lambda a: np.concatenate([np.linalg.eigh(a)[0][None], np.linalg.eigh(a)[1] ** 2]))
+    lambda a: np.concatenate([np.linalg.eigh(a)[0][None], np.linalg.eigh(a)[1] ** 2]),
+    eager_only=True)
 row("svd", lambda a: st.concat([st.linalg.svd(a)[0][None], st.linalg.svd(a)[1] ** 2], 0),
     [Arg((3, 2))],
-    lambda a: np.concatenate([np.linalg.svd(a)[1][None], np.linalg.svd(a)[0][:, :2] ** 2]))
+    lambda a: np.concatenate([np.linalg.svd(a)[1][None], np.linalg.svd(a)[0][:, :2] ** 2]),
+    eager_only=True)
 row("qr", lambda a: st.concat(st.linalg.qr(a), 0), [Arg((3, 3))],
-    lambda a: np.concatenate(np.linalg.qr(a)))
+    lambda a: np.concatenate(np.linalg.qr(a)), eager_only=True)
 row("lu", lambda a: st.linalg.lu(a)[0], [_WELL(3)],
     lambda a: __import__("scipy.linalg").linalg.lu_factor(a)[0])
 

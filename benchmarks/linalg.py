@@ -1,13 +1,15 @@
 """Linear algebra speed: symtape beside numpy (and JAX when installed) in the same run.
 
-1. Eager ``st.linalg.inv`` and ``st.linalg.solve`` (one right-hand side) at n = 100, 200, 300:
+1. Eager ``st.linalg.inv``, ``st.linalg.solve`` (one right-hand side) and ``st.linalg.cholesky``
+   at n = 100, 200, 300:
    best and median milliseconds of several runs, and the ratio to numpy's best.
-2. Compiled (``--compiled``): ``st.function`` of ``solve(A, b)`` for an n x n system, traced
-   for one point and called over a batch of points: setup seconds (trace, plan, LLVM) and
-   microseconds per point against ``numpy.linalg.solve`` on the same batch.
+2. Compiled (``--compiled``): ``st.function`` of ``solve(A, b)`` for an n x n system (default
+   80), traced for one point and called over a batch of points: setup seconds (trace, plan,
+   LLVM; cold caches) and microseconds per point against ``numpy.linalg.solve`` on the same
+   batch; then the same for the gradient in ``A`` of ``w . solve(A, b)``.
 
     python benchmarks/linalg.py                       # eager only
-    python benchmarks/linalg.py --compiled --n 40     # and the compiled solve at n = 40
+    python benchmarks/linalg.py --compiled            # and the compiled 80x80 solve
 
 On a loaded machine with few cores, multithreaded BLAS spins against other processes; compare
 with ``OPENBLAS_NUM_THREADS=1`` (both sides share it).
@@ -16,7 +18,9 @@ with ``OPENBLAS_NUM_THREADS=1`` (both sides share it).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 import time
 
 import numpy as np
@@ -44,7 +48,9 @@ def jax_solvers():
     jax.config.update("jax_enable_x64", True)
     inv = jax.jit(jnp.linalg.inv)
     solve = jax.jit(jnp.linalg.solve)
-    return {"inv": lambda a: inv(a).block_until_ready(),
+    chol = jax.jit(jnp.linalg.cholesky)
+    return {"cholesky": lambda a: chol(a).block_until_ready(),
+            "inv": lambda a: inv(a).block_until_ready(),
             "solve": lambda a, b: solve(a, b).block_until_ready()}
 
 
@@ -57,11 +63,14 @@ def eager(repeat: int) -> None:
     for n in (100, 200, 300):
         a = rng.standard_normal((n, n)) + n * np.eye(n)
         b = rng.standard_normal((n, 1))
-        ta, tb = st.constant(a), st.constant(b)
+        spd = a @ a.T
+        ta, tb, ts = st.constant(a), st.constant(b), st.constant(spd)
         cases = {"inv": (lambda: st.linalg.inv(ta), lambda: np.linalg.inv(a),
                          jx and (lambda: jx["inv"](a))),
                  "solve": (lambda: st.linalg.solve(ta, tb), lambda: np.linalg.solve(a, b),
-                           jx and (lambda: jx["solve"](a, b)))}
+                           jx and (lambda: jx["solve"](a, b))),
+                "cholesky": (lambda: st.linalg.cholesky(ts), lambda: np.linalg.cholesky(spd),
+                             jx and (lambda: jx["cholesky"](spd)))}
         for name, (ours, ref, peer) in cases.items():
             s_best, s_med = timings(ours, repeat)
             n_best, n_med = timings(ref, repeat)
@@ -70,25 +79,54 @@ def eager(repeat: int) -> None:
                   f"{n_best * 1e3:.2f} / {n_med * 1e3:.2f} | {j} | {s_best / n_best:.1f}x |")
 
 
-def compiled(n: int, points: int, repeat: int) -> None:
+def _solver(n: int, gradient: bool):
+    """``st.function`` of ``solve(A, b)`` (or of the gradient of ``w . solve(A, b)`` in
+    ``A``) over a batch of points."""
+    spec = [st.TensorSpec((None, n, n)), st.TensorSpec((None, n, 1))]
+    if not gradient:
+        return st.function(lambda m, r: st.linalg.solve(m, r), input_signature=spec)
+    w = np.linspace(-1.0, 1.0, n).reshape(n, 1)
+
+    def grad(m, r):
+        with st.GradientTape() as tape:
+            tape.watch(m)
+            y = st.reduce_sum(st.linalg.solve(m, r) * w)
+        return tape.gradient(y, m)
+
+    return st.function(grad, input_signature=spec)
+
+
+def compiled(n: int, points: int, repeat: int, setups: int) -> None:
+    """Setup (trace, plan, LLVM; a new empty cache folder each time, so nothing is read
+    back) best and median of ``setups``; then microseconds per point beside numpy."""
     rng = np.random.default_rng(1)
     a = rng.standard_normal((points, n, n)) + n * np.eye(n)
     b = rng.standard_normal((points, n, 1))
-    t = time.perf_counter()
-    fn = st.function(lambda m, r: st.linalg.solve(m, r),
-                     input_signature=[st.TensorSpec((None, n, n)),
-                                      st.TensorSpec((None, n, 1))])
-    fn(a[:1], b[:1])
-    setup = time.perf_counter() - t
-    out = np.asarray(fn(a, b))
-    err = np.abs(out - np.linalg.solve(a, b)).max()
-    s_best, s_med = timings(lambda: fn(a, b), repeat)
-    n_best, n_med = timings(lambda: np.linalg.solve(a, b), repeat)
-    print(f"\ncompiled solve {n}x{n} over {points} points: setup {setup:.2f} s, "
-          f"max |error| {err:.1e}")
-    print(f"  per point: symtape {s_best / points * 1e6:.2f} / {s_med / points * 1e6:.2f} us "
-          f"(best / median), numpy {n_best / points * 1e6:.2f} / {n_med / points * 1e6:.2f} us, "
-          f"ratio {s_best / n_best:.2f}x")
+    for gradient in (False, True):
+        times = []
+        for _ in range(setups):
+            with tempfile.TemporaryDirectory() as cache:
+                os.environ["SYMTAPE_CACHE_DIR"] = cache
+                t = time.perf_counter()
+                fn = _solver(n, gradient)
+                fn(a[:1], b[:1])
+                times.append(time.perf_counter() - t)
+        what = "gradient in A of w . solve" if gradient else "solve"
+        print(f"\ncompiled {what} {n}x{n} over {points} points: setup best "
+              f"{min(times):.2f} s, median {statistics.median(times):.2f} s")
+        if gradient:
+            s_best, s_med = timings(lambda: fn(a, b), repeat)
+            print(f"  per point: symtape {s_best / points * 1e6:.2f} / "
+                  f"{s_med / points * 1e6:.2f} us (best / median)")
+            continue
+        out = np.asarray(fn(a, b))
+        err = np.abs(out - np.linalg.solve(a, b)).max()
+        s_best, s_med = timings(lambda: fn(a, b), repeat)
+        n_best, n_med = timings(lambda: np.linalg.solve(a, b), repeat)
+        print(f"  max |error| {err:.1e}; per point: symtape {s_best / points * 1e6:.2f} / "
+              f"{s_med / points * 1e6:.2f} us (best / median), numpy "
+              f"{n_best / points * 1e6:.2f} / {n_med / points * 1e6:.2f} us, ratio "
+              f"{s_best / n_best:.2f}x best, {s_med / n_med:.2f}x median")
 
 
 def main() -> None:
@@ -97,10 +135,11 @@ def main() -> None:
     parser.add_argument("--compiled", action="store_true")
     parser.add_argument("--n", type=int, default=80)
     parser.add_argument("--points", type=int, default=1000)
+    parser.add_argument("--setups", type=int, default=3)
     args = parser.parse_args()
     eager(args.repeat)
     if args.compiled:
-        compiled(args.n, args.points, args.repeat)
+        compiled(args.n, args.points, args.repeat, args.setups)
 
 
 if __name__ == "__main__":

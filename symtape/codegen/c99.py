@@ -319,7 +319,8 @@ def render_many(kernels: list, header: str, what: str = "c99.render_many",
         lines, more = loops(plan, identifier(name, "kernel"), head, ins, outs, ctype, m)
         bodies += lines
         includes.update(more)
-        types.setdefault((ctype, m), []).extend(b.body for b in plan.blocks)
+        types.setdefault((ctype, m), []).extend(b.body for b in plan.blocks
+                                                  if isinstance(b.body, Plan))
     h = [f"#ifndef {guard}", f"#define {guard}", "#include <stdint.h>", "", *_CPLUSPLUS_OPEN,
          ""] + heads + ["", *_CPLUSPLUS_CLOSE, "", f"#endif /* {guard} */", ""]
     c = [f'#include "{comment(header)}"', "#include <math.h>", "#include <stdint.h>",

@@ -30,6 +30,7 @@ import math
 from symtape.codegen import c99
 from symtape.codegen.loops import POINT_ALIGN, Block, LoopPlan
 from symtape.codegen.plan import Plan
+from symtape.codegen.routines import Routine
 from symtape.base.lazy import LazyModule
 
 lower = LazyModule("lower", globals(), "symtape.codegen.lower")
@@ -174,14 +175,18 @@ def _block(plan: LoopPlan, f: str, k: int, block: Block, ctype: str, m: str) -> 
     if block.points or block.runs >= 0:
         params.append("int64_t np")
     out = [f"static void st_{f}_b{k}({', '.join(params)})", "{"]
+    if isinstance(block.body, Routine):  # the whole-matrix routine, called at each index
+        out = block.body.c(f"st_{f}_b{k}_point", ctype) + out
     if math.prod(block.space) == 0:  # nothing to do (and no parameter left unused)
         return out + [f"    (void){p.rsplit(' ', 1)[1]};" for p in params] + ["}", ""]
     pad = "    "
     for d in range(len(block.space)):
         out.append(f"{pad}for (int64_t i{d} = 0; i{d} < {_extent(block, d)}; ++i{d}) {{")
         pad += "  "
-    n_in = len(block.body.inputs)
-    read = {ins.attr[0] for ins in block.body.instrs if ins.op == "input"}
+    routine = isinstance(block.body, Routine)
+    n_in = len(block.ins) if routine else len(block.body.inputs)
+    read = set(range(n_in)) if routine else {
+        ins.attr[0] for ins in block.body.instrs if ins.op == "input"}
     for a, acc in enumerate(accs):
         if a < n_in and a not in read:  # (an argument the body does not read)
             continue
@@ -190,7 +195,11 @@ def _block(plan: LoopPlan, f: str, k: int, block: Block, ctype: str, m: str) -> 
         if len(terms) > 1 and terms[0] == "0":
             terms = terms[1:]
         out.append(f"{pad}const int64_t st_a{a} = {' + '.join(terms)};")
-    out += _point(plan, block, ctype, m, pad)
+    if routine:
+        args = ", ".join(f"B{acc.buffer} + st_a{a}" for a, acc in enumerate(accs))
+        out.append(f"{pad}st_{f}_b{k}_point({args});")
+    else:
+        out += _point(plan, block, ctype, m, pad)
     for d in reversed(range(len(block.space))):
         pad = pad[:-2]
         out.append(f"{pad}}}")

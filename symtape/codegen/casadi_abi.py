@@ -418,7 +418,8 @@ casadi_real* w, int mem) {
          "? 1 : -1];", ""]
     c += [f"static const casadi_int {nm}[{len(p)}] = {{{', '.join(map(str, p))}}};"
           for p, nm in sp_names.items()] + [""]
-    plans = [b.body for k in kernels if not isinstance(k[0], Plan) for b in k[0].blocks]
+    plans = [b.body for k in kernels if not isinstance(k[0], Plan) for b in k[0].blocks
+             if isinstance(b.body, Plan)]
     c += [c99.definitions([k[0] for k in kernels if isinstance(k[0], Plan)] + plans, ctype,
                           m)] + bodies
     return "\n".join(h), "\n".join(c)

@@ -36,6 +36,7 @@ from symtape.codegen.ir import (
 from symtape.codegen import jit
 from symtape.codegen.kernel import LANE_STACK_BYTES, LOOP_VECTORIZE_MAX_ACCESSES, Body
 from symtape.codegen.plan import ArgLayout, OutLayout, Plan
+from symtape.codegen.routines import Routine
 
 __all__ = ["Buffer", "Access", "Block", "LoopPlan", "render", "POINT_ALIGN"]
 
@@ -66,7 +67,10 @@ class Access(NamedTuple):
 
 
 class Block(NamedTuple):
-    """``body`` for every index of ``space``; ``accumulate``: an output is read as well.
+    """``body`` for every index of ``space`` (a one-point :class:`Plan`, or a
+    :class:`~symtape.codegen.routines.Routine` taking the accesses' addresses as its
+    pointers, ``core`` listing the elements it reaches); ``accumulate``: an output is read
+    as well.
     ``points``: in a plan over chunks of points, the first dimension runs over the chunk's
     points (``space[0]`` is the chunk size), ``points`` of them per iteration; at run time
     its extent is the number of points in the chunk (a multiple of :data:`POINT_ALIGN`)
@@ -75,7 +79,7 @@ class Block(NamedTuple):
     (:attr:`LoopPlan.totals`)."""
 
     space: tuple
-    body: Plan
+    body: Plan | Routine
     ins: tuple
     outs: tuple
     accumulate: bool = False
@@ -345,12 +349,17 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
     in_bool = tuple(plan.buffers[a.buffer].boolean for a in block.ins)
     if block.contract and not fmt["fm"]:
         fmt = dict(fmt, fm="contract ")
-    emitter = Body(block.body, fmt, size, offsets=tuple(a.core for a in accs), in_bool=in_bool)
-    # a body of many loads and stores (an unrolled node) stays a call: the loop passes
-    # analyse every access of a loop body against every other (seconds at a thousand)
-    inline = sum(len(a.core) for a in accs) <= LOOP_VECTORIZE_MAX_ACCESSES
-    point = emitter.function(f"b{k}.point", noalias=not block.accumulate, inline=inline)
-    decls.update(d.format(**fmt) for d in emitter.decls)
+    if isinstance(block.body, Routine):  # a whole-matrix routine at each index
+        point, more = block.body.ir(f"b{k}.point", t)
+        decls.update(more)
+    else:
+        emitter = Body(block.body, fmt, size, offsets=tuple(a.core for a in accs),
+                       in_bool=in_bool)
+        # a body of many loads and stores (an unrolled node) stays a call: the loop passes
+        # analyse every access of a loop body against every other (seconds at a thousand)
+        inline = sum(len(a.core) for a in accs) <= LOOP_VECTORIZE_MAX_ACCESSES
+        point = emitter.function(f"b{k}.point", noalias=not block.accumulate, inline=inline)
+        decls.update(d.format(**fmt) for d in emitter.decls)
     # distinct buffers never overlap (live temporaries have disjoint places in the arena);
     # only the point body of an accumulation reads and writes through one pointer
     params = ", ".join(f"ptr noalias %B{b}" for b in bufs)

@@ -38,6 +38,7 @@ from symtape.codegen.loops import (
     POINT_ALIGN, Access, Block, Buffer, LoopPlan, layouts, wide_registers,
 )
 from symtape.codegen.plan import Instr, OutLayout, Plan, build_plan
+from symtape.codegen.routines import Routine
 from symtape.base.errors import UnboundLeafError
 from symtape.compile.offsets import (
     affine, box_of, chains, composed, cuts_along, finer_affine, finer_pair, flat_places,
@@ -337,6 +338,7 @@ class _Planner:
     numeric = staticmethod(_numeric)
     build_plan = staticmethod(build_plan)
     at = staticmethod(Access)  # (buffer, offset, strides, core offsets) read in a block
+    routine = staticmethod(Routine)  # a whole-matrix algorithm as a block's body
     align = POINT_ALIGN  # the points a block over points may take a step
 
     def temp(self, size: int, batched: bool = False, boolean: bool = False) -> int:

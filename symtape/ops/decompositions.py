@@ -26,6 +26,7 @@ from symtape.core.primitive import (
 from symtape.ops.contraction import matmul
 from symtape.ops.elementwise import add, divide, multiply, subtract
 from symtape.ops.factorizations import swap, triangle_mask, triangular_solve
+from symtape.ops.linalg import per_matrix
 from symtape.ops.structural import concat, getitem, matrix_diag, reshape
 
 G = LazyModule("G", globals(), "symtape.element.graph")
@@ -350,10 +351,10 @@ class Eigh(Decomposition):
         return out
 
     def loop(self, planner, node):
-        """The closed form unrolled while small; else refused at once, naming the op and
-        the size."""
+        """While small, one block over the batch whose body is one matrix's closed form;
+        else refused at once, naming the op and the size."""
         if node.inputs[0].shape[-1] <= EIGH_VIEW_MAX:
-            return planner.unrolled(node)
+            return per_matrix(planner, node)
         return super().loop(planner, node)
 
     def dependencies(self, deps, params, shape):
@@ -584,10 +585,10 @@ class Lu(Decomposition):
         return out
 
     def loop(self, planner, node):
-        """The element view unrolled while small (up to :data:`LU_VIEW_MAX`, and the
-        planner's limit); else refused at once, naming the op and the size."""
+        """Up to :data:`LU_VIEW_MAX`, one block over the batch whose body is one matrix's
+        element view; else refused at once, naming the op and the size."""
         if node.inputs[0].shape[-1] <= LU_VIEW_MAX:
-            return planner.unrolled(node)
+            return per_matrix(planner, node)
         return super().loop(planner, node)
 
     @staticmethod

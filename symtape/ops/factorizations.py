@@ -8,6 +8,8 @@ matrices); its loop rule runs that view unrolled while small.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from symtape.base.errors import InvalidArgumentError, ShapeError
@@ -16,6 +18,7 @@ from symtape.core.primitive import (
     Aval, Primitive, batch_size, fmt, register_primitive, spread, union,
 )
 from symtape.ops.contraction import matmul
+from symtape.ops.linalg import per_matrix
 from symtape.ops.elementwise import add, multiply, negative
 from symtape.ops.structural import transpose
 
@@ -118,9 +121,20 @@ class Factorization(Primitive):
         return self.bind(*[spread(a, b, n) for a, b in zip(args, batched)], **params)
 
     def loop(self, planner, node):
-        """No loop form: the element view, unrolled up to the planner's limit, else
-        Unplannable naming the op."""
-        return planner.unrolled(node)
+        """One block over the points and the batch: beyond 3x3 its body is a native routine
+        (the element view's recursion in loops, the same operations in the same order), up
+        to 3x3 the element view of one matrix."""
+        if not all(x.dtype.kind == "f" for x in (node, *node.inputs)):
+            return planner.unrolled(node)
+        if node.inputs[0].shape[-1] <= 3:
+            return per_matrix(planner, node)
+        return per_matrix(planner, node, *self.routine(node.params))
+
+    def element_cost(self, node):
+        """The recursion's atoms: about ``n**3`` a matrix."""
+        a = node.inputs[0]
+        n = a.shape[-1]
+        return math.prod(a.shape[:-2]) * n * n * (n + node.shape[-1])
 
 
 class Cholesky(Factorization):
@@ -132,6 +146,10 @@ class Cholesky(Factorization):
     def prepare(self, avals, params):
         self.check_square(avals[0].shape, "input")
         return Aval(avals[0].shape, self.check_dtypes(avals)), {}
+
+    @staticmethod
+    def routine(params):
+        return "cholesky", False
 
     def numeric(self, values, params):
         a = np.asarray(values[0])
@@ -182,6 +200,11 @@ class TriangularSolve(Factorization):
                              f"{fmt(a.shape[:-1] + ('k',))})")
         return Aval(b.shape, t), {"lower": bool(params.get("lower", True)),
                                   "adjoint": bool(params.get("adjoint", False))}
+
+    @staticmethod
+    def routine(params):
+        forward = params["lower"] != params["adjoint"]
+        return "forward" if forward else "backward", params["adjoint"]
 
     def numeric(self, values, params):
         a, b = (np.asarray(v) for v in values)

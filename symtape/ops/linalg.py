@@ -5,6 +5,7 @@ contractions (matmul, einsum) are in :mod:`symtape.ops.contraction`."""
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -253,6 +254,50 @@ def _inv(m, r):
     return [[r.div(cof[j][i], d) for j in range(n)] for i in range(n)]
 
 
+def _core(strides: tuple, shape: tuple) -> tuple:
+    """The offsets of every element of ``shape`` at ``strides``, in row-major order."""
+    offsets = np.zeros((), dtype=np.int64)
+    for stride, size in zip(strides, shape):
+        offsets = offsets[..., None] + stride * np.arange(size, dtype=np.int64)
+    return tuple(int(k) for k in offsets.reshape(-1))
+
+
+def per_matrix(planner, node, kind: str | None = None, transpose: bool = False) -> tuple:
+    """``node``, an op on (batches of) matrices whose arguments and result share their
+    leading batch axes, as one block over the points and the batch. Its body: the native
+    routine ``kind`` (``codegen.routines.KINDS``; the matrix, the first argument, read
+    transposed when ``transpose``) or, without ``kind``, the element view of one matrix
+    (the closed forms of small ones). Returns ``node``'s location."""
+    lead = len(node.inputs[0].shape) - 2
+    locs = [planner.located(x) for x in node.inputs]
+    batched = any(planner.batched(loc) for loc in locs)
+    reads = [planner.access(loc, x.shape, batched) for x, loc in zip(node.inputs, locs)]
+    loc = planner.fresh(node, batched)
+    out = planner.access(loc, node.shape, batched)
+    outer = len(out.strides) - len(node.shape) + lead  # the block's space: points and batch
+    ins = [planner.at(acc.buffer, acc.offset, acc.strides[:outer],
+                      _core(acc.strides[outer:], x.shape[lead:]))
+           for acc, x in zip(reads, node.inputs)]
+    outs = [planner.at(loc[0], out.offset, out.strides[:outer],
+                       _core(out.strides[outer:], node.shape[lead:]))]
+    if kind is None:
+        stand = [planner.stand_ins(x.shape[lead:], f"a{i}") for i, x in enumerate(node.inputs)]
+        atoms = np.asarray(node.prim.build(stand, node.params), dtype=object)
+        body = planner.body(node, atoms.reshape(-1), [s.reshape(-1) for s in stand])
+    else:
+        n = node.inputs[0].shape[-1]
+        mats = [acc.strides[-2:] for acc in reads]
+        if transpose:
+            mats[0] = mats[0][::-1]
+        result = out.strides[outer:] + (0, 0)[:2 - len(node.shape[lead:])]
+        k = node.shape[-1] if len(node.inputs) > 1 else 0
+        body = planner.routine(kind, n, k, mats[0], mats[1] if k else (0, 0), result)
+        if "W" in body.args:  # the routine's scratch copy of the matrix
+            outs.append(planner.at(planner.temp(n * n), 0, (0,) * outer, tuple(range(n * n))))
+    planner.block(node.shape[:lead], body, ins, outs, batched=batched)
+    return loc
+
+
 class _Linalg(Primitive):
     """A batched square-matrix op: closed forms for n <= 3, else elimination with partial
     pivoting decided per evaluation (selects), run alike on floats and on atoms."""
@@ -305,13 +350,33 @@ class _Linalg(Primitive):
     def build(self, atoms, params):
         return self.compute(atoms, params, _AtomRing())
 
+    #: Up to this size the element view (the closed forms) is unrolled; beyond, a routine.
+    UNROLLED = 3
+
+    def element_cost(self, node):
+        """The elimination's atoms: about ``n**3`` (updates and pivot selects) a matrix."""
+        a = node.inputs[0]
+        n = a.shape[-1]
+        if n <= self.UNROLLED:
+            return node.size * (n + 1) ** 2
+        k = node.shape[-1] if self.name == "solve" else n
+        return math.prod(a.shape[:-2]) * (n ** 3 + n * n * k)
+
     def loop(self, planner, node):
-        """No loop form (pivots are chosen per evaluation): the element view, unrolled up to
-        the planner's limit, else Unplannable."""
-        return planner.unrolled(node)
+        """One block over the points and the batch: beyond 3x3 its body is a native
+        elimination routine (``planner.routine``: the element view's pivoting and operation
+        order, in loops), up to 3x3 the closed form of one matrix."""
+        a = node.inputs[0]
+        n = a.shape[-1]
+        if not all(x.dtype.kind == "f" for x in (node, *node.inputs)):
+            return planner.unrolled(node)
+        return per_matrix(planner, node, self.routine if n > self.UNROLLED else None,
+                          bool(node.params.get("adjoint")))
 
 
 class Det(_Linalg):
+    routine = "det"
+
     def __init__(self) -> None:
         super().__init__("det", 1, (self._rule,))
 
@@ -365,6 +430,8 @@ def cofactors(x):
 
 
 class Inv(_Linalg):
+    routine = "inverse"
+
     def __init__(self) -> None:
         super().__init__("inv", 1, (self._rule,))
 
@@ -389,6 +456,8 @@ class Inv(_Linalg):
 
 
 class Solve(_Linalg):
+    routine = "solve"
+
     def __init__(self) -> None:
         super().__init__("solve", 2, (self._rule_a, self._rule_b))
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import ctypes
 import pathlib
-import re
 import shutil
 import subprocess
 import sys
@@ -16,29 +15,14 @@ import sys
 import numpy as np
 import pytest
 import sympy as sp
+from c_build import (
+    GCC, build, call_casadi, load_casadi, needs_gcc, needs_valgrind, valgrind_driver,
+    work_sizes,
+)
 from sympy.physics import mechanics as me
 
 import symtape as st
 from symtape.codegen import casadi_abi
-
-GCC = shutil.which("gcc")
-CLANG = shutil.which("clang")
-VALGRIND = shutil.which("valgrind")
-STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
-needs_gcc = pytest.mark.skipif(GCC is None, reason="no gcc")
-
-
-def _build(source: pathlib.Path, cc: str = "gcc", opt: str = "-O1") -> pathlib.Path:
-    lib = source.with_suffix(".so")
-    done = subprocess.run([shutil.which(cc), *STRICT, opt, "-shared", "-fPIC", str(source),
-                           "-o", str(lib), "-lm"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    return lib
-
-
-def _load(name: str, lib: pathlib.Path):
-    casadi = pytest.importorskip("casadi")
-    return casadi.external(name, str(lib))
 
 
 def _pattern(ext, k: int) -> tuple:
@@ -64,10 +48,7 @@ def _dense_pattern(rows: int, cols: int) -> tuple:
 def _work(ext, lib: pathlib.Path, name: str) -> tuple:
     """``name_work``'s four sizes, called through ctypes; and CasADi's view of them (it adds
     its own call's argument and result pointers, n_in and n_out, to sz_arg and sz_res)."""
-    sizes = [ctypes.c_longlong(-1) for _ in range(4)]
-    rc = getattr(ctypes.CDLL(str(lib)), f"{name}_work")(*[ctypes.byref(s) for s in sizes])
-    assert rc == 0
-    work = tuple(s.value for s in sizes)
+    work = work_sizes(lib, name)
     assert (ext.sz_arg(), ext.sz_res(), ext.sz_iw(), ext.sz_w()) == (
         ext.n_in() + work[0], ext.n_out() + work[1], work[2], work[3])
     return work
@@ -202,8 +183,8 @@ def test_mlp_input_gradient_through_casadi_external(tmp_path):
     at once (192), not one slot per operation."""
     grad = st.grad(_mlp(MLP), input_signature=[st.TensorSpec((MLP[0],))])
     _, source = st.export_c({"mlp_grad": grad}, tmp_path / "mlp", abi="casadi")
-    lib = _build(source)
-    ext = _load("mlp_grad", lib)
+    lib = build(source)
+    ext = load_casadi("mlp_grad", lib)
     for x in np.random.default_rng(1).normal(size=(5, MLP[0])):
         got = np.array(ext(x)).ravel()
         np.testing.assert_allclose(got, _mlp_gradient_by_hand(MLP, x), rtol=1e-12,
@@ -231,8 +212,8 @@ def test_n_body_sparse_hessian_through_casadi_external(tmp_path, bodies, chain, 
     grad = st.grad(potential, input_signature=spec)
     _, source = st.export_c({"nbody_hess": hess, "nbody_grad": grad}, tmp_path / "nbody.c",
                             abi="casadi")
-    lib = _build(source)
-    ext, ext_grad = _load("nbody_hess", lib), _load("nbody_grad", lib)
+    lib = build(source)
+    ext, ext_grad = load_casadi("nbody_hess", lib), load_casadi("nbody_grad", lib)
     (indices, shape), = hess.sparsity
     assert len(indices) == nnz == ext.sparsity_out(0).nnz()
     assert _pattern(ext, 0) == _csc(indices, shape) == _layout(hess).sparsity_out[0]
@@ -257,8 +238,8 @@ def test_kane_cart_pendulum_mass_matrix_and_forcing_through_casadi_external(tmp_
     fn, reference = _kane_function()
     assert fn.single_trace() is None  # not traced: export_c traces its signature
     _, source = st.export_c({"cart_pole": fn}, tmp_path / "cart_pole", abi="casadi")
-    lib = _build(source)
-    ext = _load("cart_pole", lib)
+    lib = build(source)
+    ext = load_casadi("cart_pole", lib)
     assert [ext.name_in(k) for k in range(2)] == ["x", "force"]
     assert [ext.name_out(k) for k in range(2)] == ["o0", "o1"]  # (CasADi's default names)
     lay = _layout(fn)
@@ -281,7 +262,7 @@ def test_a_matrix_argument_is_read_column_by_column(tmp_path):
     fn = st.function(lambda a: st.transpose(a) * st.constant(np.arange(1.0, 7.0).reshape(3, 2)),
                      input_signature=[st.TensorSpec((2, 3))])
     _, source = st.export_c({"scaled_t": fn}, tmp_path / "t", abi="casadi")
-    ext = _load("scaled_t", _build(source))
+    ext = load_casadi("scaled_t", build(source))
     a = np.arange(6.0).reshape(2, 3) + 0.5
     want = a.T * np.arange(1.0, 7.0).reshape(3, 2)
     np.testing.assert_array_equal(np.array(ext(a).full()), want)
@@ -323,7 +304,7 @@ def test_both_abis_and_float_types_build_without_a_warning(tmp_path, cc, abi, dt
     text = source.read_text()
     assert ("float" if dtype == "float32" else "double") in header.read_text()
     assert "malloc" not in text and "alloca" not in text
-    _build(source, cc, "-O2")
+    build(source, cc, "-O2")
     if shutil.which("g++"):
         driver = tmp_path / "use.cpp"
         driver.write_text(f'#include "{header.name}"\nint main() {{ return 0; }}\n')
@@ -335,21 +316,6 @@ def test_both_abis_and_float_types_build_without_a_warning(tmp_path, cc, abi, dt
 EDGES = np.array([0.0, -0.0, 1.0, -1.5, 2.5, 1e300, -1e-300, np.inf, -np.inf, np.nan, 3.0])
 
 
-def _call(lib: pathlib.Path, name: str, args, n_res: int, sizes: list, ctype=ctypes.c_double):
-    """One call of ``name`` through the CasADi ABI with ctypes (``None``: a null pointer)."""
-    f = getattr(ctypes.CDLL(str(lib)), name)
-    work = [ctypes.c_longlong() for _ in range(4)]
-    getattr(ctypes.CDLL(str(lib)), f"{name}_work")(*[ctypes.byref(s) for s in work])
-    arrays = [None if a is None else np.ascontiguousarray(a, dtype=ctype) for a in args]
-    res = [None if s is None else np.full(s, -7.0, dtype=ctype) for s in sizes]
-    argv = (ctypes.c_void_p * max(1, len(args)))(
-        *[None if a is None else a.ctypes.data for a in arrays])
-    resv = (ctypes.c_void_p * max(1, n_res))(*[None if r is None else r.ctypes.data for r in res])
-    w = np.zeros(max(1, work[3].value), dtype=ctype)
-    assert f(argv, resv, None, ctypes.c_void_p(w.ctypes.data), 0) == 0
-    return res
-
-
 @needs_gcc
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 def test_every_head_through_the_casadi_abi_equals_the_jit(tmp_path, dtype):
@@ -358,7 +324,7 @@ def test_every_head_through_the_casadi_abi_equals_the_jit(tmp_path, dtype):
     a null result is left alone."""
     f = _heads_function(dtype)
     _, source = st.export_c({"heads": f}, tmp_path / "heads", abi="casadi")
-    lib = _build(source)
+    lib = build(source)
     ctype = ctypes.c_float if dtype == "float32" else ctypes.c_double
     with np.errstate(over="ignore"):  # (1e300 is inf in float32, on both sides)
         a, b = (g.ravel().astype(dtype) for g in np.meshgrid(EDGES, EDGES))
@@ -366,19 +332,19 @@ def test_every_head_through_the_casadi_abi_equals_the_jit(tmp_path, dtype):
     n0 = want0.shape[1]
     got0, got1 = np.empty_like(want0), np.empty(len(a))
     for k in range(len(a)):
-        r0, r1 = _call(lib, "heads", [a[k:k + 1], b[k:k + 1]], 2, [n0, 1], ctype)
+        r0, r1 = call_casadi(lib, "heads", [a[k:k + 1], b[k:k + 1]], 2, [n0, 1], ctype)
         got0[k], got1[k] = r0, r1[0]
     rtol = 1e-6 if dtype == "float32" else 1e-13
     np.testing.assert_allclose(got0, want0, rtol=rtol, atol=0, equal_nan=True)
     np.testing.assert_array_equal(got1, want1.astype(float))
     zero0, _ = f(np.zeros(1, dtype), np.full(1, 2.0, dtype))
-    r0, r1 = _call(lib, "heads", [None, np.array([2.0])], 2, [n0, None], ctype)
+    r0, r1 = call_casadi(lib, "heads", [None, np.array([2.0])], 2, [n0, None], ctype)
     np.testing.assert_allclose(r0, zero0[0], rtol=rtol, atol=0, equal_nan=True)
     assert r1 is None
 
 
 @needs_gcc
-@pytest.mark.skipif(VALGRIND is None, reason="no valgrind")
+@needs_valgrind
 @pytest.mark.slow
 def test_valgrind_sees_no_heap_use_and_no_invalid_access(tmp_path):
     """A C driver calls the exported N-body Hessian and cart-pendulum dynamics with a work
@@ -390,72 +356,9 @@ def test_valgrind_sees_no_heap_use_and_no_invalid_access(tmp_path):
                       input_signature=[st.TensorSpec((12,))])
     cart, _ = _kane_function()
     header, source = st.export_c({"hess": hess, "cart": cart}, tmp_path / "lib", abi="casadi")
-    driver = tmp_path / "driver.c"
-    driver.write_text(_DRIVER.replace("LIB_H", header.name))
-    exe = tmp_path / "driver"
-    done = subprocess.run([GCC, *STRICT, "-O1", "-g", str(driver), str(source), "-I",
-                           str(tmp_path), "-o", str(exe), "-lm"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    run = subprocess.run([VALGRIND, "--error-exitcode=3", "--leak-check=full", str(exe)],
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    assert "ERROR SUMMARY: 0 errors" in run.stderr
-    allocs = re.search(r"total heap usage: (\d+) allocs, (\d+) frees", run.stderr)
-    assert allocs and allocs.groups() == ("12", "12"), run.stderr  # the driver's 4 x 3 buffers
-
-
-_DRIVER = r"""
-#include <stdlib.h>
-#include "LIB_H"
-
-typedef int (*casadi_fn)(const casadi_real**, casadi_real**, casadi_int*, casadi_real*, int);
-typedef int (*work_fn)(casadi_int*, casadi_int*, casadi_int*, casadi_int*);
-typedef const casadi_int* (*sparsity_fn)(casadi_int);
-
-static casadi_int nnz(const casadi_int* sp) { return sp[2 + sp[1]]; }
-
-/* Calls f with inputs of 0.25, 0.5, ... (or null: skip_in) and checks each result it
-   writes is a number; every buffer is malloc'd at exactly its size. */
-static int check(casadi_fn f, work_fn work, sparsity_fn sp_in, sparsity_fn sp_out,
-                 casadi_int n_in, casadi_int n_out, casadi_int skip_in, casadi_int skip_out) {
-    casadi_int sz_arg, sz_res, sz_iw, sz_w, i, k;
-    const casadi_real* arg[8];
-    casadi_real* res[8];
-    casadi_real *in, *out, *w, *iw_unused = 0, *p;
-    int bad = 0;
-    casadi_int total_in = 0, total_out = 0;
-    (void)iw_unused;
-    if (work(&sz_arg, &sz_res, &sz_iw, &sz_w) != 0 || sz_iw != 0) return 1;
-    for (i = 0; i < n_in; ++i) total_in += nnz(sp_in(i));
-    for (i = 0; i < n_out; ++i) total_out += nnz(sp_out(i));
-    in = malloc(sizeof(casadi_real) * (size_t)total_in);
-    out = malloc(sizeof(casadi_real) * (size_t)total_out);
-    w = malloc(sizeof(casadi_real) * (size_t)sz_w);
-    p = in;
-    for (k = 0; k < total_in; ++k) in[k] = 0.25 * (casadi_real)(k + 1);
-    for (i = 0; i < n_in; ++i) { arg[i] = i == skip_in ? 0 : p; p += nnz(sp_in(i)); }
-    p = out;
-    for (i = 0; i < n_out; ++i) { res[i] = i == skip_out ? 0 : p; p += nnz(sp_out(i)); }
-    if (f(arg, res, 0, w, 0) != 0) bad = 1;
-    for (i = 0; i < n_out; ++i) {
-        if (i == skip_out) continue;
-        for (k = 0; k < nnz(sp_out(i)); ++k) if (res[i][k] != res[i][k]) bad = 1;
-    }
-    free(w);
-    free(out);
-    free(in);
-    return bad;
-}
-
-int main(void) {
-    int bad = 0;
-    bad |= check(hess, hess_work, hess_sparsity_in, hess_sparsity_out, 1, 1, -1, -1);
-    bad |= check(cart, cart_work, cart_sparsity_in, cart_sparsity_out, 2, 2, -1, -1);
-    bad |= check(cart, cart_work, cart_sparsity_in, cart_sparsity_out, 2, 2, 1, 0);
-    bad |= check(hess, hess_work, hess_sparsity_in, hess_sparsity_out, 1, 1, 0, -1);
-    return bad;
-}
-"""
+    valgrind_driver(tmp_path, header, source, "0.25 * (casadi_real)(k + 1)",
+                    [("hess", 1, 1, -1, -1), ("cart", 2, 2, -1, -1), ("cart", 2, 2, 1, 0),
+                     ("hess", 1, 1, 0, -1)])
 
 
 # --------------------------------------------------------------------------------------------

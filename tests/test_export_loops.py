@@ -7,46 +7,21 @@ tanh MLP's input gradient also against backpropagation written out in numpy)."""
 from __future__ import annotations
 
 import ctypes
-import pathlib
-import re
-import shutil
-import subprocess
 import time
 
 import numpy as np
 import pytest
+from c_build import (
+    build, call_batched, load_casadi, needs_gcc, needs_valgrind, valgrind_driver, work_sizes,
+)
 
 import symtape as st
 from symtape.codegen.loops import LoopPlan
 
-GCC = shutil.which("gcc")
-VALGRIND = shutil.which("valgrind")
-STRICT = ["-std=c99", "-Wall", "-Wextra", "-Werror", "-pedantic"]
-needs_gcc = pytest.mark.skipif(GCC is None, reason="no gcc")
-CTYPE = {"float64": np.float64, "float32": np.float32}
 
-
-def _build(source: pathlib.Path) -> tuple:
-    """The shared library of ``source`` (gcc -O2, strict C99) and the seconds gcc took."""
-    lib = source.with_suffix(".so")
-    start = time.perf_counter()
-    done = subprocess.run([GCC, *STRICT, "-O2", "-shared", "-fPIC", str(source), "-o",
-                           str(lib), "-lm"], capture_output=True, text=True)
-    seconds = time.perf_counter() - start
-    assert done.returncode == 0, done.stderr
-    return ctypes.CDLL(str(lib)), seconds
-
-
-def _call(lib, name: str, compiled, args: list, dtype: str = "float64") -> list:
-    """The exported batched function over the points of ``args`` (leading axis: points)."""
-    t = CTYPE[dtype]
-    n = len(args[0])
-    ins = [np.ascontiguousarray(a, dtype=t) for a in args]
-    outs = [np.full((n, *s.shape), 2, dtype=np.uint8) if s.dtype == "bool" else
-            np.full((n, *s.shape), np.nan, dtype=t) for s in compiled.outputs]
-    getattr(lib, name)(ctypes.c_int64(n), *[a.ctypes.data_as(ctypes.c_void_p)
-                                            for a in ins + outs])
-    return outs
+def _library(source):
+    """The loaded shared library of ``source`` (gcc -O2, strict C99)."""
+    return ctypes.CDLL(str(build(source, opt="-O2")))
 
 
 def _plan(fn):
@@ -114,17 +89,19 @@ def test_mlp_input_gradient_exports_as_loops(tmp_path):
     text = source.read_text()
     assert len(text.encode()) <= 60_000
     assert "loop nests:" in header.read_text()
-    lib, seconds = _build(source)
-    assert seconds < 10  # (the target is 2 s; a loaded test machine gets some room)
+    start = time.perf_counter()
+    lib = _library(source)
+    # (the target is 2 s; a loaded test machine gets some room)
+    assert time.perf_counter() - start < 10
     ws, bs = _weights()
     x = np.random.default_rng(1).normal(size=(10_000, MLP[0]))
-    (got,) = _call(lib, "mlp_grad", grad, [x, *_params_per_point(len(x), ws, bs)])
+    (got,) = call_batched(lib, "mlp_grad", grad, [x, *_params_per_point(len(x), ws, bs)])
     want = grad(x, *[p for pair in zip(ws, bs) for p in pair])
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
     for k in (0, 1, 17, 9_999):
         np.testing.assert_allclose(got[k], _by_hand(x[k], ws, bs), rtol=1e-12, atol=1e-14)
     for n in (0, 1, 3, 63, 64, 65):
-        (part,) = _call(lib, "mlp_grad", grad, [x[:n], *_params_per_point(n, ws, bs)])
+        (part,) = call_batched(lib, "mlp_grad", grad, [x[:n], *_params_per_point(n, ws, bs)])
         np.testing.assert_array_equal(part, got[:n])
 
 
@@ -135,10 +112,10 @@ def test_mlp_float32_export_within_float32_rounding(tmp_path):
     grad = _mlp_grad()
     _, source = st.export_c({"mlp_grad32": grad}, tmp_path / "mlp32", dtype="float32")
     assert "float *restrict" in source.read_text() and "double" not in source.read_text()
-    lib, _ = _build(source)
+    lib = _library(source)
     ws, bs = _weights()
     x = np.random.default_rng(2).normal(size=(1_000, MLP[0]))
-    (got,) = _call(lib, "mlp_grad32", grad,
+    (got,) = call_batched(lib, "mlp_grad32", grad,
                    [x, *_params_per_point(len(x), ws, bs)], dtype="float32")
     want = grad(x, *[p for pair in zip(ws, bs) for p in pair])
     # each element is a sum of about 64 * 64 products of O(1) terms: 1e-5 of the largest
@@ -175,9 +152,9 @@ def test_constant_weights_are_static_arrays(tmp_path):
     n_consts = sum(b.size for b in _plan(grad).buffers if b.kind == "const")
     assert text.count("static const double") == 8
     assert len(text) < 25 * n_consts + 15_000
-    lib, _ = _build(source)
+    lib = _library(source)
     x = np.random.default_rng(3).normal(size=(257, MLP[0]))
-    (got,) = _call(lib, "mlp_const", grad, [x])
+    (got,) = call_batched(lib, "mlp_const", grad, [x])
     np.testing.assert_allclose(got, grad(x), rtol=1e-14, atol=1e-15)
 
 
@@ -220,10 +197,10 @@ def test_loop_plans_export_equal_to_the_compiled_function(tmp_path, case):
     # the loops: a few hundred bytes per block (the gather: one block per run of rows),
     # not a line per element
     assert len(source.read_text()) < 400 * len(compiled.plan.blocks) + 10_000
-    lib, _ = _build(source)
+    lib = _library(source)
     rng = np.random.default_rng(5)
     args = [rng.normal(size=(7, *s.shape)) for s in specs]
-    (got,) = _call(lib, case, compiled, args)
+    (got,) = call_batched(lib, case, compiled, args)
     (want,) = compiled(*args)
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=atol)
 
@@ -241,14 +218,12 @@ def test_boolean_outputs_export_as_bytes(tmp_path):
     x = np.random.default_rng(8).normal(size=(3, 200, 200))
     want = compiled(x)
     _, source = st.export_c({"signs": fn}, tmp_path / "signs")
-    lib, _ = _build(source)
-    flags, values = _call(lib, "signs", compiled, [x])
+    lib = _library(source)
+    flags, values = call_batched(lib, "signs", compiled, [x])
     np.testing.assert_array_equal(flags, want[0].astype(np.uint8))
     np.testing.assert_array_equal(values, want[1])
-    casadi = pytest.importorskip("casadi")
     _, source = st.export_c({"signs": fn}, tmp_path / "signs_casadi", abi="casadi", loops=True)
-    _build(source)
-    ext = casadi.external("signs", str(source.with_suffix(".so")))
+    ext = load_casadi("signs", build(source, opt="-O2"))
     flags, values = ext(x[1])
     np.testing.assert_array_equal(np.array(flags), want[0][1].astype(float))
     np.testing.assert_array_equal(np.array(values), want[1][1])
@@ -265,17 +240,15 @@ def test_mlp_input_gradient_through_casadi_external(tmp_path):
     ``w`` (sz_w as ``f_work`` reports it: the plan's temporaries and staging areas); weight
     matrices come in column by column and the gradient equals the compiled function's and
     backpropagation by hand."""
-    casadi = pytest.importorskip("casadi")
+    pytest.importorskip("casadi")
     grad = _mlp_grad()
     _, source = st.export_c({"mlp_grad": grad}, tmp_path / "mlp", abi="casadi",
                               loops=True)
     assert "loop nests:" in source.read_text()
-    lib, _ = _build(source)
-    ext = casadi.external("mlp_grad", str(source.with_suffix(".so")))
-    sizes = [ctypes.c_longlong(-1) for _ in range(4)]
-    assert ctypes.CDLL(str(source.with_suffix(".so"))).mlp_grad_work(
-        *[ctypes.byref(s) for s in sizes]) == 0
-    assert ext.sz_w() == sizes[3].value > 0 and sizes[2].value == 0
+    lib = build(source, opt="-O2")
+    ext = load_casadi("mlp_grad", lib)
+    sizes = work_sizes(lib, "mlp_grad")
+    assert ext.sz_w() == sizes[3] > 0 and sizes[2] == 0
     assert ext.name_in() == ["x", "w1", "b1", "w2", "b2", "w3", "b3"]
     ws, bs = _weights()
     params = [p for pair in zip(ws, bs) for p in pair]
@@ -290,13 +263,12 @@ def test_mlp_input_gradient_through_casadi_external(tmp_path):
 def test_loop_plans_through_casadi_external(tmp_path, case):
     """Matrices in and out column by column (the chain's 24x40, 40x32, 32x16 arguments and
     24x16 result; the reduction's 128x200), values as the compiled function's."""
-    casadi = pytest.importorskip("casadi")
+    pytest.importorskip("casadi")
     f, specs, atol = CASES[case]
     fn = st.function(f, input_signature=specs)
     compiled = fn.get_concrete_function(*specs)
     _, source = st.export_c({case: fn}, tmp_path / case, abi="casadi", loops=True)
-    lib, _ = _build(source)
-    ext = casadi.external(case, str(source.with_suffix(".so")))
+    ext = load_casadi(case, build(source, opt="-O2"))
     args = [np.random.default_rng(7).normal(size=s.shape) for s in specs]
     (want,) = compiled(*args)
     got = np.array(ext(*args))
@@ -319,7 +291,7 @@ def test_loops_false_writes_the_element_view(tmp_path):
 
 
 @needs_gcc
-@pytest.mark.skipif(VALGRIND is None, reason="no valgrind")
+@needs_valgrind
 def test_valgrind_sees_only_w_used_and_no_invalid_access(tmp_path):
     """A C driver calls the CasADi loop form of the MLP gradient and of the matrix chain with
     a work vector malloc'd at exactly the size ``f_work`` gives (uninitialised), with null
@@ -328,67 +300,6 @@ def test_valgrind_sees_only_w_used_and_no_invalid_access(tmp_path):
     fns = {"mlp": _mlp_grad(), "chain": st.function(CASES["matmul_chain"][0],
                                                     input_signature=CASES["matmul_chain"][1])}
     header, source = st.export_c(fns, tmp_path / "lib", abi="casadi", loops=True)
-    driver = tmp_path / "driver.c"
-    driver.write_text(_DRIVER.replace("LIB_H", header.name))
-    exe = tmp_path / "driver"
-    done = subprocess.run([GCC, *STRICT, "-O1", "-g", str(driver), str(source), "-I",
-                           str(tmp_path), "-o", str(exe), "-lm"], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    run = subprocess.run([VALGRIND, "--error-exitcode=3", "--leak-check=full", str(exe)],
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr
-    assert "ERROR SUMMARY: 0 errors" in run.stderr
-    allocs = re.search(r"total heap usage: (\d+) allocs, (\d+) frees", run.stderr)
-    assert allocs and allocs.groups() == ("12", "12"), run.stderr  # the driver's 4 x 3
-
-
-_DRIVER = r"""
-#include <stdlib.h>
-#include "LIB_H"
-
-typedef int (*casadi_fn)(const casadi_real**, casadi_real**, casadi_int*, casadi_real*, int);
-typedef int (*work_fn)(casadi_int*, casadi_int*, casadi_int*, casadi_int*);
-typedef const casadi_int* (*sparsity_fn)(casadi_int);
-
-static casadi_int nnz(const casadi_int* sp) { return sp[2 + sp[1]]; }
-
-/* f on inputs 0.01, 0.02, ... (input skip_in null), output skip_out null; every buffer
-   malloc'd at exactly its size; 1 if a result written is not a number. */
-static int check(casadi_fn f, work_fn work, sparsity_fn sp_in, sparsity_fn sp_out,
-                 casadi_int n_in, casadi_int n_out, casadi_int skip_in, casadi_int skip_out) {
-    casadi_int sz_arg, sz_res, sz_iw, sz_w, i, k, total_in = 0, total_out = 0;
-    const casadi_real* arg[8];
-    casadi_real* res[8];
-    casadi_real *in, *out, *w, *p;
-    int bad = 0;
-    if (work(&sz_arg, &sz_res, &sz_iw, &sz_w) != 0 || sz_iw != 0) return 1;
-    for (i = 0; i < n_in; ++i) total_in += nnz(sp_in(i));
-    for (i = 0; i < n_out; ++i) total_out += nnz(sp_out(i));
-    in = malloc(sizeof(casadi_real) * (size_t)total_in);
-    out = malloc(sizeof(casadi_real) * (size_t)total_out);
-    w = malloc(sizeof(casadi_real) * (size_t)sz_w);
-    for (k = 0; k < total_in; ++k) in[k] = 0.01 * (casadi_real)(k % 97 + 1);
-    p = in;
-    for (i = 0; i < n_in; ++i) { arg[i] = i == skip_in ? 0 : p; p += nnz(sp_in(i)); }
-    p = out;
-    for (i = 0; i < n_out; ++i) { res[i] = i == skip_out ? 0 : p; p += nnz(sp_out(i)); }
-    if (f(arg, res, 0, w, 0) != 0) bad = 1;
-    for (i = 0; i < n_out; ++i) {
-        if (i == skip_out) continue;
-        for (k = 0; k < nnz(sp_out(i)); ++k) if (res[i][k] != res[i][k]) bad = 1;
-    }
-    free(w);
-    free(out);
-    free(in);
-    return bad;
-}
-
-int main(void) {
-    int bad = 0;
-    bad |= check(mlp, mlp_work, mlp_sparsity_in, mlp_sparsity_out, 7, 1, -1, -1);
-    bad |= check(mlp, mlp_work, mlp_sparsity_in, mlp_sparsity_out, 7, 1, 3, -1);
-    bad |= check(chain, chain_work, chain_sparsity_in, chain_sparsity_out, 3, 1, -1, -1);
-    bad |= check(chain, chain_work, chain_sparsity_in, chain_sparsity_out, 3, 1, 0, 0);
-    return bad;
-}
-"""
+    valgrind_driver(tmp_path, header, source, "0.01 * (casadi_real)(k % 97 + 1)",
+                    [("mlp", 7, 1, -1, -1), ("mlp", 7, 1, 3, -1), ("chain", 3, 1, -1, -1),
+                     ("chain", 3, 1, 0, 0)])

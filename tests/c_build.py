@@ -1,6 +1,7 @@
 """Building and calling the C that ``st.export_c`` writes, for the export tests: strict C99
 with gcc (or clang) into a shared library, ctypes calls through the batched ABI and CasADi's,
-``casadi.external`` loading, and a C driver of CasADi-ABI functions run under valgrind."""
+``casadi.external`` loading, and a C driver of CasADi-ABI functions run under valgrind; and
+the tanh MLP both export tests export, with its input gradient by hand."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import subprocess
 
 import numpy as np
 import pytest
+
+import symtape as st
 
 GCC = shutil.which("gcc")
 VALGRIND = shutil.which("valgrind")
@@ -99,6 +102,43 @@ def valgrind_driver(tmp_path: pathlib.Path, header: pathlib.Path, source: pathli
     allocs = re.search(r"total heap usage: (\d+) allocs, (\d+) frees", run.stderr)
     blocks = str(3 * len(checks))
     assert allocs and allocs.groups() == (blocks, blocks), run.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# The 8-64-64-1 tanh MLP and its input gradient by hand
+# --------------------------------------------------------------------------------------------
+
+MLP = (8, 64, 64, 1)
+
+
+def mlp_weights(sizes=MLP) -> tuple:
+    """The weights (scaled by one over the root of their fan-in) and biases of the MLP of
+    layer ``sizes``, from seed 0."""
+    rng = np.random.default_rng(0)
+    ws = [rng.normal(size=(a, b)) / np.sqrt(a) for a, b in zip(sizes[:-1], sizes[1:])]
+    return ws, [rng.normal(size=b) * 0.1 for b in sizes[1:]]
+
+
+def mlp(x, *params):
+    """The sum of the MLP's outputs at the point ``x`` (params: w1, b1, w2, b2, ...; tanh on
+    every layer but the last)."""
+    h = x
+    layers = len(params) // 2
+    for k in range(layers):
+        h = st.matmul(h[None, :], params[2 * k])[0] + params[2 * k + 1]
+        h = st.tanh(h) if k < layers - 1 else h
+    return st.reduce_sum(h)
+
+
+def mlp_gradient_by_hand(x, ws, bs):
+    """``mlp``'s gradient in ``x`` by backpropagation written out in numpy, one point."""
+    hs = [x]
+    for w, b in zip(ws[:-1], bs[:-1]):
+        hs.append(np.tanh(hs[-1] @ w + b))
+    g = ws[-1].sum(axis=1)
+    for w, h in zip(ws[-2::-1], hs[:0:-1]):
+        g = w @ (g * (1 - h ** 2))
+    return g
 
 
 DRIVER = r"""

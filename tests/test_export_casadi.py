@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 import sympy as sp
 from c_build import (
-    GCC, build, call_casadi, load_casadi, needs_gcc, needs_valgrind, valgrind_driver,
-    work_sizes,
+    GCC, MLP, build, call_casadi, load_casadi, mlp, mlp_gradient_by_hand, mlp_weights, needs_gcc,
+    needs_valgrind, valgrind_driver, work_sizes,
 )
 from sympy.physics import mechanics as me
 
@@ -67,37 +67,13 @@ def _layout(fn) -> casadi_abi.Layout:
 # The three models
 # --------------------------------------------------------------------------------------------
 
-MLP = (8, 64, 64, 1)
-
-
-def _mlp_weights(sizes):
-    rng = np.random.default_rng(0)
-    ws = [rng.normal(size=(a, b)) / np.sqrt(a) for a, b in zip(sizes[:-1], sizes[1:])]
-    return ws, [rng.normal(size=b) * 0.1 for b in sizes[1:]]
-
-
 def _mlp(sizes):
-    ws, bs = _mlp_weights(sizes)
+    """The MLP with its weights as constants."""
+    ws, bs = mlp_weights(sizes)
 
     def net(x):
-        h = x
-        for k, (w, b) in enumerate(zip(ws, bs)):
-            h = st.matmul(h[None, :], st.constant(w))[0] + st.constant(b)
-            h = st.tanh(h) if k < len(ws) - 1 else h
-        return st.reduce_sum(h)
+        return mlp(x, *[st.constant(p) for pair in zip(ws, bs) for p in pair])
     return net
-
-
-def _mlp_gradient_by_hand(sizes, x):
-    """Backpropagation written out in numpy."""
-    ws, bs = _mlp_weights(sizes)
-    hs = [x]
-    for w, b in zip(ws[:-1], bs[:-1]):
-        hs.append(np.tanh(hs[-1] @ w + b))
-    g = ws[-1].sum(axis=1)
-    for w, h in zip(ws[-2::-1], hs[:0:-1]):
-        g = w @ (g * (1 - h ** 2))
-    return g
 
 
 def _nbody(x, chain: bool):
@@ -187,8 +163,8 @@ def test_mlp_input_gradient_through_casadi_external(tmp_path):
     ext = load_casadi("mlp_grad", lib)
     for x in np.random.default_rng(1).normal(size=(5, MLP[0])):
         got = np.array(ext(x)).ravel()
-        np.testing.assert_allclose(got, _mlp_gradient_by_hand(MLP, x), rtol=1e-12,
-                                   atol=1e-14)
+        np.testing.assert_allclose(got, mlp_gradient_by_hand(x, *mlp_weights(MLP)),
+                                   rtol=1e-12, atol=1e-14)
         np.testing.assert_allclose(got, grad(x), rtol=1e-14, atol=1e-15)
     lay = _layout(grad)
     assert _work(ext, lib, "mlp_grad") == lay.work

@@ -12,7 +12,8 @@ import time
 import numpy as np
 import pytest
 from c_build import (
-    build, call_batched, load_casadi, needs_gcc, needs_valgrind, valgrind_driver, work_sizes,
+    MLP, build, call_batched, load_casadi, mlp, mlp_gradient_by_hand, mlp_weights, needs_gcc,
+    needs_valgrind, valgrind_driver, work_sizes,
 )
 
 import symtape as st
@@ -35,41 +36,12 @@ def _plan(fn):
 # The 8-64-64-1 tanh MLP's input gradient
 # --------------------------------------------------------------------------------------------
 
-MLP = (8, 64, 64, 1)
-
-
-def _weights(sizes=MLP, seed=0):
-    rng = np.random.default_rng(seed)
-    ws = [rng.normal(size=(a, b)) / np.sqrt(a) for a, b in zip(sizes[:-1], sizes[1:])]
-    return ws, [rng.normal(size=b) * 0.1 for b in sizes[1:]]
-
-
-def _net(x, *params):
-    h = x
-    layers = len(params) // 2
-    for k in range(layers):
-        h = st.matmul(h[None, :], params[2 * k])[0] + params[2 * k + 1]
-        h = st.tanh(h) if k < layers - 1 else h
-    return st.reduce_sum(h)
-
-
-def _by_hand(x, ws, bs):
-    """Backpropagation written out in numpy, one point at a time."""
-    hs = [x]
-    for w, b in zip(ws[:-1], bs[:-1]):
-        hs.append(np.tanh(hs[-1] @ w + b))
-    g = ws[-1].sum(axis=1)
-    for w, h in zip(ws[-2::-1], hs[:0:-1]):
-        g = w @ (g * (1 - h ** 2))
-    return g
-
-
 def _mlp_grad(sizes=MLP):
     """The input gradient with the weights as arguments: the C holds no weight values."""
     specs = [st.TensorSpec((sizes[0],), name="x")]
     for k, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]), 1):
         specs += [st.TensorSpec((a, b), name=f"w{k}"), st.TensorSpec((b,), name=f"b{k}")]
-    return st.grad(_net, argnums=0, input_signature=specs)
+    return st.grad(mlp, argnums=0, input_signature=specs)
 
 
 def _params_per_point(n: int, ws, bs) -> list:
@@ -93,13 +65,14 @@ def test_mlp_input_gradient_exports_as_loops(tmp_path):
     lib = _library(source)
     # (the target is 2 s; a loaded test machine gets some room)
     assert time.perf_counter() - start < 10
-    ws, bs = _weights()
+    ws, bs = mlp_weights()
     x = np.random.default_rng(1).normal(size=(10_000, MLP[0]))
     (got,) = call_batched(lib, "mlp_grad", grad, [x, *_params_per_point(len(x), ws, bs)])
     want = grad(x, *[p for pair in zip(ws, bs) for p in pair])
     np.testing.assert_allclose(got, want, rtol=1e-14, atol=1e-15)
     for k in (0, 1, 17, 9_999):
-        np.testing.assert_allclose(got[k], _by_hand(x[k], ws, bs), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(got[k], mlp_gradient_by_hand(x[k], ws, bs), rtol=1e-12,
+                                   atol=1e-14)
     for n in (0, 1, 3, 63, 64, 65):
         (part,) = call_batched(lib, "mlp_grad", grad, [x[:n], *_params_per_point(n, ws, bs)])
         np.testing.assert_array_equal(part, got[:n])
@@ -113,7 +86,7 @@ def test_mlp_float32_export_within_float32_rounding(tmp_path):
     _, source = st.export_c({"mlp_grad32": grad}, tmp_path / "mlp32", dtype="float32")
     assert "float *restrict" in source.read_text() and "double" not in source.read_text()
     lib = _library(source)
-    ws, bs = _weights()
+    ws, bs = mlp_weights()
     x = np.random.default_rng(2).normal(size=(1_000, MLP[0]))
     (got,) = call_batched(lib, "mlp_grad32", grad,
                    [x, *_params_per_point(len(x), ws, bs)], dtype="float32")
@@ -141,10 +114,10 @@ def test_constant_weights_are_static_arrays(tmp_path):
     """Weights that are constants of the function become ``static const`` arrays (exact
     hexadecimal literals): the C is then mostly those numbers (9,409 of them, the gradient
     reading two weight matrices also transposed), and it equals the compiled function."""
-    ws, bs = _weights()
+    ws, bs = mlp_weights()
 
     def net(x):
-        return _net(x, *[st.constant(p) for pair in zip(ws, bs) for p in pair])
+        return mlp(x, *[st.constant(p) for pair in zip(ws, bs) for p in pair])
     grad = st.grad(net, input_signature=[st.TensorSpec((MLP[0],), name="x")])
     assert isinstance(_plan(grad), LoopPlan)
     _, source = st.export_c({"mlp_const": grad}, tmp_path / "mlpc")
@@ -250,12 +223,13 @@ def test_mlp_input_gradient_through_casadi_external(tmp_path):
     sizes = work_sizes(lib, "mlp_grad")
     assert ext.sz_w() == sizes[3] > 0 and sizes[2] == 0
     assert ext.name_in() == ["x", "w1", "b1", "w2", "b2", "w3", "b3"]
-    ws, bs = _weights()
+    ws, bs = mlp_weights()
     params = [p for pair in zip(ws, bs) for p in pair]
     for x in np.random.default_rng(6).normal(size=(5, MLP[0])):
         got = np.array(ext(x, *params)).ravel()
         np.testing.assert_allclose(got, grad(x, *params), rtol=1e-14, atol=1e-15)
-        np.testing.assert_allclose(got, _by_hand(x, ws, bs), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(got, mlp_gradient_by_hand(x, ws, bs), rtol=1e-12,
+                                   atol=1e-14)
 
 
 @needs_gcc

@@ -26,7 +26,7 @@ from symtape.core.primitive import (
 from symtape.ops.contraction import matmul
 from symtape.ops.elementwise import add, divide, multiply, subtract
 from symtape.ops.factorizations import swap, triangle_mask, triangular_solve
-from symtape.ops.linalg import per_matrix
+from symtape.ops.linalg import check_square, per_matrix
 from symtape.ops.structural import concat, getitem, matrix_diag, reshape
 
 G = LazyModule("G", globals(), "symtape.element.graph")
@@ -156,9 +156,10 @@ class Decomposition(Primitive):
         super().__init__(name, ("T",), "f", rules=(self._rule,))
 
     def check_matrix(self, shape, square: bool) -> None:
-        if len(shape) < 2 or (square and shape[-1] != shape[-2]):
-            what = "square matrix" if square else "matrix"
-            raise ShapeError(f"st.linalg.{self.name}: input must be a (batch of) {what}, got "
+        if square:
+            check_square(self.name, shape, "input")
+        elif len(shape) < 2:
+            raise ShapeError(f"st.linalg.{self.name}: input must be a (batch of) matrix, got "
                              f"shape {fmt(shape)}")
 
     def normalise(self, params: dict) -> dict:

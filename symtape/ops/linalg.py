@@ -298,6 +298,22 @@ def per_matrix(planner, node, kind: str | None = None, transpose: bool = False) 
     return loc
 
 
+def check_square(name: str, shape, what: str = "matrix") -> None:
+    """Refuses a ``shape`` that is not a (batch of) square matrix with a ShapeError naming
+    the op ``st.linalg.<name>`` and its argument ``what``.
+
+    >>> check_square("det", (5, 3, 3))
+    >>> try:
+    ...     check_square("det", (3, 4))
+    ... except ShapeError as e:
+    ...     print(e)
+    st.linalg.det: matrix must be a (batch of) square matrix, got shape (3, 4)
+    """
+    if len(shape) < 2 or shape[-1] != shape[-2]:
+        raise ShapeError(f"st.linalg.{name}: {what} must be a (batch of) square matrix, got "
+                         f"shape {fmt(shape)}")
+
+
 class _Linalg(Primitive):
     """A batched square-matrix op: closed forms for n <= 3, else elimination with partial
     pivoting decided per evaluation (selects), run alike on floats and on atoms."""

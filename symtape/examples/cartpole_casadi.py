@@ -1,7 +1,7 @@
 """The cart-pole's dynamics and their Jacobians exported as C with CasADi's ABI: an NLP in
 CasADi, and a discrete-time LQR whose closed loop is a plain C program.
 
-The cart-pole of ``cartpole_shooting.py`` (state ``(x, theta, xdot, thetadot)``, ``theta = 0``
+The cart-pole of ``cartpole_model.py`` (state ``(x, theta, xdot, thetadot)``, ``theta = 0``
 hanging down, ``theta = pi`` upright; force ``u`` on the cart) is discretised by one RK4 step,
 ``s_{k+1} = F(s_k, u_k)``. symtape writes ``F`` and its Jacobians ``A = dF/ds``,
 ``B = dF/du`` exactly:
@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 import symtape as st
+from symtape.examples.cartpole_model import UPRIGHT, h, rk4_step, rk4_step_np
 
 try:
     import casadi
@@ -51,29 +52,6 @@ if casadi is None or GCC is None:
     print("cartpole_casadi: skipped (needs " + ("casadi (pip install casadi)" if casadi is None
                                                else "gcc") + ")")
     sys.exit(0)
-
-M, m, l, g = 1.0, 0.3, 0.5, 9.81    # cart mass, pole mass, pole length, gravity
-h = 0.04                            # the RK4 step
-UPRIGHT = np.array([0.0, np.pi, 0.0, 0.0])
-
-
-def f_st(s, u):
-    """ds/dt of the cart-pole: Lagrange's equations solved for the two accelerations."""
-    theta, xdot, thetadot = s[1], s[2], s[3]
-    sn, cs = st.sin(theta), st.cos(theta)
-    den = M + m * sn ** 2
-    xddot = (u + m * sn * (l * thetadot ** 2 + g * cs)) / den
-    thetaddot = -(u * cs + m * l * thetadot ** 2 * cs * sn + (M + m) * g * sn) / (l * den)
-    return st.stack([xdot, thetadot, xddot, thetaddot])
-
-
-def rk4_step(s, u):
-    k1 = f_st(s, u)
-    k2 = f_st(s + 0.5 * h * k1, u)
-    k3 = f_st(s + 0.5 * h * k2, u)
-    k4 = f_st(s + h * k3, u)
-    return s + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
-
 
 def rk4_jacobian(s, u, out_o0):
     """CasADi's Jacobian signature: the nominal output ``out_o0`` is an input (unused here)."""
@@ -94,23 +72,6 @@ def gcc(args):
     done = subprocess.run([GCC, "-O2", "-std=c99", *args, "-lm"], capture_output=True,
                           text=True)
     assert done.returncode == 0, done.stderr
-
-
-# An independent reference in plain numpy: the Lagrange equations in mass-matrix form, solved
-# by np.linalg.solve at every RK4 stage.
-def f_np(s, u):
-    sn, cs = np.sin(s[1]), np.cos(s[1])
-    mass = np.array([[M + m, m * l * cs], [m * l * cs, m * l * l]])
-    force = np.array([u + m * l * s[3] ** 2 * sn, -m * g * l * sn])
-    return np.concatenate([s[2:], np.linalg.solve(mass, force)])
-
-
-def step_np(s, u):
-    k1 = f_np(s, u)
-    k2 = f_np(s + 0.5 * h * k1, u)
-    k3 = f_np(s + 0.5 * h * k2, u)
-    k4 = f_np(s + h * k3, u)
-    return s + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
 
 
 folder = Path(tempfile.mkdtemp(prefix="symtape_cartpole_"))
@@ -136,12 +97,12 @@ for _ in range(5):
     A_c, B_c = (np.array(v) for v in J_ext(s, u, y))
     A_j, B_j = (np.asarray(v) for v in jac_F(s, u, y))
     assert np.allclose(y, F(s, u).numpy(), rtol=1e-14, atol=1e-14)
-    assert np.allclose(y, step_np(s, u), rtol=1e-12, atol=1e-12)
+    assert np.allclose(y, rk4_step_np(s, u), rtol=1e-12, atol=1e-12)
     worst_jit = max(worst_jit, np.abs(A_c - A_j).max(), np.abs(B_c.ravel() - B_j).max())
     eps = 1e-6
-    fd = np.column_stack([(step_np(s + eps * e, u) - step_np(s - eps * e, u)) / (2 * eps)
+    fd = np.column_stack([(rk4_step_np(s + eps * e, u) - rk4_step_np(s - eps * e, u)) / (2 * eps)
                           for e in np.eye(4)]
-                         + [(step_np(s, u + eps) - step_np(s, u - eps)) / (2 * eps)])
+                         + [(rk4_step_np(s, u + eps) - rk4_step_np(s, u - eps)) / (2 * eps)])
     worst_fd = max(worst_fd, np.abs(np.column_stack([A_c, B_c]) - fd).max())
 assert worst_jit < 1e-13 and worst_fd < 1e-8, (worst_jit, worst_fd)
 print(f"external F, dF/ds, dF/du at 5 random points: against symtape's JIT largest difference "
@@ -171,8 +132,8 @@ Xs, Us = np.array(sol.value(X)), np.array(sol.value(U)).ravel()
 # Replay the optimal controls in numpy, independently of CasADi and the C code.
 s, defect = np.zeros(4), 0.0
 for k in range(N):
-    defect = max(defect, np.abs(step_np(Xs[:, k], Us[k]) - Xs[:, k + 1]).max())
-    s = step_np(s, Us[k])
+    defect = max(defect, np.abs(rk4_step_np(Xs[:, k], Us[k]) - Xs[:, k + 1]).max())
+    s = rk4_step_np(s, Us[k])
 print(f"IPOPT swing-up over {N * h:.2f} s: {stats['iter_count']} iterations, {took:.2f} s; "
       f"largest shooting defect (numpy RK4) {defect:.1e}; replayed final state "
       f"x = {s[0]:+.2e}, theta - pi = {s[1] - np.pi:+.2e}, xdot = {s[2]:+.2e}, "
@@ -236,7 +197,7 @@ c_run = np.array([[float(v) for v in line.split()] for line in out.splitlines()]
 s, py_run = S0.copy(), []
 for _ in range(STEPS):
     u = -K @ (s - UPRIGHT)
-    s = step_np(s, u)
+    s = rk4_step_np(s, u)
     py_run.append([u, *s])
 py_run = np.array(py_run)
 gap = np.abs(c_run - py_run).max()

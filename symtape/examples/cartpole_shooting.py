@@ -1,12 +1,12 @@
 """Single shooting of a cart-pole swing-up: the control sequence is the only unknown.
 
-The cart-pole (cart mass ``M``, a point mass ``m`` on a massless pole of length ``l``; state
-``(x, theta, xdot, thetadot)`` with ``theta = 0`` hanging down and ``theta = pi`` upright,
-control ``u`` a horizontal force on the cart) is integrated by RK4 steps written once as the
-body of ``st.scan`` over the control sequence. The cost, an effort term plus a terminal
-penalty on the distance from upright at rest, is a function of the ``N`` controls alone;
-``st.scipy.minimize`` hands L-BFGS-B its exact compiled gradient (the reverse sweep of the
-scan is a loop again, compiled with the forward loop into one native function).
+The cart-pole of ``cartpole_model.py`` (state ``(x, theta, xdot, thetadot)``, ``theta = 0``
+hanging down and ``theta = pi`` upright, control ``u`` a horizontal force on the cart) is
+integrated by its RK4 step written once as the body of ``st.scan`` over the control sequence.
+The cost, an effort term plus a terminal penalty on the distance from upright at rest, is a
+function of the ``N`` controls alone; ``st.scipy.minimize`` hands L-BFGS-B its exact compiled
+gradient (the reverse sweep of the scan is a loop again, compiled with the forward loop into
+one native function).
 
     python -m symtape examples cartpole_shooting
 """
@@ -16,35 +16,16 @@ import time
 import numpy as np
 
 import symtape as st
+from symtape.examples.cartpole_model import UPRIGHT, h, rk4_step, rk4_step_np
 
-M, m, l, g = 1.0, 0.3, 0.5, 9.81    # cart mass, pole mass, pole length, gravity
-N, h = 64, 0.04                     # steps of RK4 over a 2.56 s horizon
+N = 64                              # steps of RK4 over a 2.56 s horizon
 EFFORT = 1e-3                       # weight of h * sum(u^2)
 TERMINAL = np.array([10.0, 100.0, 10.0, 10.0])  # weights of (x, theta - pi, xdot, thetadot)
 START = np.zeros(4)                 # at rest, hanging down
 
 
-def f_st(s, u):
-    """ds/dt of the cart-pole: Lagrange's equations solved for the two accelerations."""
-    theta, xdot, thetadot = s[1], s[2], s[3]
-    sn, cs = st.sin(theta), st.cos(theta)
-    den = M + m * sn ** 2
-    xddot = (u + m * sn * (l * thetadot ** 2 + g * cs)) / den
-    thetaddot = -(u * cs + m * l * thetadot ** 2 * cs * sn + (M + m) * g * sn) / (l * den)
-    return st.stack([xdot, thetadot, xddot, thetaddot])
-
-
-def rk4_step(s, u):
-    """One RK4 step of length h: the body of the scan (traced once, whatever N is)."""
-    k1 = f_st(s, u)
-    k2 = f_st(s + 0.5 * h * k1, u)
-    k3 = f_st(s + 0.5 * h * k2, u)
-    k4 = f_st(s + h * k3, u)
-    return s + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
-
-
 def terminal_error(s):
-    return s - st.constant([0.0, np.pi, 0.0, 0.0])
+    return s - st.constant(UPRIGHT)
 
 
 def cost(u):
@@ -53,31 +34,18 @@ def cost(u):
     return EFFORT * h * st.reduce_sum(u * u) + st.reduce_sum(TERMINAL * e * e)
 
 
-# An independent reference in plain numpy: the same Lagrange equations left in mass-matrix form
-#   [M + m, m l cos][xddot    ]   [u + m l thetadot^2 sin]
-#   [m l cos, m l^2][thetaddot] = [-m g l sin            ]
-# and solved by np.linalg.solve at every stage of a Python loop of RK4 steps.
-def f_np(s, u):
-    sn, cs = np.sin(s[1]), np.cos(s[1])
-    mass = np.array([[M + m, m * l * cs], [m * l * cs, m * l * l]])
-    force = np.array([u + m * l * s[3] ** 2 * sn, -m * g * l * sn])
-    return np.concatenate([s[2:], np.linalg.solve(mass, force)])
-
-
+# The reference in plain numpy: a Python loop of RK4 steps of the cart-pole's mass-matrix form
+# (cartpole_model.f_np), solved by np.linalg.solve at every stage.
 def trajectory_np(u):
     s, out = START.copy(), []
     for uk in u:
-        k1 = f_np(s, uk)
-        k2 = f_np(s + 0.5 * h * k1, uk)
-        k3 = f_np(s + 0.5 * h * k2, uk)
-        k4 = f_np(s + h * k3, uk)
-        s = s + (h / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
+        s = rk4_step_np(s, uk)
         out.append(s)
     return np.array(out)
 
 
 def cost_np(u):
-    e = trajectory_np(u)[-1] - np.array([0.0, np.pi, 0.0, 0.0])
+    e = trajectory_np(u)[-1] - UPRIGHT
     return EFFORT * h * np.sum(u * u) + np.sum(TERMINAL * e * e)
 
 

@@ -74,6 +74,7 @@ def timed_calls(call, repeat: int = 7) -> tuple:
 
 
 def run_symtape(net: dict, points: np.ndarray) -> dict:
+    import sympy  # noqa: F401 - imported once a process, as JAX's import is, outside setup
     t = time.perf_counter()
     try:
         jac = st.jacobian(symtape_rhs(net), sparse=True,

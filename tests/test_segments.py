@@ -13,7 +13,6 @@ import symtape as st
 from symtape import ops
 from symtape.compile import planner as loopnest
 from symtape.compile.function import compile_plan
-from symtape.core.primitive import Unplannable
 from symtape.derivatives import sparsity
 
 RNG = np.random.default_rng(7)
@@ -424,15 +423,22 @@ def test_loop_plans_over_chunks_of_points_equal_eager_values(name, ids, k):
     np.testing.assert_array_equal(got, want)
 
 
-def test_ids_without_affine_runs_are_unplannable_at_size_naming_the_missing_access():
+def test_ids_without_affine_runs_are_one_indexed_loop_at_size():
+    """10,000 rows into 100 segments by random ids: one accumulating loop reading the
+    places from an index array (rows in order), as the eager sum."""
     ids = RNG.integers(0, 100, 10_000)
     xs = st.symbol("x", shape=(10_000,))
     y = st.math.unsorted_segment_sum(xs * 2.0, ids, 100)
-    with pytest.raises(Unplannable, match="indexed access"):
-        loopnest.plan_loops([y._node], [xs._node])
+    plan = loopnest.plan_loops([y._node], [xs._node])
+    assert [b.kind for b in plan.buffers].count("indices") >= 1
+    x0 = RNG.standard_normal((2, 10_000))
+    got = compile_plan(plan)(x0)
+    for p in range(2):
+        np.testing.assert_allclose(got[p], st.math.unsorted_segment_sum(
+            st.constant(x0[p]) * 2.0, ids, 100).numpy(), rtol=1e-13, atol=1e-13)
 
 
-def test_small_irregular_ids_unroll_in_a_loop_plan():
+def test_small_irregular_ids_in_a_loop_plan():
     ids = np.array([3, 0, 3, 1, 0, 2, 3, 1, 0, 2, 1, 3] * 7)
     x0 = RNG.standard_normal(len(ids))
     for name in ("unsorted_segment_sum", "unsorted_segment_max"):

@@ -94,11 +94,13 @@ def arena_bytes(plan: LoopPlan, dtype: str = "float64") -> int:
 
 
 def _constant(name: str, buf, ctype: str) -> list:
-    elem = "unsigned char" if buf.boolean else ctype
+    elem = "int32_t" if buf.kind == "indices" else "unsigned char" if buf.boolean else ctype
     size = max(buf.size, 1)
     if all(not v and math.copysign(1.0, float(v)) > 0 for v in buf.values):  # +0 only
         return [f"static const {elem} {name}[{size}] = {{0}};"]
-    if buf.boolean:
+    if buf.kind == "indices":
+        items = [str(int(v)) for v in buf.values]
+    elif buf.boolean:
         items = [str(int(bool(v))) for v in buf.values]
     else:
         items = [c99.literal(float(v), ctype) for v in buf.values]
@@ -166,11 +168,12 @@ def _extent(block: Block, d: int) -> str:
 def _block(plan: LoopPlan, f: str, k: int, block: Block, ctype: str, m: str) -> list:
     """``static void st_<f>_b<k>(buffers..., np)``: the loop nest around the body."""
     accs = block.ins + block.outs
-    bufs = sorted({a.buffer for a in accs})
+    bufs = block.buffers
     written = {a.buffer for a in block.outs}
     params = []
     for b in bufs:
-        elem = "unsigned char" if plan.buffers[b].boolean else ctype
+        elem = "int32_t" if plan.buffers[b].kind == "indices" else \
+            "unsigned char" if plan.buffers[b].boolean else ctype
         params.append(f"{'' if b in written else 'const '}{elem} *restrict B{b}")
     if block.points or block.runs >= 0:
         params.append("int64_t np")
@@ -192,6 +195,9 @@ def _block(plan: LoopPlan, f: str, k: int, block: Block, ctype: str, m: str) -> 
             continue
         terms = [str(acc.offset)] + [f"i{d} * {s}" if s != 1 else f"i{d}"
                                      for d, s in enumerate(acc.strides) if s]
+        if acc.index:  # plus the offset the index array holds at this iteration
+            at = [str(acc.index[1])] + [f"i{d} * {s}" for d, s in enumerate(acc.index[2]) if s]
+            terms.append(f"B{acc.index[0]}[{' + '.join(at)}]")
         if len(terms) > 1 and terms[0] == "0":
             terms = terms[1:]
         out.append(f"{pad}const int64_t st_a{a} = {' + '.join(terms)};")
@@ -212,7 +218,7 @@ def _buffer_name(plan: LoopPlan, f: str, b: int) -> str:
         return f"st_in{buf.index}"
     if buf.kind == "output":
         return f"st_out{buf.index}"
-    if buf.kind == "const":
+    if buf.kind in ("const", "indices"):
         return f"st_{f}_c{b}"
     return f"st_t{b}"
 
@@ -225,7 +231,7 @@ def _program(plan: LoopPlan, f: str, ctype: str, offsets: tuple) -> list:
                for i, o in enumerate(plan.outputs)]
     params += [f"{ctype} *restrict st_arena", "int64_t np"]
     out = [f"static void st_{f}_program({', '.join(params)})", "{"]
-    used = {a.buffer for block in plan.blocks for a in block.ins + block.outs}
+    used = {b for block in plan.blocks for b in block.buffers}
     for b, buf in enumerate(plan.buffers):
         if buf.kind != "temp" or offsets[b] is None or b not in used:
             continue
@@ -235,13 +241,11 @@ def _program(plan: LoopPlan, f: str, ctype: str, offsets: tuple) -> list:
         else:
             out.append(f"    {ctype} *st_t{b} = {at};")
     for k, block in enumerate(plan.blocks):
-        bufs = sorted({a.buffer for a in block.ins + block.outs})
-        args = [_buffer_name(plan, f, b) for b in bufs]
+        args = [_buffer_name(plan, f, b) for b in block.buffers]
         if block.points or block.runs >= 0:
             args.append("np")
         out.append(f"    st_{f}_b{k}({', '.join(args)});")
-    called = {_buffer_name(plan, f, a.buffer) for block in plan.blocks
-              for a in block.ins + block.outs}
+    called = {_buffer_name(plan, f, b) for block in plan.blocks for b in block.buffers}
     if any(name.startswith("st_t") for name in called):
         called.add("st_arena")
     if any(block.points or block.runs >= 0 for block in plan.blocks):
@@ -351,9 +355,9 @@ def _parts(plan: LoopPlan, f: str, ctype: str, m: str, offsets: tuple | None = N
     """The constants, the blocks and the program of ``plan`` (``offsets``: of its
     temporaries in the arena; default: the compiled function's)."""
     lines = []
-    used = {a.buffer for block in plan.blocks for a in block.ins + block.outs}
+    used = {b for block in plan.blocks for b in block.buffers}
     for b, buf in enumerate(plan.buffers):
-        if buf.kind == "const" and b in used:  # (one no block reads is not written)
+        if buf.kind in ("const", "indices") and b in used:  # (unread ones are left out)
             lines += _constant(f"st_{f}_c{b}", buf, ctype)
     if lines:
         lines.append("")
@@ -394,6 +398,8 @@ def _touched(plan: LoopPlan, points: int) -> dict:
                 continue
             top = acc.offset + max(acc.core) + sum(
                 max(0, s * (n - 1)) for s, n in zip(acc.strides, extents))
+            if acc.index:  # an indexed access may reach any of its buffer's elements
+                top = plan.buffers[acc.buffer].size - 1
             need[acc.buffer] = max(need.get(acc.buffer, 0), top + 1)
     return need
 

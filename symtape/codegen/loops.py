@@ -46,8 +46,10 @@ POINT_ALIGN = 4
 
 
 class Buffer(NamedTuple):
-    """``kind``: ``'input'`` / ``'output'`` (``index``: the argument), ``'temp'`` or
-    ``'const'`` (``values``: its elements); ``size`` elements, bytes when ``boolean``."""
+    """``kind``: ``'input'`` / ``'output'`` (``index``: the argument), ``'temp'``,
+    ``'const'`` (``values``: its elements) or ``'indices'`` (``values``: element offsets an
+    indexed :class:`Access` adds, held as 32-bit integers); ``size`` elements, bytes when
+    ``boolean``."""
 
     kind: str
     index: int
@@ -58,12 +60,16 @@ class Buffer(NamedTuple):
 
 class Access(NamedTuple):
     """Element ``c`` of the body's argument at iteration ``idx`` of the space is element
-    ``offset + sum(idx * strides) + core[c]`` of ``buffer``."""
+    ``offset + sum(idx * strides) + core[c]`` of ``buffer``; an indexed access (``index``:
+    ``(buffer, offset, strides)`` of an ``'indices'`` buffer ``I``) adds
+    ``I[offset' + sum(idx * strides')]`` to that: a gather or scatter by an index array,
+    one loop whatever the pattern."""
 
     buffer: int
     offset: int
     strides: tuple
     core: tuple = (0,)
+    index: tuple = ()
 
 
 class Block(NamedTuple):
@@ -87,6 +93,13 @@ class Block(NamedTuple):
     contract: bool = False  # multiplies and adds may fuse (one rounding: a matrix product)
     count: int = -1  # this dimension runs over the chunk's real points, one per iteration
     runs: int = -1  # this (inner) dimension runs over the chunk's points (padded), run time
+
+    @property
+    def buffers(self) -> list:
+        """The buffers the block's function takes, in order: those its accesses read and
+        write and their index arrays."""
+        accs = self.ins + self.outs
+        return sorted({a.buffer for a in accs} | {a.index[0] for a in accs if a.index})
 
 
 @dataclass(frozen=True)
@@ -114,8 +127,23 @@ class LoopPlan:
     @property
     def arena(self) -> tuple:
         """``(offsets, bytes)``: where each temporary lives in the arena (None for other
-        buffers); temporaries whose lives do not overlap share space."""
+        buffers); temporaries whose lives do not overlap share space (the prologue's live
+        throughout)."""
         return _allocate(self)
+
+    @property
+    def prologue(self) -> tuple:
+        """The blocks that depend on no point (computed from constants, index arrays and
+        arguments shared by all points only, writing temporaries nothing else writes): one
+        run per call, before the points or chunks, instead of one per point or chunk (the
+        one-hot seeds of a coloured sweep and what is computed from them)."""
+        return _prologue(self)
+
+    @property
+    def order(self) -> tuple:
+        """The blocks in the order they run: the prologue's, then the others."""
+        first = self.prologue
+        return first + tuple(k for k in range(len(self.blocks)) if k not in first)
 
 
 def layouts(inputs: list, outputs: list) -> tuple:
@@ -129,14 +157,50 @@ def layouts(inputs: list, outputs: list) -> tuple:
 # --------------------------------------------------------------------------------------------
 
 
+def _prologue(plan: LoopPlan) -> tuple:
+    shared = set()  # buffers no point changes: constants, shared arguments, what they give
+    for b, buf in enumerate(plan.buffers):
+        if buf.kind in ("const", "indices") or (buf.kind == "input" and buf.index < len(
+                plan.shared) and plan.shared[buf.index]):
+            shared.add(b)
+    writers: dict = {}
+    for k, block in enumerate(plan.blocks):
+        for acc in block.outs:
+            writers.setdefault(acc.buffer, []).append(k)
+    out: list = []
+    for k, block in enumerate(plan.blocks):
+        if block.points or block.runs >= 0 or block.count >= 0:
+            continue
+        reads = {a.buffer for a in block.ins} | {a.index[0] for a in block.ins + block.outs
+                                                  if a.index}
+        wrote = {a.buffer for a in block.outs}
+        before = all(plan.buffers[b].kind == "temp" and all(w in out for w in writers[b]
+                                                             if w < k) for b in wrote)
+        if before and reads - wrote <= shared:  # (what it reads of its own: the prologue's)
+            out.append(k)
+            shared |= wrote
+    # a temporary a later block (outside the prologue) writes again is not the prologue's
+    late = {a.buffer for k, block in enumerate(plan.blocks) if k not in out
+            for a in block.outs}
+    keep = [k for k in out if not ({a.buffer for a in plan.blocks[k].outs} & late)]
+    while keep != out:  # (and what read those, computed before them)
+        out = keep
+        made = {a.buffer for k in out for a in plan.blocks[k].outs}
+        keep = [k for k in out if {a.buffer for a in plan.blocks[k].ins
+                                   if plan.buffers[a.buffer].kind == "temp"} <= made]
+    return tuple(out)
+
+
 def _allocate(plan: LoopPlan) -> tuple:
     first: dict = {}
     last: dict = {}
-    for k, block in enumerate(plan.blocks):
-        for acc in block.ins + block.outs:
+    order = plan.order
+    kept = {a.buffer for k in plan.prologue for a in plan.blocks[k].outs}
+    for step, k in enumerate(order):
+        for acc in plan.blocks[k].ins + plan.blocks[k].outs:
             if plan.buffers[acc.buffer].kind == "temp":
-                first.setdefault(acc.buffer, k)
-                last[acc.buffer] = k
+                first.setdefault(acc.buffer, step)
+                last[acc.buffer] = len(order) if acc.buffer in kept else step
     width = [1 if b.boolean else 8 for b in plan.buffers]
     offsets: list = [None] * len(plan.buffers)
     free: list = []  # (offset, bytes) holes
@@ -202,13 +266,18 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
         if same == k:
             lines += text
     offsets, arena = plan.arena
-    lines += _program(plan, offsets, calls)
+    first = plan.prologue
+    lines += _program(plan, offsets, calls, [k for k in range(len(plan.blocks))
+                                             if k not in first])
+    if first:
+        lines += _program(plan, offsets, calls, first, "prologue")
     if plan.points:
         lines += _chunk_loop(plan, arena, t, size)
         decls.update(_MEMORY)
     else:
         lines += _point_loop(plan, arena, t)
-    consts = [_constant(i, b, t, dtype) for i, b in enumerate(plan.buffers) if b.kind == "const"]
+    consts = [_constant(i, b, t, dtype) for i, b in enumerate(plan.buffers)
+              if b.kind in ("const", "indices")]
     head = [header("loop kernel", name, plan, f", {len(plan.blocks)} blocks")]
     decls.update(MALLOC)
     slot = ["@arena.slot = internal global ptr null, align 8"]
@@ -252,7 +321,7 @@ def _disjoint(acc: Access, space: tuple) -> bool:
     ``acc``: the elements one iteration writes, shifted by every multiple of the outermost
     stride the loop reaches, never meet themselves."""
     s0, n0 = acc.strides[0], space[0]
-    if s0 == 0:
+    if s0 == 0 or acc.index:  # (an indexed write may meet any element)
         return False
     lo, hi = min(acc.core), max(acc.core)
     for stride, n in zip(acc.strides[1:], space[1:]):
@@ -274,7 +343,7 @@ def _disjoint(acc: Access, space: tuple) -> bool:
 def _parallel(plan: LoopPlan, k: int, block: Block, chunks: list) -> list:
     """``@b<k>.par``: the block's ranges on ``pthread``s (``@b<k>.thread`` unpacks one),
     the first on the calling thread; a range whose thread did not start runs here too."""
-    bufs = sorted({a.buffer for a in block.ins + block.outs})
+    bufs = block.buffers
     nb = len(bufs)
     args = ", ".join(f"ptr %B{b}" for b in bufs)
     struct = f"{{ {', '.join(['ptr'] * nb + ['i64', 'i64'])} }}"
@@ -315,6 +384,9 @@ def _elem(buf: Buffer, t: str) -> str:
 
 
 def _constant(i: int, buf: Buffer, t: str, dtype: str) -> str:
+    if buf.kind == "indices":
+        items = ", ".join(f"i32 {int(v)}" for v in buf.values)
+        return f"@c{i} = private unnamed_addr constant [{buf.size} x i32] [{items}], align 64"
     elem = "i8" if buf.boolean else t
     if not any(buf.values):  # empty, or all zeros (of either sign: a sign is a value)
         if all(str(v)[0] != "-" for v in buf.values):
@@ -323,7 +395,14 @@ def _constant(i: int, buf: Buffer, t: str, dtype: str) -> str:
     if buf.boolean:
         items = ", ".join(f"i8 {int(bool(v))}" for v in buf.values)
         return f"@c{i} = private unnamed_addr constant [{buf.size} x i8] [{items}], align 64"
-    items = ", ".join(f"{t} {float_literal(float(v), dtype)}" for v in buf.values)
+    values = np.asarray(buf.values, dtype=np.float64)
+    # each distinct value written once (one-hot seeds: 10^5 elements, two values); the
+    # sign of a zero is kept apart (-0.0 == 0.0 as numbers)
+    keys = values.view(np.int64)
+    distinct, where = np.unique(keys, return_inverse=True)
+    texts = np.array([f"{t} {float_literal(float(v), dtype)}"
+                      for v in distinct.view(np.float64)], dtype=object)
+    items = ", ".join(texts[where.reshape(-1)].tolist())
     return f"@c{i} = private unnamed_addr constant [{buf.size} x {t}] [{items}], align 64"
 
 
@@ -345,7 +424,7 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
     """``@b<k>(ptr %B<buffer>...)``: the loop nest over ``block.space`` around its body."""
     t = fmt["t"]
     accs = block.ins + block.outs
-    bufs = sorted({a.buffer for a in accs})
+    bufs = block.buffers
     in_bool = tuple(plan.buffers[a.buffer].boolean for a in block.ins)
     if block.contract and not fmt["fm"]:
         fmt = dict(fmt, fm="contract ")
@@ -404,6 +483,18 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
             out.append(f"  %a{a_i}.m{j} = mul nsw i64 {i}, {s}")
             out.append(f"  %a{a_i}.s{j} = add nsw i64 {cur}, %a{a_i}.m{j}")
             cur = f"%a{a_i}.s{j}"
+        if acc.index:  # plus the offset the index array holds at this iteration
+            ibuf, ioff, istrides = acc.index
+            at = str(ioff)
+            for j, (s, i) in enumerate((s, i) for s, i in zip(istrides, idx) if s != 0):
+                out += [f"  %a{a_i}.im{j} = mul nsw i64 {i}, {s}",
+                        f"  %a{a_i}.is{j} = add nsw i64 {at}, %a{a_i}.im{j}"]
+                at = f"%a{a_i}.is{j}"
+            out += [f"  %a{a_i}.ip = getelementptr inbounds i32, ptr %B{ibuf}, i64 {at}",
+                    f"  %a{a_i}.iv = load i32, ptr %a{a_i}.ip",
+                    f"  %a{a_i}.ix = sext i32 %a{a_i}.iv to i64",
+                    f"  %a{a_i}.at = add nsw i64 {cur}, %a{a_i}.ix"]
+            cur = f"%a{a_i}.at"
         out.append(f"  %p{a_i} = getelementptr inbounds {elem}, ptr %B{acc.buffer}, i64 {cur}")
         ptrs.append(f"ptr %p{a_i}")
     out.append(f"  call void @b{k}.point({', '.join(ptrs)})")
@@ -468,7 +559,7 @@ def _base(plan: LoopPlan, buf: int, offsets: tuple) -> str:
         return f"%in{b.index}"
     if b.kind == "output":
         return f"%out{b.index}"
-    if b.kind == "const":
+    if b.kind in ("const", "indices"):
         return f"@c{buf}"
     return f"%t{buf}"
 
@@ -483,8 +574,9 @@ def _shape_of(text: list, k: int) -> str:
     return re.sub(r"%B(\d+)", lambda m: f"%B{names.setdefault(m.group(1), len(names))}", body)
 
 
-def _program(plan: LoopPlan, offsets: tuple, calls: list) -> list:
-    """``@program(ptr %in..., ptr %out..., ptr %arena)``: one point, every block in order
+def _program(plan: LoopPlan, offsets: tuple, calls: list, blocks, name: str = "program"
+             ) -> list:
+    """``@<name>(ptr %in..., ptr %out..., ptr %arena)``: one point, the ``blocks`` in order
     (``calls[k]``: the block whose function block ``k`` calls, see :func:`_shape_of`)."""
     params = [f"ptr noalias %in{i}" for i in range(len(plan.inputs))]
     params += [f"ptr noalias %out{i}" for i in range(len(plan.outputs))]
@@ -493,14 +585,14 @@ def _program(plan: LoopPlan, offsets: tuple, calls: list) -> list:
         params.append("i64 %np")
     if any(plan.totals):
         params.append("i64 %nc")
-    out = [f"define internal void @program({', '.join(params)}) noinline nounwind {{",
+    out = [f"define internal void @{name}({', '.join(params)}) noinline nounwind {{",
            "entry:"]
     for i, b in enumerate(plan.buffers):
         if b.kind == "temp" and offsets[i] is not None:  # (None: no block uses it)
             out.append(f"  %t{i} = getelementptr inbounds i8, ptr %arena, i64 {offsets[i]}")
-    for k, block in enumerate(plan.blocks):
-        bufs = sorted({a.buffer for a in block.ins + block.outs})
-        args = ", ".join(f"ptr {_base(plan, b, offsets)}" for b in bufs)
+    for k in blocks:
+        block = plan.blocks[k]
+        args = ", ".join(f"ptr {_base(plan, b, offsets)}" for b in block.buffers)
         par = ".par" if len(_chunks(plan, block)) > 1 else ""
         if block.points:
             args += ", i64 %np"
@@ -520,12 +612,12 @@ def _point_loop(plan: LoopPlan, arena: int, t: str) -> list:
     heap = arena > LANE_STACK_BYTES
     lines = body_head(n_in + n_out, "start")
     if heap:
-        lines += _take_arena(arena, "start", "loop.pre") + ["  br label %loop"]
-        pre = "loop.pre"
+        lines += _take_arena(arena, "start", "loop.pre")
     else:
-        lines += [f"  %arena = alloca i8, i64 {max(arena, 1)}, align 64", "  br label %loop"]
-        pre = "start"
-    lines += ["loop:", f"  %j = phi i64 [ 0, %{pre} ], [ %j.next, %loop ]"]
+        lines += [f"  %arena = alloca i8, i64 {max(arena, 1)}, align 64"]
+    lines += _run_prologue(plan, n_in + n_out, "", heap) + ["  br label %loop.go", "loop.go:",
+                                                             "  br label %loop"]
+    lines += ["loop:", "  %j = phi i64 [ 0, %loop.go ], [ %j.next, %loop ]"]
     for i, elem in enumerate(elems):
         lines += [f"  %o{i} = mul nsw i64 %j, %s{i}",
                   f"  %p{i} = getelementptr inbounds {elem}, ptr %b{i}, i64 %o{i}"]
@@ -541,6 +633,23 @@ def _point_loop(plan: LoopPlan, arena: int, t: str) -> list:
 
 
 _MEMORY = (MEMCPY, MEMSET)
+
+
+def _run_prologue(plan: LoopPlan, n_bufs: int, tail: str, heap: bool) -> list:
+    """The call of ``@prologue`` (when the plan has one) on the caller's arrays and the
+    arena, before the points or chunks: its blocks read only constants and arguments
+    every point shares. Its temporaries come first in the arena and nothing else writes
+    them, so when they depend on no argument at all a kept arena (``@arena.slot``: one an
+    earlier call of this function left) holds them already and the call is skipped."""
+    if not plan.prologue:
+        return []
+    args = ", ".join([f"ptr %b{i}" for i in range(n_bufs)] + ["ptr %arena"])
+    call = [f"  call void @prologue({args}{tail})"]
+    reads = {a.buffer for k in plan.prologue for a in plan.blocks[k].ins}
+    if not heap or any(plan.buffers[b].kind == "input" for b in reads):
+        return call
+    return ["  br i1 %have, label %pro.done, label %pro.run", "pro.run:", *call,
+            "  br label %pro.done", "pro.done:"]
 
 
 def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
@@ -565,10 +674,8 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
     lines = body_head(n_in + n_out, "start")
     if heap:
         lines += _take_arena(top, "start", "pre")
-        pre = "pre"
     else:
         lines += [f"  %arena = alloca i8, i64 {max(top, 1)}, align 64"]
-        pre = "start"
     for i in range(n_in + n_out):
         lines.append(f"  %st{i} = getelementptr inbounds i8, ptr %arena, i64 {stage[i]}"
                      if not shared[i] else f"  %st{i} = getelementptr inbounds i8, ptr %b{i}, "
@@ -577,6 +684,8 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
         lines.append(f"  %st.pad = getelementptr inbounds i8, ptr %arena, i64 {stage[0]}")
         lines.append(f"  call void @llvm.memset.p0.i64(ptr %st.pad, i8 0, "
                      f"i64 {top - stage[0]}, i1 false)")
+    lines += _run_prologue(plan, n_in + n_out, f", i64 {chunk}" + (", i64 0" if counted
+                                                                     else ""), heap)
     dense = "true"
     for i, size in enumerate(sizes):
         if shared[i]:
@@ -584,8 +693,8 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
         lines += [f"  %dn{i} = icmp eq i64 %s{i}, {size}",
                   f"  %dense{i} = and i1 {dense}, %dn{i}"]
         dense = f"%dense{i}"
-    lines += ["  br label %chunk", "chunk:",
-              f"  %c = phi i64 [ 0, %{pre} ], [ %c.next, %next ]",
+    lines += ["  br label %chunk.go", "chunk.go:", "  br label %chunk", "chunk:",
+              "  %c = phi i64 [ 0, %chunk.go ], [ %c.next, %next ]",
               "  %rem = sub nsw i64 %n, %c",
               f"  %full = icmp sge i64 %rem, {chunk}",
               f"  %fast = and i1 %full, {dense}",

@@ -11,7 +11,8 @@ import math
 import numpy as np
 
 __all__ = ["affine", "box_of", "chains", "composed", "cuts_along", "finer_affine", "finer_pair",
-           "flat_places", "fused_size", "paddings", "past_links", "readers", "runs_of"]
+           "flat_places", "fused_size", "paddings", "past_links", "readers", "runs_of",
+           "split_affine"]
 
 
 def cuts_along(places: np.ndarray, d: int, most: int) -> set | None:
@@ -130,6 +131,38 @@ def finer_affine(offsets: np.ndarray):
         else:
             return None
     return None
+
+
+def split_affine(offsets: np.ndarray) -> tuple:
+    """``(strides, index)``: ``offsets[idx] == sum(idx * strides) + index[idx]`` with every
+    axis along which the offsets step evenly in ``strides`` and ``index`` constant along
+    those axes (read with stride 0 there): ``index`` holds only the irregular part, taken
+    at the first place of each affine axis. An indexed loop access stores ``index``.
+
+    >>> strides, index = split_affine(np.array([[5, 0, 3], [105, 100, 103]]))
+    >>> strides, index.tolist()
+    ((100, 0), [[5, 0, 3]])
+    """
+    o = np.asarray(offsets, dtype=np.int64)
+    strides = []
+    rest = o
+    for d, n in enumerate(o.shape):
+        if n <= 1 or o.strides[d] == 0:  # (a broadcast axis steps by 0)
+            strides.append(0)
+            rest = rest.take([0], axis=d) if n > 1 else rest
+            continue
+        first = rest.take([0], axis=d)
+        second = rest.take([1], axis=d)
+        step = second - first
+        c = int(step.flat[0])
+        if np.all(step == c) and np.array_equal(
+                rest, first + c * np.arange(n, dtype=np.int64).reshape(
+                    (n,) + (1,) * (o.ndim - d - 1))):
+            strides.append(c)
+            rest = first  # constant along d from here on
+        else:
+            strides.append(0)
+    return tuple(strides), np.ascontiguousarray(rest)
 
 
 def finer_pair(src: np.ndarray, dst: np.ndarray):

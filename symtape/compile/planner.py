@@ -42,7 +42,7 @@ from symtape.codegen.routines import Routine
 from symtape.base.errors import UnboundLeafError
 from symtape.compile.offsets import (
     affine, box_of, chains, composed, cuts_along, finer_affine, finer_pair, flat_places,
-    fused_size, paddings, past_links, readers, runs_of,
+    fused_size, paddings, past_links, readers, runs_of, split_affine,
 )
 from symtape.core.primitive import Unplannable, distinct_places, inverse_places
 from symtape.base.lazy import LazyModule
@@ -59,6 +59,10 @@ UNROLL_LIMIT = 4096
 #: Jacobian, colour by colour): LLVM takes a second over an unrolled copy of 1,500.
 MAX_RUNS = 64
 RUN_LENGTH = 16
+#: Float constants of at least this many elements with at most one in SPARSE_SHARE
+#: non-zero are built in the prologue from their non-zeros (planner.sparse_constant).
+SPARSE_CONSTANT = 4096
+SPARSE_SHARE = 8
 #: An elementwise op whose arguments or destination change piece within its shape (a
 #: zero-padded scatter: zeros, then the source; a gather writing it straight into an output)
 #: runs as one loop per box where all of them are affine, up to this many boxes.
@@ -326,6 +330,7 @@ class _Planner:
         self.counts: dict = {}  # id(adding scatter) -> its count of live terms (a stand-in)
         self.zero: int | None = None  # a constant buffer of one zero (the zeros of holes)
         self.per_point: set = set()  # buffers holding a slice per point of the chunk
+        self.index_arrays: dict = {}  # (shape, bytes) -> its 'indices' buffer
 
     # -- what loop rules share (``Primitive.loop``'s protocol) ------------------------------
     affine = staticmethod(affine)
@@ -423,6 +428,25 @@ class _Planner:
                                  else space, body, tuple(ins), tuple(outs), accumulate,
                                  points or int(batched), contract, count, runs))
 
+    def indexed(self, buf: int, offsets: np.ndarray) -> Access:
+        """``buf`` read or written at ``offsets`` (one per iteration of a block's space, the
+        chunk's points in front when it runs over them): strides where the offsets step
+        evenly, the rest an index array (a constant ``'indices'`` buffer, one per distinct
+        array)."""
+        strides, index = split_affine(offsets)
+        if index.size == 1:
+            return Access(buf, int(index.flat[0]), strides)
+        if index.max() >= 2 ** 31 or index.min() < -2 ** 31:
+            raise Unplannable(f"an index array of places beyond 32 bits ({index.max()})")
+        key = (index.shape, index.tobytes())
+        ibuf = self.index_arrays.get(key)
+        if ibuf is None:
+            ibuf = self.index_arrays[key] = self.add_buffer(Buffer(
+                "indices", -1, index.size, False, tuple(index.reshape(-1).tolist())))
+        istrides = tuple(0 if n == 1 else st // index.itemsize
+                         for n, st in zip(index.shape, index.strides))
+        return Access(buf, 0, strides, (0,), (ibuf, 0, istrides))
+
     def materialise(self, loc: tuple, into: int | None = None) -> tuple:
         """``loc`` copied to a contiguous temporary (or to buffer ``into``, of its size): by
         runs of consecutive elements (a gather of a few pieces), else element by element (up
@@ -434,9 +458,14 @@ class _Planner:
         starts = runs_of(per.reshape(-1))
         by_runs = len(starts) <= MAX_RUNS and n >= RUN_LENGTH * len(starts)
         finer = None if by_runs or n <= UNROLL_LIMIT else finer_affine(per)
-        if n > UNROLL_LIMIT and not by_runs and finer is None:
-            raise Unplannable(f"a gather of {n} elements in {len(starts)} pieces")
         boolean = self.buffers[buf].boolean
+        if n > UNROLL_LIMIT and not by_runs and finer is None:  # one loop, an index array
+            new = self.add_buffer(Buffer("temp", -1, n, boolean), batched) if into is None \
+                else into
+            dst = affine(flat_places(self.shape(per.shape, batched)))
+            self.block(per.shape, _copy_body(1, boolean), (self.indexed(buf, offsets),),
+                       (Access(new, dst[0], dst[1]),), batched=batched)
+            return new, flat_places(offsets.shape)
         if finer is not None and batched:
             self.point_stride(offsets)  # (raises when points are placed irregularly)
         new = self.add_buffer(Buffer("temp", -1, n, boolean), batched) if into is None \
@@ -487,9 +516,32 @@ class _Planner:
         return node.prim.loop(self, node)
 
     def constant(self, node: N.Node, values: np.ndarray) -> tuple:
+        """A constant buffer of ``values``; a large float constant that is mostly zeros (the
+        one-hot seeds of a coloured sweep) is built instead by two blocks that depend on no
+        point (the plan's prologue): zeros, then its other elements written by an index
+        array (the module holds those only)."""
         dtype = bool if node.dtype.kind == "b" else float
         flat = np.asarray(values, dtype=dtype).reshape(-1)
+        if dtype is float and flat.size >= SPARSE_CONSTANT:
+            nz = np.flatnonzero(flat.view(np.int64))  # (-0.0 is not the zero filled in)
+            if len(nz) * SPARSE_SHARE <= flat.size:
+                return self.sparse_constant(node, flat, nz)
         return self.buffer("const", -1, node, flat.tolist()), flat_places(node.shape)
+
+    def sparse_constant(self, node: N.Node, flat: np.ndarray, nz: np.ndarray) -> tuple:
+        loc = self.fresh(node)
+        self.fill(loc, node.shape, 0.0)
+        if not len(nz):
+            return loc
+        vals = flat[nz]
+        out = self.indexed(loc[0], nz.reshape(-1))
+        if (vals == vals[0]).all() and np.signbit(vals).all() == np.signbit(vals[0]):
+            self.block((len(nz),), build_plan([np.asarray(G.number(float(vals[0])),
+                                                          dtype=object)], []), (), (out,))
+        else:
+            src = self.constant_buffer(vals.tolist())
+            self.block((len(nz),), _copy_body(1, False), (Access(src, 0, (1,)),), (out,))
+        return loc
 
     def structural(self, node: N.Node, maps: list | None = None, args=None) -> tuple:
         """A node whose element ``j`` is element ``maps[a][j]`` of argument ``a`` (or zero
@@ -563,8 +615,14 @@ class _Planner:
                 self.block(shape, _copy_body(1, boolean), (Access(buf, s0, step + ss),),
                            (Access(loc[0], d0, out_step + ds),), batched=batched)
                 continue
-            if src.size > UNROLL_LIMIT:
-                raise Unplannable(f"{node.prim.name}: a part of {src.size} scattered elements")
+            if src.size > UNROLL_LIMIT:  # one loop reading and writing by index arrays
+                full = offs.reshape(self.P, -1)[:, m[where].reshape(-1)] if here else src
+                lead = (self.P,) if batched else ()
+                to = dst[None] + node.size * np.arange(self.P)[:, None] if batched else dst
+                self.block((src.size,), _copy_body(1, boolean),
+                           (self.indexed(buf, np.broadcast_to(full, lead + src.shape)),),
+                           (self.indexed(loc[0], to),), batched=batched)
+                continue
             ins = (Access(buf, 0, step, tuple(int(k) for k in src)),)
             outs = (Access(loc[0], 0, out_step, tuple(int(k) for k in dst)),)
             self.block((), _copy_body(src.size, boolean), ins, outs, batched=batched)

@@ -66,12 +66,13 @@ def shape_arg(shape, what: str) -> tuple:
 def _leaf_atoms(name: str, shape: tuple, store: _Store, assumptions: dict | None = None
                 ) -> np.ndarray:
     atoms = np.empty(shape, dtype=object)
+    base = sp.latex(sp.Symbol(name)) if shape else ""
     for flat, idx in enumerate(np.ndindex(*shape)):
         if not idx:
             atoms[idx] = G.Leaf.new(name, store, 0, assumptions=assumptions)
             continue
         label = "_".join(map(str, idx))
-        latex = rf"{sp.latex(sp.Symbol(name))}_{{{','.join(map(str, idx))}}}"
+        latex = rf"{base}_{{{','.join(map(str, idx))}}}"
         atoms[idx] = G.Leaf.new(f"{name}_{label}", store, flat, latex, assumptions)
     return atoms
 

@@ -27,8 +27,11 @@ __all__ = ["dependencies", "propagate", "dependency_rows", "colour_rows", "star_
            "positions"]
 
 #: Colouring visits, for each row, the rows that share its columns; beyond this many visits
-#: (dense patterns, where colouring gains nothing) each row keeps its own colour.
-COLOUR_WORK = 2_000_000
+#: (dense patterns, where colouring gains nothing) each row keeps its own colour. (Row
+#: colouring holds the pairs as arrays: 16 bytes a visit.)
+COLOUR_WORK = 20_000_000
+#: The same for star colouring (its visits are Python steps).
+STAR_WORK = 2_000_000
 
 
 def _source_bits(source: N.Node) -> np.ndarray:
@@ -92,11 +95,17 @@ def dependency_rows(target: N.Node, source: N.Node) -> list[np.ndarray]:
     [[0, 2], [1], [0, 2]]
     """
     width = (source.size + 7) // 8
-    out = []
-    for bits in dependencies(target, source).reshape(-1):
-        raw = np.frombuffer(int(bits).to_bytes(width, "little"), dtype=np.uint8)
-        out.append(np.flatnonzero(np.unpackbits(raw, bitorder="little")[:source.size]))
-    return out
+    bits = dependencies(target, source).reshape(-1)
+    if not len(bits):
+        return []
+    raw = np.frombuffer(b"".join(int(b).to_bytes(width, "little") for b in bits),
+                        dtype=np.uint8).reshape(len(bits), width)
+    rows, cols = np.nonzero(raw)  # only the non-zero bytes are unpacked
+    on = (raw[rows, cols][:, None] >> np.arange(8, dtype=np.uint8)) & 1
+    r, k = np.nonzero(on)
+    places, owner = cols[r] * 8 + k, rows[r]  # (row-major: each row's places ascending)
+    return np.split(places.astype(np.int64), np.cumsum(np.bincount(owner,
+                                                                 minlength=len(bits)))[:-1])
 
 
 def colour_rows(rows: list[np.ndarray], n_cols: int) -> np.ndarray:
@@ -107,19 +116,31 @@ def colour_rows(rows: list[np.ndarray], n_cols: int) -> np.ndarray:
     >>> colour_rows(tri, 6).tolist()
     [0, 1, 2, 0, 1, 2]
     """
-    by_col: list = [[] for _ in range(n_cols)]
-    for i, cols in enumerate(rows):
-        for j in cols.tolist():
-            by_col[j].append(i)
-    if sum(len(r) ** 2 for r in by_col) > COLOUR_WORK:
-        return np.arange(len(rows), dtype=np.int64)
-    colour = np.full(len(rows), -1, dtype=np.int64)
-    for i, cols in enumerate(rows):
-        taken = {int(colour[r]) for j in cols.tolist() for r in by_col[j]}
-        c = 0
-        while c in taken:
-            c += 1
-        colour[i] = c
+    n = len(rows)
+    lens = np.fromiter((len(r) for r in rows), dtype=np.int64, count=n)
+    cols = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows]) if n else \
+        np.zeros(0, dtype=np.int64)
+    row_of = np.repeat(np.arange(n, dtype=np.int64), lens)
+    counts = np.bincount(cols, minlength=n_cols)
+    if int((counts ** 2).sum()) > COLOUR_WORK:
+        return np.arange(n, dtype=np.int64)
+    # the pairs of rows sharing each column (a row with itself included), by first row
+    order = np.argsort(cols, kind="stable")
+    col_rows, col_of = row_of[order], cols[order]
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    per = counts[col_of]  # each entry pairs with every entry of its column
+    entry = np.repeat(np.arange(len(col_of)), per)
+    k = np.arange(len(entry)) - np.repeat(np.cumsum(per) - per, per)
+    first, second = col_rows[entry], col_rows[starts[col_of[entry]] + k]
+    by_first = np.argsort(first, kind="stable")
+    neighbours = second[by_first]
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(first, minlength=n))])
+    colour = np.full(n, -1, dtype=np.int64)
+    for i in range(n):
+        taken = colour[neighbours[bounds[i]:bounds[i + 1]]]
+        free = np.ones(len(taken) + 1, dtype=bool)
+        free[taken[(taken >= 0) & (taken < len(free))]] = False
+        colour[i] = int(np.argmax(free))
     return colour
 
 
@@ -146,7 +167,7 @@ def star_colour(rows: list[np.ndarray], n: int) -> np.ndarray:
     [0, 1, 2, 3, 4]
     """
     adj = [[int(j) for j in r.tolist() if j != i] for i, r in enumerate(_symmetric(rows, n))]
-    if sum(len(a) ** 2 for a in adj) > COLOUR_WORK:
+    if sum(len(a) ** 2 for a in adj) > STAR_WORK:
         return np.arange(n, dtype=np.int64)
     colour = [-1] * n
     # around[x][d]: how many of x's neighbours have colour d

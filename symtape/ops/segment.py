@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from symtape.base.errors import InvalidArgumentError, ShapeError
-from symtape.core.primitive import Aval, Primitive, Unplannable, Zero, fmt, obj, register_primitive
+from symtape.core.primitive import Aval, Primitive, Zero, fmt, obj, register_primitive
 from symtape.ops.elementwise import divide, equal, greater, maximum, minimum, multiply, where
 from symtape.ops.structural import cast, gather_flat, transpose
 from symtape.base.lazy import LazyModule
@@ -188,9 +188,10 @@ class SegmentReduce(Primitive):
         """Accumulating loops over the rows with the ids as affine places: one loop when the
         places are affine over the rows' shape or a finer one (equal segments, strided
         ids), else one loop per run of rows whose ids step evenly (at most
-        :data:`MAX_RUNS`); the combination starts from the kind's identity and segments no
-        row reaches are set to ``empty`` by a loop reading a constant mask. Other ids:
-        the element view unrolled when small, else :class:`Unplannable`."""
+        :data:`MAX_RUNS`), else one loop reading the places from index arrays; the
+        combination starts from the kind's identity, each segment combining its rows in
+        order, and segments no row reaches are set to ``empty`` by a loop reading a
+        constant mask."""
         if not planner.numeric(node) or node.inputs[0].dtype.kind != "f":
             return planner.unrolled(node)
         (x,) = node.inputs
@@ -199,15 +200,8 @@ class SegmentReduce(Primitive):
         places = row_places(ids, rest)
         found = planner.finer(places) if not (ids < 0).any() and x.size else None
         runs = None if found is not None else _runs(ids)
-        if found is None and (runs is None or len(runs) > MAX_RUNS):
-            try:
-                return planner.unrolled(node)
-            except Unplannable:
-                raise Unplannable(
-                    f"segment_reduce of {len(ids)} rows into {node.shape[0]} segments: the "
-                    f"ids step evenly in more than {MAX_RUNS} runs, and loop accesses are "
-                    "affine (reading an index array in a loop needs an indexed access)"
-                ) from None
+        if found is None and runs is None:  # no row reaches a segment
+            return planner.unrolled(node)
         xloc = planner.loc[id(x)]
         batched = planner.batched(xloc)
         loc = planner.fresh(node, batched)
@@ -222,6 +216,14 @@ class SegmentReduce(Primitive):
             xs = (xloc[0], xloc[1].reshape(planner.shape(space, batched)))
             planner.accumulate(space, value, [acc, term],
                                [out, planner.access(xs, space, batched)], out, batched)
+        elif len(runs) > MAX_RUNS:  # one loop over the kept rows, by index arrays
+            keep = np.flatnonzero(ids >= 0)
+            lead = (slice(None),) * batched
+            space = (len(keep),) + rest
+            xs = planner.spread(xloc, x.shape, batched)[lead + (keep,)]
+            out = planner.indexed(loc[0], outs[lead + (ids[keep],)])
+            planner.accumulate(space, value, [acc, term],
+                               [out, planner.indexed(xloc[0], xs)], out, batched)
         else:
             for lo, hi, first, step in runs:
                 rows = first + step * np.arange(hi - lo, dtype=np.int64)

@@ -314,7 +314,8 @@ class ScatterAdd(Primitive):
 
     def loop(self, planner, node):
         """To distinct places: a view of the argument (zeros elsewhere); adding several
-        elements into one place: one accumulating loop (:meth:`summed`), else unrolled."""
+        elements into one place: one accumulating loop (:meth:`summed`); with dropped
+        (-1) entries among those, unrolled."""
         idx = node.params["idx"]
         if distinct_places(idx):
             return planner.structural(node, [inverse_places(idx, node.shape)])
@@ -325,34 +326,41 @@ class ScatterAdd(Primitive):
     def summed(planner, node) -> tuple | None:
         """A scatter that adds several elements into one place (the transpose of a
         broadcast: a sum over the broadcast axes) as one accumulating loop over its
-        argument's shape (or a finer one), when its places are affine in it: zeros (eager
-        values' start), then ``out[idx[j]] += x[j]`` in order; None otherwise."""
+        argument's shape (or a finer one; its places affine in it, else read from an index
+        array): zeros (eager values' start), then ``out[idx[j]] += x[j]`` in order; None
+        when some entries are dropped."""
         (x,) = node.inputs
         idx = node.params["idx"]
         if (idx < 0).any():
             return None
         # in a fresh buffer, element j is at place j: the places, affine over x's shape or
-        # over a finer one (a tile's: (copies, n), stepping back to 0 at each copy)
+        # over a finer one (a tile's: (copies, n), stepping back to 0 at each copy), else
+        # read from an index array
         found = planner.finer(idx.reshape(x.shape))
-        if found is None:
-            return None
-        space, (start, strides) = found
+        space = found[0] if found is not None else tuple(x.shape)
         term, leaves, ins, batched = planner.operand(x, space)  # (x computed here, maybe)
-        aff = (start, ((node.size,) if batched else ()) + strides)
         loc = planner.fresh(node, batched)
         planner.fill(loc, node.shape, 0.0, batched)
         if x.size == 0:
             return loc
+        if found is not None:
+            start, strides = found[1]
+            out = planner.at(loc[0], start, ((node.size,) if batched else ()) + strides)
+        else:
+            places = idx.reshape(x.shape).astype(np.int64)
+            if batched:
+                places = places[None] + node.size * np.arange(planner.P, dtype=np.int64
+                                                              ).reshape((-1,) + (1,) * len(x.shape))
+            out = planner.indexed(loc[0], places)
         acc = G.Leaf.new("acc")
-        out = planner.at(loc[0], aff[0], aff[1])
         planner.accumulate(space, G.add(acc, term), [acc] + leaves, [out] + ins, out, batched)
-        ScatterAdd.live_count(planner, node, x, space, aff, batched)
+        ScatterAdd.live_count(planner, node, x, space, out, batched)
         return loc
 
     @staticmethod
-    def live_count(planner, node, x, space: tuple, aff: tuple, batched: bool) -> None:
-        """For ``node``, summed from ``x`` at the places ``aff`` (an access of a fresh buffer
-        over ``space``, ``x``'s shape or a finer one): how many of the terms added into each
+    def live_count(planner, node, x, space: tuple, out, batched: bool) -> None:
+        """For ``node``, summed from ``x`` at the places of ``out`` (an access of a fresh
+        buffer over ``space``, ``x``'s shape or a finer one): how many of the terms added into each
         place are not structural zeros (a select's zero branch, of ``x`` or of what ``x``
         moves), counted apart, so that ``node``'s elementwise readers read it as a select of
         the sum, exactly 0 where every term is a structural zero (no ``0 * inf``)."""
@@ -386,7 +394,7 @@ class ScatterAdd(Primitive):
         count = _Count(node.shape)
         planner.loc[id(count)] = loc = planner.fresh(node, batched)
         planner.fill(loc, node.shape, 0.0, batched)
-        out, acc = planner.at(loc[0], aff[0], aff[1]), G.Leaf.new("acc")
+        out, acc = out._replace(buffer=loc[0]), G.Leaf.new("acc")
         planner.accumulate(space, G.add(acc, live), [acc] + [leaf for leaf, _ in reads],
                            [out] + ins, out, batched)
         planner.counts[id(node)] = count

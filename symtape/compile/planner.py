@@ -725,36 +725,40 @@ class _Planner:
         o, gather, places = self.dest.get(id(node), (None, None, None))
         if gather is not None and batched != bool(self.P):
             gather = None  # (an output over points of a value the points share)
-        shape, lead = node.shape, (slice(None),) * batched
-        # sources: (leaf, offsets over the node's shape (with the points), buffer); a
-        # scatter computed here has no buffer (its leaf is read only where it is a hole)
+        shape = node.shape
+        # sources: (leaf, offsets of the first point over the node's shape, the step
+        # between points' places, buffer); a scatter computed here has no buffer (its leaf
+        # is read only where it is a hole)
         sources = []
         switches = []  # (index in sources, id) of the arguments read (or computed) here
-        for leaf, arg in reads:
-            switches.append((len(sources), id(arg)))
-            if id(arg) not in inlined:
-                loc = self.loc[id(arg)]
-                sources.append((leaf, self.spread(loc, shape, batched), loc[0]))
-                continue
-            _, e_reads, m = inlined[id(arg)]
-            hole = m < 0
-            sources.append((leaf, np.broadcast_to(np.where(hole, -1, 0),  # (holes: boxes)
-                                                  self.shape(shape, batched)), None))
-            take = np.where(hole, 0, m).reshape(-1)
-            for e_leaf, a, source in e_reads:
-                loc = self.loc[id(a)]
-                f = self.spread(loc, source.shape, batched)
-                f = f.reshape((self.P, -1) if batched else (-1,))[..., take]
-                buf, f = self.gathered(loc[0], f.reshape(self.shape(shape, batched)), hole)
-                f[lead + (hole,)] = -1
-                sources.append((e_leaf, f, buf))
-        full = [f for _, f, _ in sources]
+        try:
+            for leaf, arg in reads:
+                switches.append((len(sources), id(arg)))
+                if id(arg) not in inlined:
+                    loc = self.loc[id(arg)]
+                    sources.append((leaf, *self.first_point(loc, shape), loc[0]))
+                    continue
+                _, e_reads, m = inlined[id(arg)]
+                hole = m < 0
+                sources.append((leaf, np.broadcast_to(np.where(hole, -1, 0), shape), 0, None))
+                take = np.where(hole, 0, m).reshape(-1)
+                for e_leaf, a, source in e_reads:
+                    loc = self.loc[id(a)]
+                    f, step = self.first_point(loc, source.shape)
+                    buf, f, step = self.gathered(loc[0], f.reshape(-1)[take].reshape(shape),
+                                                 step, hole)
+                    sources.append((e_leaf, np.where(hole, -1, f), step, buf))
+        except Unplannable:  # (points placed irregularly)
+            return None
+        pieces = [f for _, f, _, _ in sources]
+        steps = [step for _, _, step, _ in sources]
         if gather is not None:
-            step = np.arange(self.P, dtype=np.int64).reshape((-1,) + (1,) * len(shape))
-            full.append(places + step * gather.size if batched else places)
-        pieces = [f[0] if batched else f for f in full]
+            pieces.append(places)
+            steps.append(gather.size)
         cuts = [set() for _ in shape]
         for piece in pieces:
+            if affine(piece) is not None and not (piece < 0).any():
+                continue  # (one piece: no cut; an affine place array has its first >= 0)
             for d in range(len(shape)):
                 found = cuts_along(piece, d, 4 * MAX_REGIONS)
                 if found is None:
@@ -767,23 +771,25 @@ class _Planner:
         for box in itertools.product(*[[slice(a, b) for a, b in zip(bd, bd[1:])]
                                        for bd in bounds]):
             accs = []
-            for k, (piece, f) in enumerate(zip(pieces, full)):
+            for k, (piece, step) in enumerate(zip(pieces, steps)):
                 hole = piece[box] < 0
                 if hole.all():
                     accs.append(None)
                     continue
-                if k < len(sources) and sources[k][2] is None:
+                if k < len(sources) and sources[k][3] is None:
                     accs.append(())  # a scatter computed here: its argument's template
                     continue
-                aff = None if hole.any() else affine(f[lead + box])
+                aff = None if hole.any() else affine(piece[box])
                 if aff is None:
                     return None
-                accs.append(aff)
+                accs.append((aff[0], (step,) + aff[1]) if batched else aff)
             boxes.append((box, accs))
         if gather is not None:
             out_buf = self.buffer("output", o, gather, batched=batched)
             self.loc[id(gather)] = (out_buf, flat_places(self.shape(gather.shape, batched)))
-            loc = (out_buf, full[-1])
+            ramp = gather.size * np.arange(self.P, dtype=np.int64).reshape(
+                (-1,) + (1,) * len(shape))
+            loc = (out_buf, places[None] + ramp if batched else places)
         else:
             loc = self.fresh(node, batched)
         space_dims = len(shape) + batched
@@ -794,7 +800,8 @@ class _Planner:
                     continue  # elements the output does not take
                 out = Access(out_buf, *accs.pop())
             else:
-                out = Access(loc[0], *affine(self.spread(loc, shape, batched)[lead + box]))
+                aff = affine(flat_places(shape)[box])
+                out = Access(loc[0], aff[0], ((node.size,) if batched else ()) + aff[1])
             key = tuple(accs[k] is None for k, _ in switches)  # which are holes here
             if key not in bodies:
                 here = atom
@@ -804,27 +811,54 @@ class _Planner:
                     with np.errstate(all="ignore"):
                         here = self.fused_atom(node, stand, swap)
                 used = _used(here)
-                order = [k for k, (leaf, _, _) in enumerate(sources) if leaf in used]
+                order = [k for k, (leaf, *_) in enumerate(sources) if leaf in used]
                 bodies[key] = (self.body(node, here, [sources[k][0] for k in order]), order)
             body, order = bodies[key]
-            ins = [Access(sources[k][2], *accs[k]) if accs[k] is not None else
+            ins = [Access(sources[k][3], *accs[k]) if accs[k] is not None else
                    Access(self.zeros(), 0, (0,) * space_dims) for k in order]
             self.block(tuple(s.stop - s.start for s in box), body, ins, (out,),
                        batched=batched)
         return loc
 
-    def gathered(self, buf: int, f: np.ndarray, hole: np.ndarray) -> tuple:
-        """The offsets ``f`` in ``buf`` of an argument read through a move, or a contiguous
+    def gathered(self, buf: int, f: np.ndarray, step: int, hole: np.ndarray) -> tuple:
+        """``(buffer, offsets, step)``: the offsets ``f`` (of the first point; ``step``
+        between points) in ``buf`` of an argument read through a move, or a contiguous
         copy in the reader's order where they step unevenly beyond :data:`MAX_REGIONS`
         boxes (a chain of moves that permutes, a transpose read flat)."""
-        piece = np.where(hole, -1, f[0] if self.batched((buf, f)) else f)
+        if affine(f) is not None:  # (a copy would be cut where this is: at the holes)
+            return buf, f, step
+        piece = np.where(hole, -1, f)
         cuts = [cuts_along(piece, d, 4 * MAX_REGIONS) for d in range(piece.ndim)]
         if None not in cuts and math.prod(len(c) + 1 for c in cuts) <= MAX_REGIONS:
-            return buf, f
+            return buf, f, step
+        full = f
+        if buf in self.per_point:  # every point's places, for the copy
+            full = f[None] + step * np.arange(self.P, dtype=np.int64).reshape(
+                (-1,) + (1,) * f.ndim)
         try:
-            return self.materialise((buf, np.array(f)))
+            loc = self.materialise((buf, np.array(full)))
         except Unplannable:  # (too scattered to copy: the reader's boxes fail after all)
-            return buf, f
+            return buf, f, step
+        return (loc[0], *self.first_point(loc, f.shape))
+
+    def first_point(self, loc: tuple, shape: tuple) -> tuple:
+        """``(offsets, step)``: ``loc``'s places for the first point, broadcast over
+        ``shape`` (right-aligned), and the distance between consecutive points' places (0
+        when the points share it); holes (-1) stay holes at every point. Raises
+        :class:`Unplannable` when the points are placed irregularly."""
+        offsets = loc[1]
+        if not self.batched(loc):
+            return np.broadcast_to(offsets, shape), 0
+        first = offsets[0]
+        live = first >= 0
+        step = 0
+        if self.P > 1 and live.any():
+            k = int(np.argmax(live.reshape(-1)))
+            step = int(offsets[1].reshape(-1)[k]) - int(first.reshape(-1)[k])
+        ramp = step * np.arange(self.P, dtype=np.int64).reshape((-1,) + (1,) * first.ndim)
+        if not np.array_equal(offsets, np.where(live, first + ramp, first)):
+            raise Unplannable("points placed irregularly")
+        return np.broadcast_to(first, shape), step
 
     def expand(self, args: list) -> None:
         """The scatters among ``args`` computed where they are read, computed apart after

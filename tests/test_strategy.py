@@ -116,11 +116,24 @@ def _nbody_hessian_nodes(k: int) -> list:
 def test_n_body_hessians_on_each_side_of_loop_always_atoms(k, name):
     """A batched sweep keeps the element view (what each one-hot seed reaches) up to
     LOOP_ALWAYS_ATOMS of its dense estimate: 20 bodies, about 1.2 million; 50 bodies (150
-    inputs), about 18 million, run as loop nests over chunks of points."""
+    inputs), about 18 million, run as loop nests one point at a time (its largest tensor,
+    150 x 50 x 50 x 3, passes POINT_LOOP_MAX_ELEMENTS: no chunks of points)."""
     path = strategy.kernel(_nbody_hessian_nodes(k), points=True)
     assert path.name == name
     assert "LOOP_ALWAYS_ATOMS=" in path.reason
-    assert (path.points >= 4) == (name == "point-loop")
+    assert path.points == 0
+    assert ("POINT_LOOP_MAX_ELEMENTS" in path.reason) == (name == "point-loop")
+
+
+def test_chunks_of_points_shrink_with_the_largest_tensor(monkeypatch):
+    """Chunks of POINT_CHUNK points for small tensors, fewer (a multiple of 4) as the
+    largest grows, and none past POINT_LOOP_MAX_ELEMENTS."""
+    monkeypatch.setattr(strategy, "POINT_LOOP_MIN_ATOMS", 0)
+    for n, want in ((100, strategy.POINT_CHUNK), (4000, 8), (200_000, 4), (2_000_000, 0)):
+        x = st.symbol("x", shape=(n,))
+        y = st.math.cumsum(st.sin(x) * st.cos(x))
+        path = strategy.kernel([y._node], points=True)
+        assert path.name == "point-loop" and path.points == want, (n, path)
 
 
 def test_gradients_jacobians_hessians_and_hvps_name_their_sweeps():

@@ -55,6 +55,7 @@ __all__ = ["Strategy", "StrategyLog", "POINT_CHUNK", "TAYLOR_MIN_ORDER", "MIXED_
            "sweeps", "derivative", "mixed_worth", "taylor_fallback", "directional",
            "reverse_over_reverse", "colouring", "LOOP_MIN_ATOMS", "LOOP_MAX_BLOCKS",
            "LOOP_ALWAYS_ATOMS", "POINT_LOOP_MIN_ATOMS", "POINT_LOOP_MATMUL_TERMS",
+           "POINT_LOOP_MAX_ELEMENTS",
            "POINT_LOOP_MAX_BLOCKS", "FOLD_PROBE_ATOMS", "FOLD_PROBE_SHARE", "CHUNK_ELEMENTS",
            "worth_looping", "element_estimate", "point_chunk", "view_refused"]
 
@@ -214,6 +215,10 @@ def _folds_away(outputs: Sequence[N.Node], total: int) -> bool:
 #: few hundred KB): beyond, a chunk's buffers leave the caches (a sparse Hessian of n = 5000,
 #: 15,000 values a point: 95 us a point in chunks of 64 points, 25 us in chunks of 4).
 CHUNK_ELEMENTS = 1 << 15
+#: ... and one point at a time (no chunks) when a tensor has more elements than this: its
+#: loops are long enough on their own, and a chunk would multiply its temporaries and the
+#: planner's place arrays by POINT_ALIGN (a 10^6-step scan's stored carries: 64 MB each).
+POINT_LOOP_MAX_ELEMENTS = 1 << 20
 
 
 def point_chunk(outputs: Sequence[N.Node], most: int, totals: Sequence[str] = ()) -> int:
@@ -221,10 +226,15 @@ def point_chunk(outputs: Sequence[N.Node], most: int, totals: Sequence[str] = ()
     (a multiple of :data:`~symtape.codegen.loops.POINT_ALIGN`); ``totals`` as
     :func:`plan_loops` takes them (a total summed without its per-point terms held does
     not count)."""
-    largest = max((node.size for node in N.ancestries(planner.plan_roots(outputs, totals))
-                   if node.kind not in ("const", "leaf")), default=1)
+    largest = _largest(outputs, totals)
     fit = CHUNK_ELEMENTS // max(largest, 1) // POINT_ALIGN * POINT_ALIGN
     return max(POINT_ALIGN, min(most, fit))
+
+
+def _largest(outputs: Sequence[N.Node], totals: Sequence[str] = ()) -> int:
+    """The elements of the largest computed tensor a plan of ``outputs`` places."""
+    return max((node.size for node in N.ancestries(planner.plan_roots(outputs, totals))
+                if node.kind not in ("const", "leaf")), default=1)
 
 
 def _atoms_cost(node: N.Node) -> int:
@@ -308,6 +318,10 @@ points=0)
                f"POINT_LOOP_MAX_BLOCKS={POINT_LOOP_MAX_BLOCKS} tensor ops")
     if not points:
         return Strategy("loop-nest", why)
+    largest = _largest(nodes)
+    if largest > POINT_LOOP_MAX_ELEMENTS:
+        return Strategy("point-loop", f"{why}; one point at a time: a tensor of {largest:,} "
+                        f"elements > POINT_LOOP_MAX_ELEMENTS={POINT_LOOP_MAX_ELEMENTS:,}")
     chunk = point_chunk(nodes, POINT_CHUNK)
     return Strategy("point-loop", f"{why}; chunks of {chunk} points (POINT_CHUNK={POINT_CHUNK})",
                     chunk)

@@ -15,6 +15,7 @@ from test_compile_ops import _alike, _compiled_rows, _outputs, _points
 from test_ops import ROWS
 
 import symtape as st
+from symtape.compile import fusion
 from symtape.compile import planner as loopnest
 from symtape.compile import strategy
 from symtape.codegen import compile_plan
@@ -659,7 +660,7 @@ def test_a_padded_scatters_argument_is_computed_where_the_scatter_is_read():
     x, out, want = _padded_shifts(n)
     plan = loopnest.plan_loops([out._node], [x._node], points=8)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(loopnest, "_through", lambda *a: (set(), set()))
+        mp.setattr(loopnest, "through", lambda *a: (set(), set()))
         apart = loopnest.plan_loops([out._node], [x._node], points=8)
     temps = [b for b in plan.buffers if b.kind == "temp"]
     assert len(temps) < len([b for b in apart.buffers if b.kind == "temp"])
@@ -706,7 +707,7 @@ def test_a_scatters_argument_read_elsewhere_too_is_recomputed_in_each_loop(monke
     y = ops.scatter_add.bind(e, idx=front, shape=(2, n)) * x + \
         ops.scatter_add.bind(st.sin(e), idx=front - 1, shape=(2, n))
     plan = loopnest.plan_loops([y._node], [x._node], points=8)
-    monkeypatch.setattr(loopnest, "THROUGH_USERS", 1)
+    monkeypatch.setattr(fusion, "THROUGH_USERS", 1)
     once = loopnest.plan_loops([y._node], [x._node], points=8)
     assert sum(b.kind == "temp" for b in plan.buffers) < \
         sum(b.kind == "temp" for b in once.buffers)

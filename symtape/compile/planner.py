@@ -40,11 +40,14 @@ from symtape.codegen.loops import (
 from symtape.codegen.plan import Instr, OutLayout, Plan, build_plan
 from symtape.codegen.routines import Routine
 from symtape.base.errors import UnboundLeafError
+from symtape.compile.fusion import (
+    destinations, fused, holey, numeric, pointwise, through,
+)
 from symtape.compile.offsets import (
     affine, box_of, chains, composed, cuts_along, finer_affine, finer_pair, flat_places,
-    fused_size, paddings, past_links, readers, runs_of, split_affine,
+    past_links, readers, runs_of, split_affine,
 )
-from symtape.core.primitive import Unplannable, distinct_places, inverse_places
+from symtape.core.primitive import Unplannable
 from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
@@ -122,12 +125,12 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
     roots = plan_roots(outputs, totals)
     order = N.ancestries(roots)
     users = readers(order, roots)
-    p.fused = _fused(order, users, p.loc)
-    p.holey = _holey(order, users)
+    p.fused = fused(order, users, p.loc)
+    p.holey = holey(order, users)
     p.links = chains(order, users)  # read through: their readers read their sources
-    p.through, again = _through(order, past_links(users, p.links), p.holey, p.fused, roots)
+    p.through, again = through(order, past_links(users, p.links), p.holey, p.fused, roots)
     p.fused |= again
-    p.dest = _destinations(outputs, totals, users, p.fused)
+    p.dest = destinations(outputs, totals, users, p.fused)
     for node in order:
         if not any(id(node) in s for s in (p.loc, p.fused, p.through, p.links)):
             p.check(node)
@@ -143,136 +146,6 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
                     1 if points else max(1, int(threads)), points,
                     shared if points and any(shared) else (),
                     totals if any(totals) else ())
-
-
-def _numeric(node: N.Node) -> bool:
-    """Floats, and integers (held as doubles, as the element view's kernels hold them:
-    exact to 2**53)."""
-    return node.dtype.kind in "fiu"
-
-
-def _pointwise(node: N.Node) -> bool:
-    """A float elementwise op of float arguments and conditions (a select fused into its
-    users keeps its structural zeros: ``where(c, g, 0) * x`` is 0 where ``c`` is false,
-    also at ``x = nan``)."""
-    return (node.kind == "op" and node.prim.pointwise and node.dtype.kind == "f"
-            and all(a.dtype.kind in "fb" for a in node.inputs))
-
-
-def _looped_elementwise(node: N.Node | None) -> bool:
-    """Whether ``node`` is planned by :meth:`_Planner.elementwise` (or fused into a node
-    that is)."""
-    return (node is not None and node.kind == "op" and node.prim.pointwise
-            and all(_numeric(a) for a in node.inputs))
-
-
-def _holey(order: list, users: dict) -> set:
-    """Float nodes read only by elementwise ops of their own shape: a structural one that is
-    partly zeros (a padding scatter) is not copied out with its zeros but read in place,
-    its zeros in boxes of their own (:meth:`_Planner.in_regions`)."""
-    return {id(node) for node in order if node.dtype.kind == "f" and users.get(id(node))
-            and all(_looped_elementwise(u) and u.shape == node.shape
-                    for u in users[id(node)])}
-
-
-#: A node read by a padded scatter and by elementwise ops of its shape is computed in each
-#: of their loops (not written to a temporary) when it has at most this many readers and
-#: at most this many nodes fused into it.
-THROUGH_USERS = 3
-THROUGH_NODES = 8
-
-
-def _through(order: list, users: dict, holey: set, fused: set, roots: Sequence[N.Node]
-             ) -> tuple:
-    """``(through, recomputed)``: elementwise float nodes read by zero-padded scatters whose
-    zeros may stay unwritten (:func:`_holey`), computed inside the scatters' readers' boxes,
-    their arguments read through the scatters' places, instead of written to a temporary
-    the readers read back (:meth:`_Planner.in_regions`). ``recomputed``: those of them also
-    read by elementwise ops of their shape (at most :data:`THROUGH_USERS` readers, a
-    template of at most :data:`THROUGH_NODES` nodes), whose loops compute them too (as a
-    fused argument)."""
-    outs = {id(r) for r in roots}
-    pads = paddings(order, holey, outs)
-    found, again = set(), set()
-    for node in order:
-        if not _pointwise(node) or id(node) in fused or id(node) in outs:
-            continue
-        use = users.get(id(node), [])
-        if not any(u is not None and id(u) in pads for u in use):
-            continue
-        if len(use) == 1:
-            found.add(id(node))
-            continue
-        if (len(use) <= THROUGH_USERS and fused_size(node, fused) <= THROUGH_NODES
-                and all(u is not None and (id(u) in pads or (
-                    _pointwise(u) and u.shape == node.shape)) for u in use)):
-            found.add(id(node))
-            again.add(id(node))
-    return found, again
-
-
-def _destinations(outputs: Sequence[N.Node], totals: Sequence[str], users: dict,
-                  fused: set) -> dict:
-    """``id(node) -> (output, move node, places)``: elementwise float nodes read only by a
-    move (a gather, another structural op, a scatter to distinct places:
-    ``Primitive.places``) that is output ``output`` and fills each of its places with one
-    of the node's elements (element ``k`` at ``places[k]``, -1: not taken). They write
-    straight into the output (destination passing), instead of into a temporary the
-    output copies."""
-    dest: dict = {}
-    for o, node in enumerate(outputs):
-        if totals[o] or node.kind != "op" or len(node.inputs) != 1:
-            continue
-        (arg,) = node.inputs
-        use = users.get(id(arg), [])
-        if (node.dtype.kind != "f" or arg.dtype.kind != "f" or not _looped_elementwise(arg)
-                or id(arg) in fused or len(use) != 1 or use[0] is not node
-                or sum(out is node for out in outputs) != 1):
-            continue
-        m = node.prim.places(node)
-        if m is None or (m < 0).any() or not distinct_places(m):
-            continue
-        dest[id(arg)] = (o, node, inverse_places(m, arg.shape))
-    return dest
-
-
-def _fused(order: list, users: dict, placed: dict) -> set:
-    """Elementwise nodes computed inside their readers' loop body (a chain ``a * m + b * g``
-    is one loop): float nodes, not outputs, all of whose readers are elementwise ops of
-    their shape or ops accumulating their argument's elements (:func:`_takes_operand`),
-    computed in one loop -- one reader, or several that are themselves computed inside the
-    same one (``x * x``, ``u + x`` with ``u = x * c``: the template reads ``x`` twice).
-    A node the points share (computed from constants alone: one-hot seeds broadcast over
-    a batched sweep's tensors) of a template of at most :data:`THROUGH_NODES` nodes is
-    computed in each of up to :data:`THROUGH_USERS` such loops: reading it back from a
-    temporary costs more than computing it from the small tensors it broadcasts."""
-    varying = set(placed)  # ids of nodes that differ between points
-    for node in order:
-        if any(id(a) in varying for a in node.inputs):
-            varying.add(id(node))
-    out, loops = set(), {}  # loops: id(node) -> ids of the readers whose loops compute it
-    for node in reversed(order):  # (readers before their arguments)
-        use = users.get(id(node), [])
-        if (not use or None in use or id(node) in placed or not _pointwise(node)
-                or not all(_pointwise(u) and u.shape == node.shape or _takes_operand(u)
-                           for u in use)):
-            continue
-        into = set().union(*(loops.get(id(u), {id(u)}) for u in use))
-        if len(into) == 1 or (id(node) not in varying and len(into) <= THROUGH_USERS):
-            out.add(id(node))
-            loops[id(node)] = into
-    for node in order:  # (arguments first: a template too large is computed once after all)
-        if len(loops.get(id(node), ())) > 1 and fused_size(node, out) > THROUGH_NODES:
-            out.discard(id(node))
-    return out
-
-
-def _takes_operand(node: N.Node) -> bool:
-    """Whether ``node``'s loop rule reads its one argument's elements through
-    :meth:`_Planner.operand` (a reduction, an adding scatter: ``reads_operand``), so an
-    elementwise argument is computed inside its accumulating loop."""
-    reads = getattr(node.prim, "reads_operand", None) if node.kind == "op" else None
-    return len(node.inputs) == 1 and reads is not None and bool(reads(node))
 
 
 def _used(atom) -> set:
@@ -321,11 +194,11 @@ class _Planner:
         self.blocks: list = []
         self.loc: dict = {}  # id(node) -> (buffer, offsets)
         self.fused: set = set()  # ids of nodes computed inside their user's loop
-        self.holey: set = set()  # ids of nodes whose zeros may stay unwritten (_holey)
+        self.holey: set = set()  # ids of nodes whose zeros may stay unwritten (holey)
         self.holes: dict = {}  # id(node) -> (locs, maps, zeros) of those placed so
         self.through: set = set()  # ids of nodes computed inside readers of a scatter
         self.inline: dict = {}  # id(scatter) -> (its argument of those, its places' map)
-        self.dest: dict = {}  # id(node) -> where it is written in an output (_destinations)
+        self.dest: dict = {}  # id(node) -> where it is written in an output (destinations)
         self.links: dict = {}  # id(move) -> (source, map): links of chains of moves
         self.counts: dict = {}  # id(adding scatter) -> its count of live terms (a stand-in)
         self.zero: int | None = None  # a constant buffer of one zero (the zeros of holes)
@@ -336,11 +209,11 @@ class _Planner:
     affine = staticmethod(affine)
     finer = staticmethod(finer_affine)
     composed = staticmethod(composed)
-    pointwise = staticmethod(_pointwise)
+    pointwise = staticmethod(pointwise)
     flat = staticmethod(flat_places)
     stand_ins = staticmethod(_stand_ins)
     copy_body = staticmethod(_copy_body)
-    numeric = staticmethod(_numeric)
+    numeric = staticmethod(numeric)
     build_plan = staticmethod(build_plan)
     at = staticmethod(Access)  # (buffer, offset, strides, core offsets) read in a block
     routine = staticmethod(Routine)  # a whole-matrix algorithm as a block's body
@@ -670,7 +543,7 @@ class _Planner:
 
     def elementwise(self, node: N.Node) -> tuple:
         """One loop over the node's shape; its body is the template with the templates of
-        fused arguments (:func:`_fused`) built in, each other argument a stand-in read with
+        fused arguments (:func:`fused`) built in, each other argument a stand-in read with
         broadcast strides (or, with arguments that are partly zeros or a destination in an
         output, one loop per box of the shape: :meth:`in_regions`)."""
         stand: dict = {}  # id(argument node) -> (stand-in leaf, node)
@@ -704,7 +577,7 @@ class _Planner:
         affine or a hole of a partly-zero one (read from a constant zero, the same value
         its copy would hold), written into a fresh buffer or, with a destination, straight
         into the output; None when more than :data:`MAX_REGIONS` boxes would be needed.
-        A scatter whose argument is computed here (:func:`_through`) is, in its boxes
+        A scatter whose argument is computed here (:func:`through`) is, in its boxes
         that are not holes, that argument's template, its own arguments read through the
         scatter's places."""
         inlined = {}  # id(scatter) -> (its argument's atom, [(leaf, node)] it reads, map)
@@ -905,7 +778,7 @@ class _Planner:
         """The elements of ``x`` as a loop over ``space`` (its shape, or a finer one of its
         size) reads them to accumulate them: ``(atom, stand_ins, accesses, batched)`` -- a
         stand-in read at ``x``'s place or, when ``x`` is computed inside this loop
-        (:func:`_fused`), its template over its arguments' stand-ins (placed apart after
+        (:func:`fused`), its template over its arguments' stand-ins (placed apart after
         all when an argument is partly zeros read in place)."""
         space = tuple(x.shape if space is None else space)
         if id(x) in self.fused:

@@ -1,0 +1,147 @@
+"""Which nodes of a loop plan are computed where: the planner's passes over the graph before
+it places any node. Elementwise nodes computed inside their readers' loops (:func:`fused`),
+nodes whose zeros may stay unwritten (:func:`holey`), elementwise nodes computed through
+the padded scatters that read them (:func:`through`), and elementwise nodes written
+straight into an output (:func:`destinations`). :mod:`~symtape.compile.planner` carries
+them out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from symtape.compile.offsets import fused_size, paddings
+from symtape.core import node as N
+from symtape.core.primitive import distinct_places, inverse_places
+
+__all__ = ["numeric", "pointwise", "looped_elementwise", "holey", "through", "destinations",
+           "fused", "takes_operand", "THROUGH_USERS", "THROUGH_NODES"]
+
+
+def numeric(node: N.Node) -> bool:
+    """Floats, and integers (held as doubles, as the element view's kernels hold them:
+    exact to 2**53)."""
+    return node.dtype.kind in "fiu"
+
+
+def pointwise(node: N.Node) -> bool:
+    """A float elementwise op of float arguments and conditions (a select fused into its
+    users keeps its structural zeros: ``where(c, g, 0) * x`` is 0 where ``c`` is false,
+    also at ``x = nan``)."""
+    return (node.kind == "op" and node.prim.pointwise and node.dtype.kind == "f"
+            and all(a.dtype.kind in "fb" for a in node.inputs))
+
+
+def looped_elementwise(node: N.Node | None) -> bool:
+    """Whether ``node`` is planned by the planner's ``elementwise`` (or fused into a node
+    that is)."""
+    return (node is not None and node.kind == "op" and node.prim.pointwise
+            and all(numeric(a) for a in node.inputs))
+
+
+def holey(order: list, users: dict) -> set:
+    """Float nodes read only by elementwise ops of their own shape: a structural one that is
+    partly zeros (a padding scatter) is not copied out with its zeros but read in place,
+    its zeros in boxes of their own (the planner's ``in_regions``)."""
+    return {id(node) for node in order if node.dtype.kind == "f" and users.get(id(node))
+            and all(looped_elementwise(u) and u.shape == node.shape
+                    for u in users[id(node)])}
+
+
+#: A node read by a padded scatter and by elementwise ops of its shape is computed in each
+#: of their loops (not written to a temporary) when it has at most this many readers and
+#: at most this many nodes fused into it.
+THROUGH_USERS = 3
+THROUGH_NODES = 8
+
+
+def through(order: list, users: dict, holey: set, fused: set, roots: Sequence[N.Node]
+             ) -> tuple:
+    """``(through, recomputed)``: elementwise float nodes read by zero-padded scatters whose
+    zeros may stay unwritten (:func:`holey`), computed inside the scatters' readers' boxes,
+    their arguments read through the scatters' places, instead of written to a temporary
+    the readers read back (the planner's ``in_regions``). ``recomputed``: those of them also
+    read by elementwise ops of their shape (at most :data:`THROUGH_USERS` readers, a
+    template of at most :data:`THROUGH_NODES` nodes), whose loops compute them too (as a
+    fused argument)."""
+    outs = {id(r) for r in roots}
+    pads = paddings(order, holey, outs)
+    found, again = set(), set()
+    for node in order:
+        if not pointwise(node) or id(node) in fused or id(node) in outs:
+            continue
+        use = users.get(id(node), [])
+        if not any(u is not None and id(u) in pads for u in use):
+            continue
+        if len(use) == 1:
+            found.add(id(node))
+            continue
+        if (len(use) <= THROUGH_USERS and fused_size(node, fused) <= THROUGH_NODES
+                and all(u is not None and (id(u) in pads or (
+                    pointwise(u) and u.shape == node.shape)) for u in use)):
+            found.add(id(node))
+            again.add(id(node))
+    return found, again
+
+
+def destinations(outputs: Sequence[N.Node], totals: Sequence[str], users: dict,
+                  fused: set) -> dict:
+    """``id(node) -> (output, move node, places)``: elementwise float nodes read only by a
+    move (a gather, another structural op, a scatter to distinct places:
+    ``Primitive.places``) that is output ``output`` and fills each of its places with one
+    of the node's elements (element ``k`` at ``places[k]``, -1: not taken). They write
+    straight into the output (destination passing), instead of into a temporary the
+    output copies."""
+    dest: dict = {}
+    for o, node in enumerate(outputs):
+        if totals[o] or node.kind != "op" or len(node.inputs) != 1:
+            continue
+        (arg,) = node.inputs
+        use = users.get(id(arg), [])
+        if (node.dtype.kind != "f" or arg.dtype.kind != "f" or not looped_elementwise(arg)
+                or id(arg) in fused or len(use) != 1 or use[0] is not node
+                or sum(out is node for out in outputs) != 1):
+            continue
+        m = node.prim.places(node)
+        if m is None or (m < 0).any() or not distinct_places(m):
+            continue
+        dest[id(arg)] = (o, node, inverse_places(m, arg.shape))
+    return dest
+
+
+def fused(order: list, users: dict, placed: dict) -> set:
+    """Elementwise nodes computed inside their readers' loop body (a chain ``a * m + b * g``
+    is one loop): float nodes, not outputs, all of whose readers are elementwise ops of
+    their shape or ops accumulating their argument's elements (:func:`takes_operand`),
+    computed in one loop -- one reader, or several that are themselves computed inside the
+    same one (``x * x``, ``u + x`` with ``u = x * c``: the template reads ``x`` twice).
+    A node the points share (computed from constants alone: one-hot seeds broadcast over
+    a batched sweep's tensors) of a template of at most :data:`THROUGH_NODES` nodes is
+    computed in each of up to :data:`THROUGH_USERS` such loops: reading it back from a
+    temporary costs more than computing it from the small tensors it broadcasts."""
+    varying = set(placed)  # ids of nodes that differ between points
+    for node in order:
+        if any(id(a) in varying for a in node.inputs):
+            varying.add(id(node))
+    out, loops = set(), {}  # loops: id(node) -> ids of the readers whose loops compute it
+    for node in reversed(order):  # (readers before their arguments)
+        use = users.get(id(node), [])
+        if (not use or None in use or id(node) in placed or not pointwise(node)
+                or not all(pointwise(u) and u.shape == node.shape or takes_operand(u)
+                           for u in use)):
+            continue
+        into = set().union(*(loops.get(id(u), {id(u)}) for u in use))
+        if len(into) == 1 or (id(node) not in varying and len(into) <= THROUGH_USERS):
+            out.add(id(node))
+            loops[id(node)] = into
+    for node in order:  # (arguments first: a template too large is computed once after all)
+        if len(loops.get(id(node), ())) > 1 and fused_size(node, out) > THROUGH_NODES:
+            out.discard(id(node))
+    return out
+
+
+def takes_operand(node: N.Node) -> bool:
+    """Whether ``node``'s loop rule reads its one argument's elements through
+    the planner's ``operand`` (a reduction, an adding scatter: ``reads_operand``), so an
+    elementwise argument is computed inside its accumulating loop."""
+    reads = getattr(node.prim, "reads_operand", None) if node.kind == "op" else None
+    return len(node.inputs) == 1 and reads is not None and bool(reads(node))

@@ -18,7 +18,7 @@ from symtape.core.primitive import (
     Aval, Primitive, batch_size, fmt, register_primitive, spread, union,
 )
 from symtape.ops.contraction import matmul
-from symtape.ops.linalg import per_matrix
+from symtape.ops.linalg import check_square, per_matrix
 from symtape.ops.elementwise import add, multiply, negative
 from symtape.ops.structural import transpose
 
@@ -112,9 +112,7 @@ class Factorization(Primitive):
         super().__init__(name, ("T",) * nargs, "f", rules=rules)
 
     def check_square(self, shape, what: str) -> None:
-        if len(shape) < 2 or shape[-1] != shape[-2]:
-            raise ShapeError(f"st.linalg.{self.name}: {what} must be a (batch of) square "
-                             f"matrix, got shape {fmt(shape)}")
+        check_square(self.name, shape, what)
 
     def batch(self, args, batched, params, shape):
         n = batch_size(args, batched)

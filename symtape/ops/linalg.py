@@ -322,9 +322,7 @@ class _Linalg(Primitive):
         super().__init__(name, ("T",) * nargs, "f", rules=rules)
 
     def check_square(self, shape, what="matrix"):
-        if len(shape) < 2 or shape[-1] != shape[-2]:
-            raise ShapeError(f"st.linalg.{self.name}: {what} must be a (batch of) square "
-                             f"matrix, got shape {fmt(shape)}")
+        check_square(self.name, shape, what)
 
     def _batched(self, arrays, ring, fn, out_core):
         batch = arrays[0].shape[:-2]

@@ -302,6 +302,7 @@ def save(obj, export_dir, signatures=None, options: SaveOptions | None = None) -
                             "batch size, a mean over the batch...); save it with concrete "
                             "shapes")
                 prog["shapes"] = [list(s.shape) for s in specs]
+            prog["dtypes"] = [_input_dtype(s) for s in specs]  # (the call casts to these)
             programs.append(prog)
         saved[name] = programs
     doc = {
@@ -314,6 +315,11 @@ def save(obj, export_dir, signatures=None, options: SaveOptions | None = None) -
     blob = documents.dump_document(doc, _MAGIC, _FORMAT)
     os.makedirs(export_dir, exist_ok=True)
     atomic_write(Path(export_dir) / _FILE, blob)
+
+
+def _input_dtype(spec) -> str:
+    """The dtype a saved signature's input is replayed in (a symbol's: floats as given)."""
+    return np.dtype(spec.dtype).name if np.dtype(spec.dtype).kind == "f" else "float64"
 
 
 def _program(fn: Function, name: str, specs: list, variables: dict, keep: bool,
@@ -341,7 +347,8 @@ def _variable_value(v: Variable) -> dict:
 class _Program:
     """A checked program: refs are ints, every ref read is defined earlier."""
 
-    __slots__ = ("constants", "inputs", "n_inputs", "ops", "outputs", "shapes", "updates",
+    __slots__ = ("constants", "dtypes", "inputs", "n_inputs", "ops", "outputs", "shapes",
+                 "updates",
                  "variables")
 
 
@@ -374,7 +381,7 @@ class _Checker:
             self.fail(where, f"rule programs nested deeper than {_MAX_NESTING}")
         d = strict_json.record(node, f"{self.path}: {where}", (
             "n_inputs", "inputs", "constants", "variables", "ops", "outputs", "updates"),
-            ("shapes",))
+            ("shapes", "dtypes"))
         prog = _Program()
         defined: set[int] = set()
         prog.inputs = [self.new_ref(r, defined, f"{where}: inputs")
@@ -395,7 +402,17 @@ class _Checker:
             self.input_shape(sh, f"{where}: shapes") for sh in self.items(d["shapes"], where)]
         if prog.shapes is not None and len(prog.shapes) != prog.n_inputs:
             self.fail(where, f"{len(prog.shapes)} input shapes for {prog.n_inputs} inputs")
+        prog.dtypes = ["float64"] * prog.n_inputs if d["dtypes"] is None else [
+            self.input_dtype(t, f"{where}: dtypes") for t in self.items(d["dtypes"], where)]
+        if len(prog.dtypes) != prog.n_inputs:
+            self.fail(where, f"{len(prog.dtypes)} input dtypes for {prog.n_inputs} inputs")
         return prog
+
+    def input_dtype(self, node, where: str) -> str:
+        """An input's dtype: a float type's name."""
+        if node not in ("float32", "float64"):
+            self.fail(where, f"an input dtype is 'float32' or 'float64', not {str(node)[:20]!r}")
+        return node
 
     def items(self, node, where: str) -> list:
         return strict_json.expect_list(node, f"{self.path}: {where}")
@@ -652,17 +669,23 @@ class _LoadedFunction:
         self._replayer = replayer
 
     def __call__(self, *args):
-        tensors = [a if isinstance(a, Tensor) else convert_to_tensor(np.asarray(a, float))
-                   for a in args]
-        shapes = [tuple(t.shape) for t in tensors]
+        """The first saved program whose signature the arguments fit: their shapes, and the
+        dtypes of tensors (arrays and numbers are cast to the signature's float type, as
+        TensorFlow converts them)."""
+        shapes = [tuple(a.shape) if isinstance(a, Tensor) else np.shape(a) for a in args]
+        kinds = [a.dtype.name if isinstance(a, Tensor) else None for a in args]
         for prog in self._programs:
-            if prog.n_inputs == len(tensors) and (prog.shapes is None or all(
+            if prog.n_inputs == len(args) and (prog.shapes is None or all(
                     len(p) == len(k) and all(d is None or d == n for d, n in zip(p, k))
-                    for p, k in zip(prog.shapes, shapes))):
+                    for p, k in zip(prog.shapes, shapes))) and all(
+                    k is None or k == t for k, t in zip(kinds, prog.dtypes)):
+                tensors = [a if isinstance(a, Tensor) else
+                           convert_to_tensor(np.asarray(a, dtype=t))
+                           for a, t in zip(args, prog.dtypes)]
                 return self._replayer.run(prog, tensors)
-        saved = [p.shapes for p in self._programs]
-        raise InvalidArgumentError(f"{self.__name__}: no saved signature matches argument "
-                                   f"shapes {shapes} (saved: {saved})")
+        saved = [(p.shapes, p.dtypes) for p in self._programs]
+        raise InvalidArgumentError(f"{self.__name__}: no saved signature matches arguments "
+                                   f"of shapes {shapes} and dtypes {kinds} (saved: {saved})")
 
 
 def _read(export_dir) -> tuple[dict, str]:

@@ -285,3 +285,29 @@ def test_a_keras_sequential_is_saved_as_its_inference_call(tmp_path):
     for b in (1, 7, 1000):
         x = np.random.default_rng(b).normal(size=(b, 3))
         np.testing.assert_array_equal(loaded(x).numpy(), model(x, training=False).numpy())
+
+
+def test_a_float32_signature_is_replayed_in_float32(tmp_path):
+    """A function saved with a float32 signature computes in float32 when loaded: arrays and
+    numbers are cast to it (as TensorFlow converts them), the result is float32 and equals
+    the original's; a float64 tensor matches no saved signature."""
+
+    class Model:
+        w = st.Variable(np.array([0.5, -1.25, 2.0], dtype=np.float32))
+
+        @st.function(input_signature=[st.TensorSpec((None, 3), st.float32)])
+        def f(self, x):
+            return st.tanh(x * self.w) * 3.0
+
+    m = Model()
+    st.saved_model.save(m, str(tmp_path))
+    loaded = st.saved_model.load(str(tmp_path))
+    x = np.random.default_rng(0).normal(size=(5, 3))
+    got = loaded.f(x)
+    want = m.f(x.astype(np.float32))
+    assert got.dtype == st.float32 and want.dtype == st.float32
+    # (the loaded program replays eagerly; the original is compiled: float32 roundings)
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=4e-7, atol=0)
+    np.testing.assert_allclose(got.numpy(), np.tanh(x * [0.5, -1.25, 2.0]) * 3.0, rtol=1e-6)
+    with pytest.raises(st.errors.InvalidArgumentError, match="dtypes"):
+        loaded.f(st.constant(x))

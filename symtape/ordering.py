@@ -10,8 +10,9 @@ only) and loop forms are those ops'. What differs from TensorFlow, and why:
 - ``sort``, ``argsort`` and ``top_k`` order ties by index in both directions (TensorFlow's
   results); the gradient of ``sort``/``top_k`` goes back through that permutation.
   ``top_k(sorted=False)`` returns them sorted too (TensorFlow leaves the order open).
-- Compiled orderings are unrolled comparisons for small tensors; a long line under
-  ``st.function`` is refused at once with a clear error (call it eagerly: numpy's sort).
+- Compiled ``sort``, ``argsort`` and ``top_k`` are unrolled comparisons for lines of up to
+  8 and a native stable merge sort per line beyond (float keys); ``searchsorted`` of a long
+  line under ``st.function`` is refused at once with a clear error (call it eagerly).
 - ``unique``'s output shape depends on the values: it runs eagerly and refuses symbolic
   (traced) tensors.
 """

@@ -149,6 +149,10 @@ CASES = {
                       st.TensorSpec((32, 16), name="c")], 64 * 40 * 2.0 ** -52),
     "gather": (lambda x: st.gather(x, _ROWS) * st.exp(st.gather(x, _ROWS[::-1])),
                [st.TensorSpec((200, 400), name="x")], 1e-14),
+    # merge sorts along either axis (values, and indices held as doubles)
+    "sort": (lambda x: st.sort(x) + st.cast(st.argsort(x, axis=0, direction="DESCENDING"),
+                                            st.float64),
+             [st.TensorSpec((40, 30), name="x")], 0.0),
     # elimination routines: a 30x30 system read transposed, an inverse, a determinant
     "solve": (lambda a, b: st.linalg.solve(a, b, adjoint=True) + st.linalg.inv(a)[:, :3]
               * st.linalg.det(a[:5, :5]),

@@ -350,7 +350,7 @@ def test_sort_element_view_orders_values_and_places_nan_as_eager():
     np.testing.assert_array_equal(st.sort(x).numpy(), np.sort(x))
 
 
-def test_compiled_orderings_equal_eager_when_small_and_refuse_when_large():
+def test_compiled_orderings_equal_eager_small_and_large():
     def fn(v):
         vals, idx = st.math.top_k(v, k=3)
         return st.reduce_sum(st.sort(v) * st.constant([1.0, 2.0, 3.0, 4.0, 5.0])) + \
@@ -369,8 +369,56 @@ def test_compiled_orderings_equal_eager_when_small_and_refuse_when_large():
         np.testing.assert_allclose(got[0].numpy(), want[0].numpy(), rtol=1e-14)
         np.testing.assert_allclose(got[1].numpy(), want[1].numpy(), rtol=1e-14)
     big = st.function(lambda v: st.sort(v) * 2.0)
-    with pytest.raises(Exception, match="sort_permute of 5000 elements has no loop form"):
-        big(np.zeros(5000))
+    x = np.random.default_rng(11).normal(size=5000)
+    np.testing.assert_array_equal(np.asarray(big(x)), np.sort(x) * 2.0)
+    far = st.function(lambda v: st.cast(st.searchsorted(st.constant(np.sort(x)), v),
+                                        st.float64))
+    with pytest.raises(Exception, match="searchsorted of 5000 elements has no loop form"):
+        far(x)
+
+
+@pytest.mark.parametrize("axis", [-1, 1])
+@pytest.mark.parametrize("direction", ["ASCENDING", "DESCENDING"])
+def test_long_lines_sort_in_loops_bit_equal_to_eager(axis, direction):
+    """Lines of 300 (ties, nan, -inf, a line of nans) sort by a native merge sort per line
+    in a loop plan over points: sort and argsort equal the eager values exactly, nan last
+    ascending and first descending, ties in index order."""
+    rng = np.random.default_rng(12)
+    x0 = rng.integers(0, 50, (3, 7, 300)).astype(float)
+    x0[0, 0, [5, 17]] = np.nan
+    x0[1, 2, :] = np.nan
+    x0[2, 3, 4] = -np.inf
+    x = st.symbol("x", shape=x0.shape[1:])
+    outs = [st.sort(x, axis=axis, direction=direction),
+            st.argsort(x, axis=axis, direction=direction)]
+    plan = loopnest.plan_loops([o._node for o in outs], [x._node], points=4)
+    assert [type(b.body).__name__ for b in plan.blocks] == ["Routine", "Routine"]
+    got = compile_plan(plan)(x0)
+    for p in range(3):
+        c = st.constant(x0[p])
+        np.testing.assert_array_equal(got[0][p], st.sort(c, axis=axis,
+                                                         direction=direction).numpy())
+        np.testing.assert_array_equal(got[1][p], st.argsort(c, axis=axis,
+                                                            direction=direction).numpy())
+
+
+def test_the_gradient_of_a_long_sort_puts_back_in_loops():
+    """d(sum(sort(x) * w))/dx is w put back through the sorting permutation (the inverse
+    routine): 2,000 elements, compiled, against numpy's stable argsort; top_k's values too."""
+    x = st.symbol("x", shape=(2000,))
+    w = np.arange(2000.0)
+    with st.GradientTape() as t:
+        t.watch(x)
+        y = st.reduce_sum(st.sort(x) * w) + st.reduce_sum(st.math.top_k(x, k=5)[0])
+    g = t.gradient(y, x)
+    plan = loopnest.plan_loops([g._node], [x._node])
+    v = np.random.default_rng(13).normal(size=(2, 2000))
+    got = compile_plan(plan)(v)
+    for p in range(2):
+        want = np.empty(2000)
+        want[np.argsort(v[p], kind="stable")] = w
+        want[np.argsort(-v[p], kind="stable")[:5]] += 1.0
+        np.testing.assert_array_equal(got[p], want)
 
 
 def test_eager_sort_of_a_hundred_thousand_is_numpy_fast():

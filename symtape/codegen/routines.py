@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Routine", "KINDS", "ELIMINATIONS"]
+__all__ = ["Routine", "KINDS", "ELIMINATIONS", "ORDERINGS"]
 
 #: What each routine computes from its matrix ``A`` (and right-hand sides ``B``).
 KINDS = {
@@ -27,7 +27,12 @@ KINDS = {
     "cholesky": "L lower triangular with L L^T = A, from A's lower triangle",
     "forward": "X with L X = B, L the lower triangle of A",
     "backward": "X with U X = B, U the upper triangle of A",
+    "permute": "B taken in the stable order of the keys A (a line of n)",
+    "unpermute": "B put back from the stable order of the keys A (permute's transpose)",
+    "argsort": "the indices of the keys A in their stable order",
 }
+#: The routines that order a line of keys (a stable merge sort of their indices).
+ORDERINGS = ("permute", "unpermute", "argsort")
 #: The routines that eliminate with pivoting in a scratch copy of the matrix.
 ELIMINATIONS = ("solve", "inverse", "det")
 
@@ -48,10 +53,13 @@ class Routine(NamedTuple):
     a: tuple
     b: tuple
     out: tuple
+    descending: bool = False  # (orderings: largest first, nan first)
 
     @property
     def n_ops(self) -> int:
         """Arithmetic operations, about (a cost estimate)."""
+        if self.kind in ORDERINGS:
+            return 8 * self.n * max(1, self.n.bit_length())
         return self.n ** 3 + self.n * self.n * max(self.k, 1)
 
     @property
@@ -63,8 +71,10 @@ class Routine(NamedTuple):
     def args(self) -> tuple:
         """The pointers the routine takes, in order: the matrix, the right-hand sides, the
         result, the scratch matrix (only the eliminations have one)."""
-        rhs = ("B",) if self.kind in ("solve", "forward", "backward") else ()
-        return ("A",) + rhs + ("X",) + (("W",) if self.kind in ELIMINATIONS else ())
+        rhs = ("B",) if self.kind in ("solve", "forward", "backward", "permute",
+                                      "unpermute") else ()
+        return ("A",) + rhs + ("X",) + (("W",) if self.kind in ELIMINATIONS + ORDERINGS
+                                        else ())
 
     def ir(self, name: str, t: str) -> tuple:
         """``(lines, declarations)``: ``define internal void @<name>(ptr...)`` in float
@@ -87,11 +97,67 @@ class Routine(NamedTuple):
 
     # -- the algorithms, once for both spellings --------------------------------------------
     def _steps(self, w) -> None:
+        if self.kind in ORDERINGS:
+            return self._order(w)
         if self.kind == "cholesky":
             return self._cholesky(w)
         if self.kind in ("forward", "backward"):
             return self._substitute(w)
         return self._eliminate(w)
+
+    def _order(self, w) -> None:
+        """A stable bottom-up merge sort of the indices ``0..n-1`` by their keys (nan last
+        ascending, first descending; ties in index order, as TensorFlow's), in two halves
+        of the scratch line ``W`` (indices held as floats, exact), then the values taken
+        (or put back) in that order, or the indices themselves."""
+        n, line = self.n, (1, 0)
+        w.each(0, n, lambda i: w.store("W", line, i, 0, w.to_float(i)))
+        passes = max(n - 1, 0).bit_length()  # runs of 1, 2, 4, ... merged until one is left
+        w.each(0, passes, lambda p: self._merge_pass(w, p))
+        base = (passes % 2) * n
+
+        def out(k):
+            p = w.to_int(w.load("W", line, w.plus(k, base), 0))
+            if self.kind == "permute":
+                w.store("X", self.out, k, 0, w.load("B", self.b, p, 0))
+            elif self.kind == "unpermute":
+                w.store("X", self.out, p, 0, w.load("B", self.b, k, 0))
+            else:
+                w.store("X", self.out, k, 0, w.to_float(p))
+
+        w.each(0, n, out)
+
+    def _merge_pass(self, w, p) -> None:
+        """Pass ``p``: runs of ``2**p`` sorted indices in one half of ``W`` merged pairwise
+        into the other; the right run's index goes first only when its key is strictly
+        before the left's."""
+        n, line = self.n, (1, 0)
+        width = w.power_of_two(p)
+        span = w.times(width, 2)
+        src = w.times(w.odd(p), n)
+        dst = w.minus(n, src)
+
+        def run(r):
+            lo = w.times(r, span)
+            mid, hi = w.smaller(w.plus(lo, width), n), w.smaller(w.plus(lo, span), n)
+            i, j = w.var("i", lo), w.var("j", mid)
+
+            def step(k):
+                iv, jv = w.get(i), w.get(j)
+                # (each side read at a place inside its run, whichever is taken)
+                pi = w.load("W", line, w.plus(w.smaller(iv, w.plus(mid, -1)), src), 0)
+                pj = w.load("W", line, w.plus(w.smaller(jv, w.plus(hi, -1)), src), 0)
+                ki = w.load("A", self.a, w.to_int(pi), 0)
+                kj = w.load("A", self.a, w.to_int(pj), 0)
+                right = w.both(w.below(jv, hi), w.either(w.not_below(iv, mid),
+                                                          w.before(kj, ki, self.descending)))
+                w.store("W", line, w.plus(k, dst), 0, w.select(right, pj, pi))
+                w.set(i, w.select_index(right, iv, w.plus(iv, 1)))
+                w.set(j, w.select_index(right, w.plus(jv, 1), jv))
+
+            w.each(lo, hi, step)
+
+        w.each(0, w.over(w.plus(w.plus(span, -1), n), span), run)  # ceil(n / span) runs
 
     def _cholesky(self, w) -> None:
         """Cholesky-Banachiewicz, row by row: ``l_ij = (a_ij - sum_{k<j} l_ik l_jk) / l_jj``,
@@ -224,8 +290,8 @@ class _Ir:
     def _i(v) -> str:
         return str(v) if isinstance(v, int) else v
 
-    def plus(self, v, k: int) -> str:
-        return self.emit("i", f"add nsw i64 {self._i(v)}, {k}")
+    def plus(self, v, k) -> str:
+        return self.emit("i", f"add nsw i64 {self._i(v)}, {self._i(k)}")
 
     def index(self, strides: tuple, i, j) -> str:
         parts = []
@@ -297,6 +363,51 @@ class _Ir:
 
     def differ(self, a, b) -> str:
         return self.emit("b", f"icmp ne i64 {self._i(a)}, {self._i(b)}")
+
+    def times(self, v, k) -> str:
+        return self.emit("i", f"mul nsw i64 {self._i(v)}, {self._i(k)}")
+
+    def minus(self, a, b) -> str:
+        return self.emit("i", f"sub nsw i64 {self._i(a)}, {self._i(b)}")
+
+    def over(self, a, b) -> str:
+        return self.emit("i", f"sdiv i64 {self._i(a)}, {self._i(b)}")
+
+    def power_of_two(self, p) -> str:
+        return self.emit("i", f"shl i64 1, {self._i(p)}")
+
+    def odd(self, p) -> str:
+        return self.emit("i", f"and i64 {self._i(p)}, 1")
+
+    def smaller(self, a, b) -> str:
+        less = self.emit("b", f"icmp slt i64 {self._i(a)}, {self._i(b)}")
+        return self.select_index(less, a, b)
+
+    def below(self, a, b) -> str:
+        return self.emit("b", f"icmp slt i64 {self._i(a)}, {self._i(b)}")
+
+    def not_below(self, a, b) -> str:
+        return self.emit("b", f"icmp sge i64 {self._i(a)}, {self._i(b)}")
+
+    def both(self, a: str, b: str) -> str:
+        return self.emit("b", f"and i1 {a}, {b}")
+
+    def either(self, a: str, b: str) -> str:
+        return self.emit("b", f"or i1 {a}, {b}")
+
+    def before(self, ka: str, kb: str, descending: bool) -> str:
+        """Key ``ka`` strictly before ``kb`` (nan last ascending, first descending)."""
+        plain = self.emit("b", f"fcmp {'ogt' if descending else 'olt'} {self.t} {ka}, {kb}")
+        late, early = (ka, kb) if descending else (kb, ka)  # the nan, the number
+        nan = self.emit("b", f"fcmp uno {self.t} {late}, {late}")
+        num = self.emit("b", f"fcmp ord {self.t} {early}, {early}")
+        return self.either(plain, self.both(nan, num))
+
+    def to_float(self, v) -> str:
+        return self.emit("v", f"sitofp i64 {self._i(v)} to {self.t}")
+
+    def to_int(self, v: str) -> str:
+        return self.emit("i", f"fptosi {self.t} {v} to i64")
 
     # variables: (alloca, type)
     def var(self, tag: str, init=None):
@@ -429,9 +540,51 @@ class _C:
     def differ(self, a, b) -> str:
         return f"{a} != {b}"
 
+    def times(self, v, k) -> str:
+        return self.emit("k", f"{v} * {k}", "int64_t")
+
+    def minus(self, a, b) -> str:
+        return self.emit("k", f"{a} - {b}", "int64_t")
+
+    def over(self, a, b) -> str:
+        return self.emit("k", f"{a} / {b}", "int64_t")
+
+    def power_of_two(self, p) -> str:
+        return self.emit("k", f"(int64_t)1 << {p}", "int64_t")
+
+    def odd(self, p) -> str:
+        return self.emit("k", f"{p} & 1", "int64_t")
+
+    def smaller(self, a, b) -> str:
+        return self.emit("k", f"{a} < {b} ? {a} : {b}", "int64_t")
+
+    # (conditions are named values, as in the IR: read after the variables change)
+    def below(self, a, b) -> str:
+        return self.emit("c", f"{a} < {b}", "int")
+
+    def not_below(self, a, b) -> str:
+        return self.emit("c", f"{a} >= {b}", "int")
+
+    def both(self, a: str, b: str) -> str:
+        return self.emit("c", f"{a} && {b}", "int")
+
+    def either(self, a: str, b: str) -> str:
+        return self.emit("c", f"{a} || {b}", "int")
+
+    def before(self, ka: str, kb: str, descending: bool) -> str:
+        late, early = (ka, kb) if descending else (kb, ka)
+        plain = f"{ka} > {kb}" if descending else f"{ka} < {kb}"
+        return self.emit("c", f"({plain}) || ({late} != {late} && {early} == {early})", "int")
+
+    def to_float(self, v) -> str:
+        return f"(({self.t}){v})"
+
+    def to_int(self, v: str) -> str:
+        return self.emit("k", f"(int64_t){v}", "int64_t")
+
     def var(self, tag: str, init=None):
         name = self.fresh(tag)
-        integer = isinstance(init, int) or (isinstance(init, str) and init.startswith("i"))
+        integer = isinstance(init, int) or (isinstance(init, str) and init[:1] in "ik")
         ty = "int64_t" if integer else self.t
         self.put(f"{ty} {name}" + (f" = {init};" if init is not None else ";"))
         return name, ty

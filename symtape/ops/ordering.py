@@ -309,8 +309,8 @@ def _order_params(name: str, rank: int, params: dict) -> dict:
 
 
 class _Ordering(Primitive):
-    """What the ordering ops share: a batch rule moving the axis, no loop form beyond the
-    unrolled element view (a compiled sort of a long line is refused at once)."""
+    """What the ordering ops share: a batch rule moving the axis; a loop form that unrolls
+    short lines and sorts long ones with a native merge sort per line."""
 
     def batch(self, args, batched, params, shape):
         moved = [a if b else _spread_to(a, batch_size_of(args, batched)) for a, b in
@@ -330,15 +330,58 @@ class _Ordering(Primitive):
             out = out | np.broadcast_to(line, shape)
         return np.asarray(out, dtype=object)
 
+    #: Lines up to this long are unrolled comparisons (the element view); longer ones a
+    #: native merge sort per line (``planner.routine``).
+    UNROLLED_LINE = 8
+
     def loop(self, planner, node):
-        """The element view unrolled when small; a long line is refused at once (an
-        ordering in loops needs data-dependent places)."""
-        try:
-            return planner.unrolled(node)
-        except Unplannable:
-            raise Unplannable(
-                f"{self.name} of {node.size} elements has no loop form: compiled orderings "
-                "are unrolled comparisons, for small tensors only; call it eagerly") from None
+        """Short lines: the element view unrolled; longer ones (or too many short ones to
+        unroll): one block over the other axes whose body sorts a line of float keys (a
+        stable merge sort of their indices, nan placed as eager values place it);
+        :class:`Unplannable` for other keys or what has no routine."""
+        kind = self.routine_kind(node)
+        axis = node.params["axis"]
+        if node.shape[axis] <= self.UNROLLED_LINE or kind is None or any(
+                x.dtype.kind != "f" for x in node.inputs):
+            try:
+                return planner.unrolled(node)
+            except Unplannable:
+                raise Unplannable(
+                    f"{self.name} of {node.size} elements has no loop form here: float "
+                    "keys and values sort in loops; call it eagerly") from None
+        return _line_block(planner, node, kind)
+
+    def routine_kind(self, node) -> str | None:
+        """The routine that orders ``node``'s lines (None: none)."""
+        return None
+
+
+def _line_block(planner, node, kind: str) -> tuple:
+    """``node`` as one block over every axis but its ordering axis, whose body is the
+    ordering routine ``kind`` on one line: keys (the last argument) and values (the first,
+    for a permutation) read along the axis at their strides, the result written along it."""
+    axis, n = node.params["axis"], node.shape[node.params["axis"]]
+    locs = [planner.located(x) for x in node.inputs]
+    batched = any(planner.batched(loc) for loc in locs)
+    lead = int(batched)
+
+    def split(acc):  # (the block's strides, the line's stride)
+        strides = list(acc.strides)
+        step = strides.pop(lead + axis)
+        return planner.at(acc.buffer, acc.offset, tuple(strides),
+                          tuple(i * step for i in range(n))), step
+
+    reads = [split(planner.access(loc, x.shape, batched)) for x, loc in zip(node.inputs, locs)]
+    loc = planner.fresh(node, batched)
+    out, o_step = split(planner.access(loc, node.shape, batched))
+    (keys, k_step), (values, v_step) = reads[-1], reads[0]
+    routine = planner.routine(kind, n, 0, (k_step, 0), (v_step, 0), (o_step, 0),
+                              node.params["descending"])
+    ins = [keys] + ([values] if "B" in routine.args else [])
+    work = planner.at(planner.temp(2 * n), 0, (0,) * len(out.strides), tuple(range(2 * n)))
+    space = tuple(d for k, d in enumerate(node.shape) if k != axis)
+    planner.block(space, routine, ins, [out, work], batched=batched)
+    return loc
 
 
 def batch_size_of(args, batched) -> int:
@@ -403,6 +446,9 @@ class SortPermute(_Ordering):
                     out[line + (i,)] = _pick(ranks, vals, i)
         return np.moveaxis(out, -1, axis)
 
+    def routine_kind(self, node):
+        return "unpermute" if node.params["inverse"] else "permute"
+
     @staticmethod
     def _rule(g, ans, v, key, axis, descending, inverse):
         if isinstance(g, Zero):
@@ -427,6 +473,9 @@ class Argsort(_Ordering):
     def numeric(self, values, params):
         order = stable_order(np.asarray(values[0]), params["axis"], params["descending"])
         return order.astype(np.int32)
+
+    def routine_kind(self, node):
+        return "argsort"
 
     def build(self, atoms, params):
         (key,) = atoms

@@ -181,3 +181,25 @@ def test_a_prologue_reading_a_shared_argument_runs_every_call():
     for _ in range(2):
         w0 = rng.standard_normal(40)
         np.testing.assert_allclose(fn(x0, w0), x0 * np.cumsum(w0), rtol=1e-15, atol=1e-15)
+
+
+def test_no_prologue_block_shares_a_temporary_with_the_points():
+    """A zero fill (it reads nothing) of a sum that then accumulates a point's values is
+    not the prologue's, nor is a fill of a sum reading that one: two chained sums per
+    point equal numpy's, and no prologue block writes what a block of the points writes."""
+    x = st.symbol("x", shape=(6, 5))
+    c = np.linspace(-1.0, 2.0, 5)
+    inner = st.reduce_sum(x * x, axis=0)
+    z = st.reduce_sum(st.reshape(inner * c, (5, 1)) * st.constant(np.ones((5, 3))), axis=0)
+    y = st.concat([z, st.reduce_max(z * z, keepdims=True)], axis=0)
+    for points in (0, 8):
+        plan = loopnest.plan_loops([y._node], [x._node], points=points)
+        first = set(plan.prologue)
+        mine = {a.buffer for k in first for a in plan.blocks[k].outs}
+        theirs = {a.buffer for k, b in enumerate(plan.blocks) if k not in first
+                  for a in b.outs}
+        assert not mine & theirs
+        x0 = np.random.default_rng(8).normal(size=(3, 6, 5))
+        zs = np.repeat(((x0 * x0).sum(axis=1) * c).sum(axis=1)[:, None], 3, axis=1)
+        want = np.concatenate([zs, (zs * zs).max(axis=1, keepdims=True)], axis=1)
+        np.testing.assert_allclose(compile_plan(plan)(x0), want, rtol=1e-14)

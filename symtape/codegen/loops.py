@@ -179,16 +179,18 @@ def _prologue(plan: LoopPlan) -> tuple:
         if before and reads - wrote <= shared:  # (what it reads of its own: the prologue's)
             out.append(k)
             shared |= wrote
-    # a temporary a later block (outside the prologue) writes again is not the prologue's
-    late = {a.buffer for k, block in enumerate(plan.blocks) if k not in out
-            for a in block.outs}
-    keep = [k for k in out if not ({a.buffer for a in plan.blocks[k].outs} & late)]
-    while keep != out:  # (and what read those, computed before them)
+    # to a fixed point: a temporary a block outside the prologue writes too is not the
+    # prologue's, and neither is a block writing one or reading a temporary it does not make
+    while True:
+        late = {a.buffer for k, block in enumerate(plan.blocks) if k not in out
+                for a in block.outs}
+        made = {a.buffer for k in out for a in plan.blocks[k].outs} - late
+        keep = [k for k in out if not ({a.buffer for a in plan.blocks[k].outs} & late)
+                and {a.buffer for a in plan.blocks[k].ins
+                     if plan.buffers[a.buffer].kind == "temp"} <= made]
+        if keep == out:
+            return tuple(out)
         out = keep
-        made = {a.buffer for k in out for a in plan.blocks[k].outs}
-        keep = [k for k in out if {a.buffer for a in plan.blocks[k].ins
-                                   if plan.buffers[a.buffer].kind == "temp"} <= made]
-    return tuple(out)
 
 
 def _allocate(plan: LoopPlan) -> tuple:

@@ -5,8 +5,9 @@ random species), rates ``r = k * c[a] * c[b]`` (gathers) and species changes ``d
 unsorted_segment_sum(stoich * r[reaction_of_term], species_of_term, ns)`` (three terms per
 reaction). symtape: ``st.jacobian(f, sparse=True)`` (the pattern read off the DAG, rows
 coloured, one batched sweep per colour); JAX (when installed): the dense ``jacfwd``, jitted,
-in the same run. Setup: from the function to the first result (symtape with an empty object
-cache); peak RSS: the process's (``resource.getrusage``) after each tool's setup;
+in the same run. Each tool and size runs in a child process of its own. Setup: from the
+function to the first result (symtape with an empty object cache); peak RSS: the child's
+(``resource.getrusage``) after its setup;
 evaluation: per point, over a batch of points, best and median of several calls. The values
 are checked against a hand-written Jacobian. Targets: 2,000 species / 6,000 reactions:
 setup <= 2 s, peak RSS <= 2 GB, evaluation <= 1 ms a point; 20,000 / 60,000: setup <= 20 s.
@@ -17,7 +18,10 @@ setup <= 2 s, peak RSS <= 2 GB, evaluation <= 1 ms a point; 20,000 / 60,000: set
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import resource
 import statistics
 import tempfile
@@ -130,27 +134,50 @@ def run_jax(net: dict, points: np.ndarray) -> dict | None:
     return out
 
 
+def child(tool: str, ns: int, nr: int, n_points: int) -> None:
+    """Run in a child process: one tool at one size; print a JSON line of its numbers."""
+    net = network(ns, nr)
+    points = np.random.default_rng(1).uniform(0.1, 1.0, (n_points, ns))
+    out = run_symtape(net, points) if tool == "symtape" else run_jax(net, points)
+    print(json.dumps(None if out is None else
+                     {k: v if isinstance(v, (str, list, bool)) else float(v)
+                      for k, v in out.items()}))
+
+
+def in_child(tool: str, ns: int, nr: int, n_points: int) -> dict | None:
+    """``child`` in a fresh process (so each peak RSS is that tool's own)."""
+    cmd = [sys.executable, __file__, "--child", tool, "--sizes", f"{ns}:{nr}",
+           "--points", str(n_points)]
+    run = subprocess.run(cmd, capture_output=True, text=True)
+    if run.returncode:
+        return dict(error=f"child exited with {run.returncode}: {run.stderr[-300:]}",
+                    setup=float("nan"), rss=float("nan"))
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="2000:6000",
                         help="species:reactions pairs, comma-separated")
     parser.add_argument("--points", type=int, default=16)
+    parser.add_argument("--child", choices=("symtape", "jax"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     for pair in args.sizes.split(","):
         ns, nr = (int(v) for v in pair.split(":"))
-        net = network(ns, nr)
-        points = np.random.default_rng(1).uniform(0.1, 1.0, (args.points, ns))
+        if args.child:
+            child(args.child, ns, nr, args.points)
+            continue
         print(f"== {ns} species, {nr} reactions, {3 * nr} terms ==")
-        s = run_symtape(net, points)
+        s = in_child("symtape", ns, nr, args.points)
         if "error" in s:
             print(f"symtape sparse: refused after {s['setup']:.1f} s ({s['error']}), "
                   f"peak RSS {s['rss']:.0f} MB")
         else:
             print(f"symtape sparse: setup {s['setup']:.2f} s, peak RSS {s['rss']:.0f} MB, "
-                  f"{s['nnz']} non-zeros, eval best {s['best'] * 1e3:.3f} ms / median "
+                  f"{s['nnz']:.0f} non-zeros, eval best {s['best'] * 1e3:.3f} ms / median "
                   f"{s['median'] * 1e3:.3f} ms a point; paths {s['strategies']}; "
                   f"max error vs hand {s['max_error']:.1e}, pattern ok {s['pattern_ok']}")
-        j = run_jax(net, points)
+        j = in_child("jax", ns, nr, args.points)
         if j is None:
             print("jax: not installed")
         elif "error" in j:

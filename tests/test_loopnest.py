@@ -215,10 +215,14 @@ def test_arena_reuses_dead_temporaries():
 
 
 def test_unplannable_falls_back_to_elements(monkeypatch):
-    """A searchsorted of more elements than UNROLL_LIMIT has no loop form: the function
-    compiles its element view."""
+    """An op whose loop rule refuses (here searchsorted's, made to) and that is too large
+    to unroll: the function compiles its element view."""
+    def refused(self, planner, node):
+        raise loopnest.Unplannable(f"{self.name} refused")
+
     monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
     monkeypatch.setattr(loopnest, "UNROLL_LIMIT", 8)
+    monkeypatch.setattr(type(st.ops.ordering.searchsorted), "loop", refused)
     x = np.random.default_rng(1).permutation(12).astype(float) + 0.5
     edges = np.arange(12.0)
 
@@ -458,7 +462,7 @@ def test_large_arenas_are_kept_between_calls_and_threads_do_not_share_them():
     a = st.Variable(rng.standard_normal((300, 200)))
     y = st.tanh(st.matmul(a, a, transpose_b=True)) * 2.0
     f, plan = _loop_compiled([y], [a])
-    assert plan.arena[1] > loops.LANE_STACK_BYTES and "@arena.slot" in f.llvm_ir
+    assert plan.arena[1] > loops.LANE_STACK_BYTES and "@arena.slots" in f.llvm_ir
     inputs = [rng.standard_normal((300, 200)) for _ in range(6)]
     want = [np.tanh(x @ x.T) * 2.0 for x in inputs]
     got: dict = {}

@@ -371,10 +371,40 @@ def test_compiled_orderings_equal_eager_small_and_large():
     big = st.function(lambda v: st.sort(v) * 2.0)
     x = np.random.default_rng(11).normal(size=5000)
     np.testing.assert_array_equal(np.asarray(big(x)), np.sort(x) * 2.0)
-    far = st.function(lambda v: st.cast(st.searchsorted(st.constant(np.sort(x)), v),
-                                        st.float64))
-    with pytest.raises(Exception, match="searchsorted of 5000 elements has no loop form"):
-        far(x)
+    edges = np.sort(x)[::7]
+    for side in ("left", "right"):  # (one counting loop: lines of 715 sorted elements)
+        far = st.function(lambda v: st.cast(st.searchsorted(st.constant(edges), v,
+                                                            side=side), st.float64))
+        probe = np.concatenate([x, edges[:50], [np.nan, np.inf, -np.inf]])
+        np.testing.assert_array_equal(np.asarray(far(probe)), st.searchsorted(
+            edges, probe, side=side).numpy())
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_long_searchsorted_counts_in_a_loop_over_points(monkeypatch, side):
+    """Sorted lines of 40 and 30 values each, per point of a plan over points (and constant
+    lines): one counting loop, equal to eager values (ties, nan, +-inf among the values)."""
+    from symtape.codegen.loops import LoopPlan
+    from symtape.compile import strategy
+
+    monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
+    monkeypatch.setattr(strategy, "POINT_LOOP_MIN_ATOMS", 0)
+    rng = np.random.default_rng(4)
+    s = np.sort(rng.normal(size=(6, 2, 40)), axis=-1)
+    v = rng.normal(size=(6, 2, 30))
+    v[0, 0, :3] = [np.nan, np.inf, -np.inf]
+    v[1, 1, :5] = s[1, 1, :5]
+    both = st.function(lambda a, b: st.searchsorted(a, b, side=side),
+                       input_signature=[st.TensorSpec((None, 2, 40)),
+                                        st.TensorSpec((None, 2, 30))])
+    lines = np.broadcast_to(s[1], s.shape)
+    shared = st.function(lambda b: st.searchsorted(st.constant(lines), b, side=side),
+                         input_signature=[st.TensorSpec((6, 2, 30))])
+    np.testing.assert_array_equal(np.asarray(both(s, v)),
+                                  st.searchsorted(s, v, side=side).numpy())
+    np.testing.assert_array_equal(np.asarray(shared(v)),
+                                  st.searchsorted(lines, v, side=side).numpy())
+    assert isinstance(both.get_concrete_function(s, v).plan, LoopPlan)
 
 
 @pytest.mark.parametrize("axis", [-1, 1])

@@ -282,7 +282,7 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
               if b.kind in ("const", "indices")]
     head = [header("loop kernel", name, plan, f", {len(plan.blocks)} blocks")]
     decls.update(MALLOC)
-    slot = ["@arena.slot = internal global ptr null, align 8"]
+    slot = [f"@arena.slots = internal global [{ARENA_SLOTS} x ptr] zeroinitializer, align 8"]
     return module(head, sorted(decls) + slot + consts + lines, plan, name, after=_release(name))
 
 
@@ -523,25 +523,54 @@ def _extent(block: Block, d: int, split: bool) -> str:
     return str(block.space[d])
 
 
+#: Arenas kept between calls: one per thread calling at once (the runtime splits a batch
+#: across threads), up to this many.
+ARENA_SLOTS = 8
+
+
+def _slot(k: int, name: str) -> str:
+    return (f"  %{name} = getelementptr inbounds [{ARENA_SLOTS} x ptr], ptr @arena.slots, "
+            f"i64 0, i64 {k}")
+
+
 def _take_arena(size: int, here: str, then: str) -> list:
-    """The arena from ``@arena.slot`` (the one the last call left there) or ``malloc``:
-    a fresh allocation of megabytes per call costs its page faults every time."""
-    return ["  %cached = atomicrmw xchg ptr @arena.slot, ptr null acq_rel",
-            "  %have = icmp ne ptr %cached, null",
-            "  br i1 %have, label %got, label %alloc",
-            "alloc:", f"  %fresh = call ptr @malloc(i64 {size})",
-            "  %none = icmp eq ptr %fresh, null",
-            "  br i1 %none, label %fail, label %got",
-            *no_memory("fail"),
-            "got:", f"  %arena = phi ptr [ %cached, %{here} ], [ %fresh, %alloc ]",
-            f"  br label %{then}", f"{then}:"]
+    """An arena from ``@arena.slots`` (one an earlier call left there; ``%have``) or
+    ``malloc``: a fresh allocation of megabytes per call costs its page faults every time."""
+    out, came = [], []
+    for k in range(ARENA_SLOTS):
+        label = here if k == 0 else f"take.{k}"
+        if k:
+            out.append(f"{label}:")
+        out += [_slot(k, f"slot.{k}"),
+                f"  %cached.{k} = atomicrmw xchg ptr %slot.{k}, ptr null acq_rel",
+                f"  %have.{k} = icmp ne ptr %cached.{k}, null",
+                f"  br i1 %have.{k}, label %got, label %"
+                + (f"take.{k + 1}" if k + 1 < ARENA_SLOTS else "alloc")]
+        came.append((f"%cached.{k}", label))
+    phi = ", ".join(f"[ {v}, %{label} ]" for v, label in came)
+    have = ", ".join(f"[ true, %{label} ]" for _, label in came)
+    return out + ["alloc:", f"  %fresh = call ptr @malloc(i64 {size})",
+                  "  %none = icmp eq ptr %fresh, null",
+                  "  br i1 %none, label %fail, label %got",
+                  *no_memory("fail"),
+                  "got:", f"  %arena = phi ptr {phi}, [ %fresh, %alloc ]",
+                  f"  %have = phi i1 {have}, [ false, %alloc ]",
+                  f"  br label %{then}", f"{then}:"]
 
 
 def _give_arena() -> list:
-    """Leaves the arena in ``@arena.slot`` for the next call (freeing one another call
-    left there meanwhile)."""
-    return ["  %old = atomicrmw xchg ptr @arena.slot, ptr %arena acq_rel",
-            "  call void @free(ptr %old)"]
+    """Leaves the arena in a free slot of ``@arena.slots`` for a later call (freed when all
+    are taken)."""
+    out = []
+    for k in range(ARENA_SLOTS):
+        if k:
+            out.append(f"give.{k}:")
+        out += [_slot(k, f"keep.{k}"),
+                f"  %kept.{k} = cmpxchg ptr %keep.{k}, ptr null, ptr %arena acq_rel monotonic",
+                f"  %given.{k} = extractvalue {{ ptr, i1 }} %kept.{k}, 1",
+                f"  br i1 %given.{k}, label %given, label %"
+                + (f"give.{k + 1}" if k + 1 < ARENA_SLOTS else "unkept")]
+    return out + ["unkept:", "  call void @free(ptr %arena)", "  br label %given", "given:"]
 
 
 def release_symbol(name: str) -> str:
@@ -550,9 +579,12 @@ def release_symbol(name: str) -> str:
 
 
 def _release(name: str) -> list:
-    return [f"define void @{release_symbol(name)}() nounwind {{", "entry:",
-            "  %old = atomicrmw xchg ptr @arena.slot, ptr null acq_rel",
-            "  call void @free(ptr %old)", "  ret void", "}", ""]
+    out = [f"define void @{release_symbol(name)}() nounwind {{", "entry:"]
+    for k in range(ARENA_SLOTS):
+        out += [_slot(k, f"slot.{k}"),
+                f"  %old.{k} = atomicrmw xchg ptr %slot.{k}, ptr null acq_rel",
+                f"  call void @free(ptr %old.{k})"]
+    return out + ["  ret void", "}", ""]
 
 
 def _base(plan: LoopPlan, buf: int, offsets: tuple) -> str:
@@ -641,7 +673,7 @@ def _run_prologue(plan: LoopPlan, n_bufs: int, tail: str, heap: bool) -> list:
     """The call of ``@prologue`` (when the plan has one) on the caller's arrays and the
     arena, before the points or chunks: its blocks read only constants and arguments
     every point shares. Its temporaries come first in the arena and nothing else writes
-    them, so when they depend on no argument at all a kept arena (``@arena.slot``: one an
+    them, so when they depend on no argument at all a kept arena (``@arena.slots``: one an
     earlier call of this function left) holds them already and the call is skipped."""
     if not plan.prologue:
         return []

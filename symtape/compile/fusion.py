@@ -2,19 +2,24 @@
 it places any node. Elementwise nodes computed inside their readers' loops (:func:`fused`),
 nodes whose zeros may stay unwritten (:func:`holey`), elementwise nodes computed through
 the padded scatters that read them (:func:`through`), and elementwise nodes written
-straight into an output (:func:`destinations`). :mod:`~symtape.compile.planner` carries
+straight into an output (:func:`destinations`), and large, mostly zero constants computed
+from constants alone that are placed by their values (:func:`constant_folds`: the one-hot
+seeds of a coloured sweep and their cotangents). :mod:`~symtape.compile.planner` carries
 them out."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from symtape.compile.offsets import fused_size, paddings
 from symtape.core import node as N
 from symtape.core.primitive import distinct_places, inverse_places
 
 __all__ = ["numeric", "pointwise", "looped_elementwise", "holey", "through", "destinations",
-           "fused", "takes_operand", "THROUGH_USERS", "THROUGH_NODES"]
+           "fused", "takes_operand", "constant_folds", "cut", "THROUGH_USERS", "THROUGH_NODES",
+           "FOLD_MAX"]
 
 
 def numeric(node: N.Node) -> bool:
@@ -108,7 +113,7 @@ def destinations(outputs: Sequence[N.Node], totals: Sequence[str], users: dict,
     return dest
 
 
-def fused(order: list, users: dict, placed: dict) -> set:
+def fused(order: list, users: dict, placed: dict, fixed=frozenset()) -> set:
     """Elementwise nodes computed inside their readers' loop body (a chain ``a * m + b * g``
     is one loop): float nodes, not outputs, all of whose readers are elementwise ops of
     their shape or ops accumulating their argument's elements (:func:`takes_operand`),
@@ -118,7 +123,7 @@ def fused(order: list, users: dict, placed: dict) -> set:
     a batched sweep's tensors) of a template of at most :data:`THROUGH_NODES` nodes is
     computed in each of up to :data:`THROUGH_USERS` such loops: reading it back from a
     temporary costs more than computing it from the small tensors it broadcasts."""
-    varying = set(placed)  # ids of nodes that differ between points
+    varying = set(placed) - set(fixed)  # ids of nodes that differ between points
     for node in order:
         if any(id(a) in varying for a in node.inputs):
             varying.add(id(node))
@@ -145,3 +150,75 @@ def takes_operand(node: N.Node) -> bool:
     elementwise argument is computed inside its accumulating loop."""
     reads = getattr(node.prim, "reads_operand", None) if node.kind == "op" else None
     return len(node.inputs) == 1 and reads is not None and bool(reads(node))
+
+
+#: Constants computed by ops are evaluated at plan time up to this many elements each.
+FOLD_MAX = 2 ** 22
+
+
+def constant_folds(order: list, roots: Sequence[N.Node], least: int, share: int) -> dict:
+    """``id(node) -> (node, flat values)`` for the float64 nodes, not ``roots``, computed by
+    ops from constants alone (the node fact ``constant``) that have at least ``least``
+    elements, at most one in ``share`` of them non-zero: their values, evaluated now by the
+    ops' numeric rules (the eager values of large tensors), are placed as constants built
+    from their non-zeros, and the blocks that would compute them at every call are not
+    planned (:func:`cut`). Their zeros are then known where the plan is made: a sum's term
+    with such a factor is not computed (:mod:`~symtape.compile.sparse_terms`)."""
+    outs = {id(r) for r in roots}
+    left: dict = {}  # id(node) -> readers of it among the constants still to evaluate
+    for node in order:
+        if node.kind == "op" and node.constant:
+            for a in node.inputs:
+                left[id(a)] = left.get(id(a), 0) + 1
+    values: dict = {}
+    found: dict = {}
+    for node in order:
+        candidate = (node.kind == "op" and node.dtype == np.float64 and node.size >= least
+                     and id(node) not in outs)
+        if not (candidate or left.get(id(node))):
+            continue
+        value = _constant_value(node, values)
+        if value is None:
+            continue
+        if node.kind == "op":
+            for a in node.inputs:
+                left[id(a)] -= 1
+                if not left[id(a)]:
+                    values.pop(id(a), None)
+        flat = value.reshape(-1)
+        if candidate and np.count_nonzero(flat) * share <= node.size:
+            found[id(node)] = (node, flat)
+        if left.get(id(node)):
+            values[id(node)] = value
+    return found
+
+
+def _constant_value(node: N.Node, values: dict) -> np.ndarray | None:
+    """The value of a constant, or of a node computed by an op from those in ``values``
+    (None: not such a node, or larger than :data:`FOLD_MAX`)."""
+    if node.size > FOLD_MAX:
+        return None
+    if node.kind == "const":
+        try:
+            return np.asarray(np.asarray(node._exact), dtype=node.dtype)
+        except (TypeError, ValueError):
+            return None
+    if node.kind != "op" or not node.constant or any(id(a) not in values for a in node.inputs):
+        return None
+    with np.errstate(all="ignore"):
+        value = np.asarray(node.prim.evaluator(node.inputs, node.params)(
+            [values[id(a)] for a in node.inputs]))
+    return np.broadcast_to(value, node.shape).astype(node.dtype)
+
+
+def cut(order: list, roots: Sequence[N.Node], stop) -> list:
+    """``order`` without the nodes that only nodes in ``stop`` (ids) read, directly or
+    through others (what folded constants were computed from); ``stop``'s nodes stay."""
+    needed = {id(r) for r in roots}
+    kept = []
+    for node in reversed(order):
+        if id(node) in needed:
+            kept.append(node)
+            if id(node) not in stop:
+                needed.update(id(a) for a in node.inputs)
+    return kept[::-1]

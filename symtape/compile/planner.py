@@ -20,8 +20,11 @@ its elements in it -- and, unless it is a view of another node's location, a loo
 
 Values are those of eager evaluation of large tensors (the template level): a node's
 elements do not fold against its neighbours' as the element DAG's do (``x * 0`` is computed,
-not dropped), which changes values only at non-finite inputs. Integer tensors are held as
-doubles, as straight-line kernels hold them (exact up to 2**53).
+not dropped), which changes values only at non-finite inputs -- but for the large, mostly
+zero constants that ops compute from constants alone (a coloured sweep's seeds'
+cotangents): they are folded at plan time and their zeros are the element DAG's in sums
+(:mod:`~symtape.compile.sparse_terms`). Integer tensors are held as doubles, as
+straight-line kernels hold them (exact up to 2**53).
 """
 
 from __future__ import annotations
@@ -41,12 +44,13 @@ from symtape.codegen.plan import Instr, OutLayout, Plan, build_plan
 from symtape.codegen.routines import Routine
 from symtape.base.errors import UnboundLeafError
 from symtape.compile.fusion import (
-    destinations, fused, holey, numeric, pointwise, through,
+    constant_folds, cut, destinations, fused, holey, numeric, pointwise, through,
 )
 from symtape.compile.offsets import (
     affine, box_of, chains, composed, cuts_along, finer_affine, finer_pair, flat_places,
     past_links, readers, runs_of, split_affine,
 )
+from symtape.compile.sparse_terms import skip_zero_terms
 from symtape.core.primitive import Unplannable
 from symtape.base.lazy import LazyModule
 
@@ -124,8 +128,16 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
         p.loc[id(node)] = p.fresh(node, bool(points) and not shared[i], "input", i)
     roots = plan_roots(outputs, totals)
     order = N.ancestries(roots)
+    folds = constant_folds(order, roots, SPARSE_CONSTANT, SPARSE_SHARE)
+    if folds:  # placed by their values, without what they are computed from
+        order = cut(order, roots, folds)
+        for node in order:
+            if id(node) in folds:
+                p.loc[id(node)] = p.constant(node, folds[id(node)][1])
+                p.known[p.loc[id(node)][0]] = folds[id(node)][1]
+        order = [node for node in order if id(node) not in folds]
     users = readers(order, roots)
-    p.fused = fused(order, users, p.loc)
+    p.fused = fused(order, users, p.loc, folds)
     p.holey = holey(order, users)
     p.links = chains(order, users)  # read through: their readers read their sources
     p.through, again = through(order, past_links(users, p.links), p.holey, p.fused, roots)
@@ -140,6 +152,7 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
             p.total(o, node, totals[o])
         else:
             p.output(o, node)
+    skip_zero_terms(p, p.known)
     ins, outs = layouts([n.shape for n in inputs],
                         [(n.shape, n.dtype.kind == "b") for n in outputs])
     return LoopPlan(tuple(p.buffers), tuple(p.blocks), ins, outs,
@@ -204,6 +217,7 @@ class _Planner:
         self.zero: int | None = None  # a constant buffer of one zero (the zeros of holes)
         self.per_point: set = set()  # buffers holding a slice per point of the chunk
         self.index_arrays: dict = {}  # (shape, bytes) -> its 'indices' buffer
+        self.known: dict = {}  # buffer -> the values (flat) of a constant folded at plan time
 
     # -- what loop rules share (``Primitive.loop``'s protocol) ------------------------------
     affine = staticmethod(affine)

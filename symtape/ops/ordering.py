@@ -384,6 +384,17 @@ def _line_block(planner, node, kind: str) -> tuple:
     return loc
 
 
+def _widened(acc, back: int):
+    """``acc`` over one more loop dimension, inserted ``back`` dimensions from the end,
+    along which it stays in place (stride 0; its index array's too)."""
+    def spread(strides):
+        k = len(strides) - back
+        return tuple(strides[:k]) + (0,) + tuple(strides[k:])
+
+    index = (acc.index[0], acc.index[1], spread(acc.index[2])) if acc.index else ()
+    return acc._replace(strides=spread(acc.strides), index=index)
+
+
 def batch_size_of(args, batched) -> int:
     return next(int(a.shape[0]) for a, b in zip(args, batched) if b)
 
@@ -547,6 +558,30 @@ class SearchSorted(_Ordering):
 
     def element_cost(self, node) -> int:
         return node.size * node.inputs[0].shape[-1]
+
+    def loop(self, planner, node):
+        """Short lines: the element view unrolled; longer ones: the output filled with 0,
+        then one accumulating loop over (lines, values, sorted elements) counting the
+        sorted elements before each value, as the element view counts them (for a sorted
+        line, numpy's binary search: eager values)."""
+        s, v = node.inputs
+        n = s.shape[-1]
+        if n <= self.UNROLLED_LINE or v.size == 0:
+            return planner.unrolled(node)
+        locs = [planner.located(x) for x in node.inputs]
+        batched = any(planner.batched(loc) for loc in locs)
+        loc = planner.fresh(node, batched)
+        planner.fill(loc, node.shape, 0.0, batched)
+        s_acc, v_acc = (planner.access(x_loc, x.shape, batched) for x, x_loc in
+                        zip(node.inputs, locs))
+        out = _widened(planner.access(loc, node.shape, batched), 0)
+        acc, sk, x = G.Leaf.new("acc"), G.Leaf.new("s"), G.Leaf.new("v")
+        term = (where.build_atom(less.build_atom(sk, x), G.ONE, G.ZERO)
+                if node.params["side"] == "left" else
+                where.build_atom(less.build_atom(x, sk), G.ZERO, G.ONE))
+        planner.accumulate(v.shape + (n,), G.add(acc, term), [acc, sk, x],
+                           [out, _widened(s_acc, 1), _widened(v_acc, 0)], out, batched)
+        return loc
 
     def dependencies(self, deps, params, shape):
         s, v = (np.asarray(d, dtype=object) for d in deps)

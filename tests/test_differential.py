@@ -113,3 +113,12 @@ def test_a_none_batch_step_over_no_example_is_traced_as_it_is(seed):
     step compiled for every batch size runs an empty batch as its own trace, so a product
     of such a sum with an infinity is 0 there too (programs the differential test found)."""
     assert not D.check_batch(np.random.default_rng(seed), batches=(0,))
+
+
+@pytest.mark.parametrize("seed", [1, 42, 47, 49])
+def test_none_batch_steps_whose_selects_feed_several_loops(seed):
+    """Programs the differential test found: a where's cotangent ``where(c, g, 0)`` read by
+    more than one loop of a pass over the examples was written to a temporary, and a
+    reader multiplying it by a nan partial gave nan where eager values give 0 (each loop now
+    computes the select itself)."""
+    assert not D.check_batch(np.random.default_rng(seed))

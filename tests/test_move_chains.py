@@ -127,3 +127,23 @@ def test_derivatives_through_moves_in_chunks_of_points(case):
         for k in range(2):
             np.testing.assert_array_equal(got[k][p], eager[k])
             assert np.isfinite(got[k][p]).all()
+
+
+def test_a_select_read_by_several_loops_keeps_its_zeros_in_each():
+    """``s = where(x > 0, 2x, 0)`` read by three loops (two sums and an elementwise
+    output) whose other factors are nan where ``x <= 0``: each loop computes the select
+    itself, so ``s * log(x)`` is 0 there, as eager values and numpy's ``np.where`` give
+    (the select written to a temporary and read back gave ``0 * nan = nan``)."""
+    x0 = np.linspace(-2.0, 2.0, N)
+    x = st.Variable(x0)
+    s = st.where(x > 0, x * 2.0, 0.0)
+    outs = [st.reduce_sum(s * st.log(x)), st.reduce_sum(s * st.sqrt(x)), s * st.log(x)]
+    plan = planner.plan_loops([o._node for o in outs], [x._node])
+    got = compile_plan(plan)(x0)
+    pos = x0 > 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        terms = np.where(pos, 2.0 * x0 * np.log(x0), 0.0)
+        want = [np.sum(terms), np.sum(np.where(pos, 2.0 * x0 * np.sqrt(x0), 0.0)), terms]
+    for g, w, o in zip(got, want, outs):
+        np.testing.assert_allclose(g, w, rtol=1e-13)
+        np.testing.assert_allclose(o.numpy(), w, rtol=1e-13)

@@ -120,9 +120,13 @@ def fused(order: list, users: dict, placed: dict, fixed=frozenset()) -> set:
     computed in one loop -- one reader, or several that are themselves computed inside the
     same one (``x * x``, ``u + x`` with ``u = x * c``: the template reads ``x`` twice).
     A node the points share (computed from constants alone: one-hot seeds broadcast over
-    a batched sweep's tensors) of a template of at most :data:`THROUGH_NODES` nodes is
-    computed in each of up to :data:`THROUGH_USERS` such loops: reading it back from a
-    temporary costs more than computing it from the small tensors it broadcasts."""
+    a batched sweep's tensors; ``fixed``: placed nodes that are such, folded constants) of
+    a template of at most :data:`THROUGH_NODES` nodes is computed in each of up to
+    :data:`THROUGH_USERS` such loops: reading it back from a temporary costs more than
+    computing it from the small tensors it broadcasts. A zero-branched select
+    (``where(c, g, 0)``: a where's cotangent) of such a template is computed in every loop
+    that reads it, so each keeps its structural zeros (``0 * nan`` of a temporary's zero
+    is nan, where eager values and the element DAG give 0)."""
     varying = set(placed) - set(fixed)  # ids of nodes that differ between points
     for node in order:
         if any(id(a) in varying for a in node.inputs):
@@ -135,13 +139,21 @@ def fused(order: list, users: dict, placed: dict, fixed=frozenset()) -> set:
                            for u in use)):
             continue
         into = set().union(*(loops.get(id(u), {id(u)}) for u in use))
-        if len(into) == 1 or (id(node) not in varying and len(into) <= THROUGH_USERS):
+        if len(into) == 1 or (id(node) not in varying and len(into) <= THROUGH_USERS) \
+                or _selects(node):
             out.add(id(node))
             loops[id(node)] = into
     for node in order:  # (arguments first: a template too large is computed once after all)
         if len(loops.get(id(node), ())) > 1 and fused_size(node, out) > THROUGH_NODES:
             out.discard(id(node))
     return out
+
+
+def _selects(node: N.Node) -> bool:
+    """Whether ``node``'s template, specialised to its arguments, is a zero-branched
+    select."""
+    makes = getattr(node.prim, "makes_select", None)
+    return makes is not None and makes(node.inputs)
 
 
 def takes_operand(node: N.Node) -> bool:

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 import pytest
+from test_indexed_loops import _network
 
 import symtape as st
 from symtape.codegen import compile_plan
@@ -89,28 +90,6 @@ def test_constants_held_as_they_are_and_dense_ones_keep_their_blocks():
         np.testing.assert_allclose(compile_plan(plan)(x.numpy()), float(y), rtol=1e-13)
 
 
-def _network(ns=300, nr=900, seed=0):
-    rng = np.random.default_rng(seed)
-    a, b, c = (rng.integers(0, ns, nr) for _ in range(3))
-    k = rng.uniform(0.5, 2.0, nr)
-    species = np.concatenate([a, b, c])
-    stoich = np.concatenate([-np.ones(nr), -np.ones(nr), np.ones(nr)])
-    reaction = np.tile(np.arange(nr), 3)
-
-    def f(conc):
-        r = k * st.gather(conc, a) * st.gather(conc, b)
-        return st.math.unsorted_segment_sum(stoich * st.gather(r, reaction), species, ns)
-
-    def jac(x):
-        out = np.zeros((ns, ns))
-        for s, sgn in ((a, -1.0), (b, -1.0), (c, 1.0)):
-            np.add.at(out, (s, a), sgn * k * x[b])
-            np.add.at(out, (s, b), sgn * k * x[a])
-        return out
-
-    return f, jac, nr
-
-
 def test_a_coloured_jacobian_multiplies_its_non_zeros_only(monkeypatch):
     """A reaction network's sparse Jacobian: the seeds' cotangents (colours x reactions,
     computed from constants alone) are folded at plan time, so no block computes them at a
@@ -119,7 +98,8 @@ def test_a_coloured_jacobian_multiplies_its_non_zeros_only(monkeypatch):
     at a point with an infinite concentration (the entries it multiplies are inf, the rest
     exact: before, 0 * inf = nan of other colours' terms reached other rows' entries)."""
     monkeypatch.setattr(strategy, "POINT_LOOP_MIN_ATOMS", 0)
-    f, jac, nr = _network()
+    f, jac = _network()
+    nr = 900
     sj = st.jacobian(f, sparse=True, input_signature=[st.TensorSpec((300,))])
     x = np.random.default_rng(5).uniform(0.1, 1.0, (8, 300))
     x[3, 17] = np.inf

@@ -122,3 +122,12 @@ def test_none_batch_steps_whose_selects_feed_several_loops(seed):
     reader multiplying it by a nan partial gave nan where eager values give 0 (each loop now
     computes the select itself)."""
     assert not D.check_batch(np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("seed", [31, 32])
+def test_none_batch_totals_of_selects_with_shared_conditions(seed):
+    """Programs the differential test found: the sum over the examples of ``where(c, g,
+    0)`` with ``c`` shared by all examples (a where on a shared value whose cotangent is
+    summed over the batch) reached the post program as a plain value, where ``0 * nan``
+    (the other branch's derivative) was nan; the total is now of ``g``, selected after."""
+    assert not D.check_batch(np.random.default_rng(seed))

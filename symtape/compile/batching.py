@@ -298,13 +298,37 @@ class _Splitter:
                 raise _Refused from e
             if id(c) in self.total:
                 kind, mean = self.total[id(c)]
+                chosen = self.selected(c, kind)
+                if chosen is not None:  # the total of the branch, selected afterwards
+                    out = c.prim.bind(chosen[1], **params)
                 leaf = symbol(f"total{len(self.totals)}", shape=c.shape, dtype=c.dtype)
                 self.totals.append((kind, out, leaf, self.stage[id(c)]))
                 out = ops.multiply.bind(leaf, self.scales[0]) if mean else leaf
+                if chosen is not None:
+                    cond, _, first = chosen
+                    out = ops.where.bind(cond, 0, out) if first else \
+                        ops.where.bind(cond, out, 0)
         want = (1,) + c.shape[1:] if lead else c.shape
         if tuple(out.shape) != want or out.dtype != c.dtype:
             raise _Refused
         self.new[id(c)] = out
+
+    def selected(self, c: N.Node, kind: str) -> tuple | None:
+        """``(condition, branch, zero first)`` (one-example tensors) when the total ``c`` sums
+        a zero-branched select ``where(cond, g, 0)`` whose condition all examples share and
+        that is constant along the summed axes: the total is then ``where(cond, sum(g),
+        0)``, and a later pass or the post program, reading it, keeps its structural zeros
+        (a sum of the select's zeros read back as a plain value met a nan partial there)."""
+        arg = c.inputs[0] if kind == "sum" and c.inputs else None
+        if arg is None or arg.kind != "op" or arg.prim is not ops.where:
+            return None
+        cond, x, y = arg.inputs
+        first = x.is_zero()
+        if self.lead[id(cond)] or not (first or y.is_zero()) or len(cond.shape) > len(
+                c.shape) or not (cond.size == 1 or (tuple(cond.shape) == tuple(c.shape) and
+                                                     tuple(c.params["axis"]) == (0,))):
+            return None
+        return self.new[id(cond)], self.new[id(y if first else x)], first
 
     def programs(self, flat3: list, asg3: list, xs3: list, read3: list) -> Split:
         results = [(("result", i), t._node) for i, t in enumerate(flat3)] + [

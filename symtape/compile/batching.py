@@ -292,15 +292,15 @@ class _Splitter:
             if lead and isinstance(params.get("shape"), tuple) and params["shape"][:1] == (
                     self.m.sizes[1],):
                 params["shape"] = (1,) + params["shape"][1:]
+            chosen = self.selected(c) if id(c) in self.total else None
+            if chosen is not None:  # the total of the branch, selected afterwards
+                ins = [chosen[1]]
             try:
                 out = c.prim.bind(*ins, **params)
             except Exception as e:  # noqa: BLE001 - an op that refuses one row
                 raise _Refused from e
             if id(c) in self.total:
                 kind, mean = self.total[id(c)]
-                chosen = self.selected(c, kind)
-                if chosen is not None:  # the total of the branch, selected afterwards
-                    out = c.prim.bind(chosen[1], **params)
                 leaf = symbol(f"total{len(self.totals)}", shape=c.shape, dtype=c.dtype)
                 self.totals.append((kind, out, leaf, self.stage[id(c)]))
                 out = ops.multiply.bind(leaf, self.scales[0]) if mean else leaf
@@ -313,14 +313,17 @@ class _Splitter:
             raise _Refused
         self.new[id(c)] = out
 
-    def selected(self, c: N.Node, kind: str) -> tuple | None:
-        """``(condition, branch, zero first)`` (one-example tensors) when the total ``c`` sums
-        a zero-branched select ``where(cond, g, 0)`` whose condition all examples share and
-        that is constant along the summed axes: the total is then ``where(cond, sum(g),
-        0)``, and a later pass or the post program, reading it, keeps its structural zeros
-        (a sum of the select's zeros read back as a plain value met a nan partial there)."""
-        arg = c.inputs[0] if kind == "sum" and c.inputs else None
-        if arg is None or arg.kind != "op" or arg.prim is not ops.where:
+    def selected(self, c: N.Node) -> tuple | None:
+        """``(condition, branch, zero first)`` (one-example tensors) when the total ``c`` is a
+        sum (a reduction: a matrix product's total has two arguments) of a zero-branched
+        select ``where(cond, g, 0)`` whose condition all examples share and that is constant
+        along the summed axes: the total is then ``where(cond, sum(g), 0)``, and a later pass
+        or the post program, reading it, keeps its structural zeros (a sum of the select's
+        zeros read back as a plain value met a nan partial there)."""
+        if not isinstance(c.prim, Reduction) or self.total[id(c)][0] != "sum":
+            return None
+        arg = c.inputs[0]
+        if arg.kind != "op" or arg.prim is not ops.where:
             return None
         cond, x, y = arg.inputs
         first = x.is_zero()

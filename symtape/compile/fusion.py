@@ -1,8 +1,8 @@
 """Which nodes of a loop plan are computed where: the planner's passes over the graph before
 it places any node. Elementwise nodes computed inside their readers' loops (:func:`fused`),
 nodes whose zeros may stay unwritten (:func:`holey`), elementwise nodes computed through
-the padded scatters that read them (:func:`through`), and elementwise nodes written
-straight into an output (:func:`destinations`), and large, mostly zero constants computed
+the padded scatters that read them (:func:`through`), elementwise nodes written straight
+into an output (:func:`destinations`), and large, mostly zero constants computed
 from constants alone that are placed by their values (:func:`constant_folds`: the one-hot
 seeds of a coloured sweep and their cotangents). :mod:`~symtape.compile.planner` carries
 them out."""

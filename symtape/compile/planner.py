@@ -152,7 +152,7 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
             p.total(o, node, totals[o])
         else:
             p.output(o, node)
-    skip_zero_terms(p, p.known)
+    skip_zero_terms(p)
     ins, outs = layouts([n.shape for n in inputs],
                         [(n.shape, n.dtype.kind == "b") for n in outputs])
     return LoopPlan(tuple(p.buffers), tuple(p.blocks), ins, outs,

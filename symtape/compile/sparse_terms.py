@@ -34,26 +34,35 @@ SKIP_MAX_ITERATIONS = 2 ** 22
 SKIP_SHARE = 2
 
 
-def skip_zero_terms(planner, known: dict) -> None:
+def skip_zero_terms(planner) -> None:
     """Rewrites ``planner.blocks`` in place: each accumulating block whose term has a factor
-    read from a buffer of ``known`` values (buffer -> flat float array) iterates over that
-    factor's non-zeros only (see the module docstring)."""
+    read from a buffer of ``planner.known`` values (buffer -> flat float array: the folded
+    constants) iterates over that factor's non-zeros only (see the module docstring)."""
+    if not planner.known:
+        return
     for k, block in enumerate(planner.blocks):
         if block.accumulate and isinstance(block.body, Plan) and len(block.outs) == 1 \
-                and math.prod(block.space) <= SKIP_MAX_ITERATIONS:
-            new = _skipping(planner, block, known)
+                and math.prod(block.space) <= SKIP_MAX_ITERATIONS \
+                and any(a.buffer in planner.known for a in block.ins):
+            new = _skipping(planner, block)
             if new is not None:
                 planner.blocks[k] = new
 
 
-def _skipping(planner, block: Block, known: dict) -> Block | None:
-    factors = _zero_factors(block)
+def _skipping(planner, block: Block) -> Block | None:
+    places: dict = {}  # access -> its places over the block's space (each listed once)
+
+    def placed(acc: Access) -> np.ndarray:
+        if acc not in places:
+            places[acc] = _places(planner, acc, block.space)
+        return places[acc]
+
     zero = None
-    for i in factors:
+    for i in _zero_factors(block):
         acc = block.ins[i]
-        values = known.get(acc.buffer)
+        values = planner.known.get(acc.buffer)
         if values is not None:
-            z = values[_places(planner, acc, block.space)] == 0
+            z = values[placed(acc)] == 0
             zero = z if zero is None else zero | z
     if zero is None:
         return None
@@ -72,9 +81,8 @@ def _skipping(planner, block: Block, known: dict) -> Block | None:
     space = block.space[:lo] + (len(nz),) + block.space[hi:]
 
     def moved(acc: Access) -> Access:
-        places = _places(planner, acc, block.space)
-        places = places.reshape(block.space[:lo] + (-1,) + block.space[hi:]).take(nz, axis=lo)
-        return planner.indexed(acc.buffer, places)._replace(core=acc.core)
+        over = placed(acc).reshape(block.space[:lo] + (-1,) + block.space[hi:])
+        return planner.indexed(acc.buffer, over.take(nz, axis=lo))._replace(core=acc.core)
 
     shift = hi - lo - 1
     return block._replace(

@@ -533,22 +533,34 @@ def _slot(k: int, name: str) -> str:
             f"i64 0, i64 {k}")
 
 
+def _slot_tries(prefix: str, first: str, attempt, hit: str, miss: str) -> tuple:
+    """``(lines, labels)``: IR trying the slots of ``@arena.slots`` in turn, each its own
+    block (the first, ``first``, is the current one): ``attempt(k)`` gives the lines for
+    slot ``k`` (its address in ``%{prefix}.slot.{k}``) and the condition on which they
+    succeeded, branching to ``hit``; after the last slot, to ``miss``."""
+    out, labels = [], []
+    for k in range(ARENA_SLOTS):
+        label = first if k == 0 else f"{prefix}.{k}"
+        if k:
+            out.append(f"{label}:")
+        lines, ok = attempt(k, f"{prefix}.slot.{k}")
+        ahead = f"{prefix}.{k + 1}" if k + 1 < ARENA_SLOTS else miss
+        out += [_slot(k, f"{prefix}.slot.{k}"), *lines,
+                f"  br i1 {ok}, label %{hit}, label %{ahead}"]
+        labels.append(label)
+    return out, labels
+
+
 def _take_arena(size: int, here: str, then: str) -> list:
     """An arena from ``@arena.slots`` (one an earlier call left there; ``%have``) or
     ``malloc``: a fresh allocation of megabytes per call costs its page faults every time."""
-    out, came = [], []
-    for k in range(ARENA_SLOTS):
-        label = here if k == 0 else f"take.{k}"
-        if k:
-            out.append(f"{label}:")
-        out += [_slot(k, f"slot.{k}"),
-                f"  %cached.{k} = atomicrmw xchg ptr %slot.{k}, ptr null acq_rel",
-                f"  %have.{k} = icmp ne ptr %cached.{k}, null",
-                f"  br i1 %have.{k}, label %got, label %"
-                + (f"take.{k + 1}" if k + 1 < ARENA_SLOTS else "alloc")]
-        came.append((f"%cached.{k}", label))
-    phi = ", ".join(f"[ {v}, %{label} ]" for v, label in came)
-    have = ", ".join(f"[ true, %{label} ]" for _, label in came)
+    def take(k: int, slot: str) -> tuple:
+        return [f"  %cached.{k} = atomicrmw xchg ptr %{slot}, ptr null acq_rel",
+                f"  %have.{k} = icmp ne ptr %cached.{k}, null"], f"%have.{k}"
+
+    out, labels = _slot_tries("take", here, take, "got", "alloc")
+    phi = ", ".join(f"[ %cached.{k}, %{label} ]" for k, label in enumerate(labels))
+    have = ", ".join(f"[ true, %{label} ]" for label in labels)
     return out + ["alloc:", f"  %fresh = call ptr @malloc(i64 {size})",
                   "  %none = icmp eq ptr %fresh, null",
                   "  br i1 %none, label %fail, label %got",
@@ -561,15 +573,11 @@ def _take_arena(size: int, here: str, then: str) -> list:
 def _give_arena() -> list:
     """Leaves the arena in a free slot of ``@arena.slots`` for a later call (freed when all
     are taken)."""
-    out = []
-    for k in range(ARENA_SLOTS):
-        if k:
-            out.append(f"give.{k}:")
-        out += [_slot(k, f"keep.{k}"),
-                f"  %kept.{k} = cmpxchg ptr %keep.{k}, ptr null, ptr %arena acq_rel monotonic",
-                f"  %given.{k} = extractvalue {{ ptr, i1 }} %kept.{k}, 1",
-                f"  br i1 %given.{k}, label %given, label %"
-                + (f"give.{k + 1}" if k + 1 < ARENA_SLOTS else "unkept")]
+    def give(k: int, slot: str) -> tuple:
+        return [f"  %kept.{k} = cmpxchg ptr %{slot}, ptr null, ptr %arena acq_rel monotonic",
+                f"  %given.{k} = extractvalue {{ ptr, i1 }} %kept.{k}, 1"], f"%given.{k}"
+
+    out, _ = _slot_tries("give", "", give, "given", "unkept")
     return out + ["unkept:", "  call void @free(ptr %arena)", "  br label %given", "given:"]
 
 

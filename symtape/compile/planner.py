@@ -819,6 +819,12 @@ class _Planner:
         offsets = self.spread(loc, shape, batched)
         return loc[0], offsets.reshape(self.shape(space, batched))
 
+    def arguments(self, node: N.Node) -> tuple:
+        """``(locations, batched)``: where ``node``'s arguments are (:meth:`located`) and
+        whether any of them holds a slice per point of the chunk."""
+        locs = [self.located(x) for x in node.inputs]
+        return locs, any(self.batched(loc) for loc in locs)
+
     def located(self, node: N.Node) -> tuple:
         """``node``'s location; a node that was to be computed inside its reader's loop is
         placed now when that reader reads it placed after all."""

@@ -625,8 +625,7 @@ def scan_loop(planner, node) -> tuple:
     if any(a.dtype.kind == "b" for a in prog.in_avals[:nc] + prog.out_avals):
         raise Unplannable("scan with a boolean carry or output")
     args = node.inputs
-    locs = [planner.located(a) for a in args]
-    batched = any(planner.batched(loc) for loc in locs)
+    locs, batched = planner.arguments(node)
     body = _body_plan(planner, prog)
     loc = planner.fresh(node, batched)
     P = planner.P if batched else 1

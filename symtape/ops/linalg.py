@@ -269,8 +269,7 @@ def per_matrix(planner, node, kind: str | None = None, transpose: bool = False) 
     transposed when ``transpose``) or, without ``kind``, the element view of one matrix
     (the closed forms of small ones). Returns ``node``'s location."""
     lead = len(node.inputs[0].shape) - 2
-    locs = [planner.located(x) for x in node.inputs]
-    batched = any(planner.batched(loc) for loc in locs)
+    locs, batched = planner.arguments(node)
     reads = [planner.access(loc, x.shape, batched) for x, loc in zip(node.inputs, locs)]
     loc = planner.fresh(node, batched)
     out = planner.access(loc, node.shape, batched)

@@ -361,8 +361,7 @@ def _line_block(planner, node, kind: str) -> tuple:
     ordering routine ``kind`` on one line: keys (the last argument) and values (the first,
     for a permutation) read along the axis at their strides, the result written along it."""
     axis, n = node.params["axis"], node.shape[node.params["axis"]]
-    locs = [planner.located(x) for x in node.inputs]
-    batched = any(planner.batched(loc) for loc in locs)
+    locs, batched = planner.arguments(node)
     lead = int(batched)
 
     def split(acc):  # (the block's strides, the line's stride)
@@ -568,8 +567,7 @@ class SearchSorted(_Ordering):
         n = s.shape[-1]
         if n <= self.UNROLLED_LINE or v.size == 0:
             return planner.unrolled(node)
-        locs = [planner.located(x) for x in node.inputs]
-        batched = any(planner.batched(loc) for loc in locs)
+        locs, batched = planner.arguments(node)
         loc = planner.fresh(node, batched)
         planner.fill(loc, node.shape, 0.0, batched)
         s_acc, v_acc = (planner.access(x_loc, x.shape, batched) for x, x_loc in

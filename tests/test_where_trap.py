@@ -249,3 +249,27 @@ def test_zeros_of_one_move_are_exact_in_loop_nests(case, monkeypatch):
     with st.GradientTape() as t:
         y = f(x, n)
     np.testing.assert_array_equal(g(x0), t.gradient(y, x).numpy())
+
+
+@pytest.mark.parametrize("n", [3, 300])
+def test_selects_of_one_value_on_both_branches_stay_exact_at_every_size(n):
+    """``s = where(c, x, x)``: the cotangent of ``x`` is ``where(c, g, 0) + where(c, 0, g)``
+    of one ``g`` (itself a zero-branched select on ``s > 0``), which is ``g``: the Hessian
+    of ``sum(where(s > 0, s ** exp(s), 0))`` is 0 at a nan element at every size (large
+    tensors' fused recipes gave each ``g`` its own stand-ins, and ``0 * nan`` after)."""
+    def f(x):
+        s = st.where(x > x, x, x)
+        return st.reduce_sum(st.where(s > 0, s ** st.exp(s), 0.0))
+
+    x0 = np.linspace(-1.0, 2.0, n)
+    x0[1] = np.nan
+    x = st.Variable(x0)
+    with st.GradientTape() as t2:
+        with st.GradientTape() as t1:
+            y = f(x)
+        g = t1.gradient(y, x)
+    h = t2.jacobian(g, x).numpy()
+    z = sp.Symbol("z")
+    d2 = sp.lambdify(z, sp.diff(z ** sp.exp(z), z, 2))
+    ref = np.diag([float(d2(v)) if v > 0 else 0.0 for v in x0])
+    np.testing.assert_allclose(h, ref, rtol=1e-12, atol=0)

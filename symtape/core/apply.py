@@ -42,11 +42,12 @@ G = LazyModule("G", globals(), "symtape.element.graph")
 _LENT: dict = {}
 
 
-def lend(elementwise: type, recipe_atom: Callable[[tuple], tuple]) -> None:
+def lend(elementwise: type, recipe_atom: Callable[..., tuple]) -> None:
     """Take from the op table what the eager path needs beyond its primitives (``symtape.ops``
     calls this when it is imported): ``elementwise``, the class of template ops, whose
     results fuse into zero-branched selects (``fuse``, ``fusion``, ``makes_select``), and
-    ``recipe_atom``, ``recipe -> (atom, stand-ins)`` of such a fused select."""
+    ``recipe_atom``, ``(recipe, pattern) -> (atom, stand-ins)`` of such a fused select (its
+    arguments one stand-in per value, :func:`sharing`)."""
     _LENT.update(elementwise=elementwise, recipe_atom=recipe_atom)
 
 
@@ -420,6 +421,28 @@ def _moved(v: np.ndarray, where: np.ndarray, shape: tuple) -> np.ndarray:
     return table_op("gather_flat").numeric([np.broadcast_to(v, shape)], {"idx": where})
 
 
+def sharing(flat) -> tuple | None:
+    """The stand-in pattern of a fused chain's argument values ``flat``: for each place the
+    first place holding the same array (None when all differ), so arguments that are one
+    value are one stand-in and the graph's builders see them equal (``where(c, g, 0) +
+    where(c, 0, g)`` is ``g`` when both ``g`` are one).
+
+    >>> a, b = np.zeros(2), np.ones(2)
+    >>> sharing((a, b, a)), sharing((a, b))
+    ((0, 1, 0), None)
+    """
+    first: dict = {}
+    pattern = tuple(first.setdefault(id(v), i) for i, v in enumerate(flat))
+    return None if all(p == i for i, p in enumerate(pattern)) else pattern
+
+
+def shared_values(flat, pattern: tuple | None) -> tuple:
+    """The values of ``flat`` one per stand-in of ``pattern`` (see :func:`sharing`)."""
+    if pattern is None:
+        return tuple(flat)
+    return tuple(v for i, v in enumerate(flat) if pattern[i] == i)
+
+
 def _where_recipe(cond: np.ndarray, x: tuple, y: tuple | None) -> tuple:
     """``(recipe, flat)`` of ``where(cond, x, y)`` for the fusion machinery
     (``ops.elementwise``): ``x`` and ``y`` are ``(recipe, flat)`` of a fused part or
@@ -439,10 +462,10 @@ def _where_recipe(cond: np.ndarray, x: tuple, y: tuple | None) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
-def _absorbing_program(recipe: tuple):
+def _absorbing_program(recipe: tuple, pattern: tuple | None):
     """A numpy program of a fused select's arguments giving 1 where it is structurally zero
     (:func:`graph.absorbing`)."""
-    atom, stand_ins = lent("recipe_atom")(recipe)
+    atom, stand_ins = lent("recipe_atom")(recipe, pattern)
     return E.program([G.absorbing(atom)], stand_ins, quiet=False)
 
 
@@ -451,7 +474,8 @@ def _live(t: Tensor) -> np.ndarray:
     if t._fusion is None:
         return np.ones(t.shape)
     recipe, flat = t._fusion
-    zero = np.asarray(_absorbing_program(recipe)(*flat)[0]) == 1
+    pattern = sharing(flat)
+    zero = np.asarray(_absorbing_program(recipe, pattern)(*shared_values(flat, pattern))[0]) == 1
     return np.broadcast_to(np.where(zero, 0.0, 1.0), t.shape)
 
 

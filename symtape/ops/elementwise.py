@@ -13,6 +13,7 @@ from symtape.core import node as N
 from symtape.base.errors import NonDifferentiableError, ShapeError
 from symtape.element import numeric
 from symtape.element.numeric import quiet
+from symtape.core.apply import shared_values, sharing
 from symtape.core.primitive import (
     OPS, P, Primitive, Zero, as_obj, const_atom, fmt, is_zero, obj, register_primitive, aligned,
 )
@@ -449,8 +450,9 @@ class Elementwise(Primitive):
         flat = [values[i] for i in own]
         for i, _ in children:
             flat.extend(fusions[i][1])
-        run, atom = _recipe_program(recipe)
-        value = run(*flat)[0] if evaluate else None
+        pattern = sharing(flat)
+        run, atom = _recipe_program(recipe, pattern)
+        value = run(*shared_values(flat, pattern))[0] if evaluate else None
         return value, ((recipe, tuple(flat)) if G.absorbs_products(atom) else None)
 
     def makes_select(self, args) -> bool:
@@ -876,29 +878,39 @@ class _Plain:
         self.regular, self.constant = True, node.constant
 
 
-def recipe_atom(recipe: tuple) -> tuple:
+def recipe_atom(recipe: tuple, pattern: tuple | None = None) -> tuple:
     """``(atom, stand-ins)`` of a fused chain ``(op, consts, same, children)`` built on fresh
     stand-ins -- the op's own arguments first, then each child's, in order -- so two
-    arguments fused from the same op never share one."""
-    op, consts, same, children = recipe
-    fixed = dict(consts)
-    stand_ins: list = []
-    parts = {}
-    built = dict(children)
-    for i in range(len(op.placeholders)):
-        if i not in fixed and i not in built and same[i] == i:
-            parts[i] = G.Leaf.new(f"s{i}")
-            stand_ins.append(parts[i])
-    for i, child in children:
-        parts[i], inner = recipe_atom(child)
-        stand_ins.extend(inner)
-    args = [fixed[i] if i in fixed else fixed[same[i]] if same[i] in fixed else parts[same[i]]
-            for i in range(len(op.placeholders))]
-    return op._build_one(*args), stand_ins
+    arguments fused from the same op never share one, unless ``pattern`` (see
+    :func:`sharing`) says they hold one value. The stand-ins are listed once each."""
+    made: list = []
+
+    def stand_in(i: int):
+        p = len(made)
+        made.append(made[pattern[p]] if pattern is not None and pattern[p] != p
+                    else G.Leaf.new(f"s{i}"))
+        return made[p]
+
+    def build(recipe):
+        op, consts, same, children = recipe
+        fixed = dict(consts)
+        parts = {}
+        built = dict(children)
+        for i in range(len(op.placeholders)):
+            if i not in fixed and i not in built and same[i] == i:
+                parts[i] = stand_in(i)
+        for i, child in children:
+            parts[i] = build(child)
+        args = [fixed[i] if i in fixed else fixed[same[i]] if same[i] in fixed
+                else parts[same[i]] for i in range(len(op.placeholders))]
+        return op._build_one(*args)
+
+    atom = build(recipe)
+    return atom, shared_values(made, pattern)
 
 
 @functools.lru_cache(maxsize=256)
-def _recipe_program(recipe: tuple) -> tuple:
-    """A numpy program of a fused chain's arguments (in :func:`recipe_atom`'s order)."""
-    atom, stand_ins = recipe_atom(recipe)
+def _recipe_program(recipe: tuple, pattern: tuple | None = None) -> tuple:
+    """A numpy program of a fused chain's arguments (:func:`recipe_atom`'s stand-ins)."""
+    atom, stand_ins = recipe_atom(recipe, pattern)
     return E.program([atom], stand_ins, quiet=False), atom

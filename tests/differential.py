@@ -48,7 +48,7 @@ UNARY = {
     "softmax": lambda a: st.nn.softmax(_vector(a)),
     "log_softmax": lambda a: st.nn.log_softmax(_vector(a)),
     "reverse": lambda a: st.reverse(_vector(a), [0]),
-    "gather": lambda a: st.gather(_vector(a), [2, 0, 0]),
+    "gather": lambda a: st.gather(_vector(a), (2 + 7 * np.arange(SIZE[0]) ** 2) % SIZE[0]),
     "slice_pad": lambda a: st.pad(_vector(a)[1:], [[1, 0]]),
     "det": lambda a: st.linalg.det(st.stack([_vector(a), _vector(a) ** 2, st.ones(3)])),
     "inv_row": lambda a: st.linalg.inv(st.stack([_vector(a), st.reverse(_vector(a), [0]),

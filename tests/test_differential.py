@@ -131,3 +131,31 @@ def test_none_batch_totals_of_selects_with_shared_conditions(seed):
     summed over the batch) reached the post program as a plain value, where ``0 * nan``
     (the other branch's derivative) was nan; the total is now of ``g``, selected after."""
     assert not D.check_batch(np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("seed", [46, 65, 74])
+def test_none_batch_sums_of_selects_keep_their_zeros(seed):
+    """Programs the differential test found: a sum over axes of a zero-branched select
+    (``sum(where(c, 1, 0))``, the cotangent of a norm compared elementwise) read by a loop
+    multiplying it by a nan partial gave nan; a sum in a loop nest now counts its terms
+    that are not structural zeros (as an adding scatter does), a select written to a
+    buffer gets a mask of its zeros, moves carry both, and readers read a select of the
+    value, exactly 0 where none is taken (the element view's rule)."""
+    assert not D.check_batch(np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("seed", [93, 195])
+def test_none_batch_totals_of_per_example_selects_keep_their_zeros(seed):
+    """Programs the differential test found: the total over the examples of a rule's
+    select (``clip_by_value``'s cotangent, per example) met a negative partial in the post
+    program (-0 where eager values give 0); a ``where`` with a uniform condition did not
+    fold (eager nan at 1,001 examples). Totals of selects now count the examples whose
+    term is taken, and are read as exactly 0 where none is."""
+    assert not D.check_batch(np.random.default_rng(seed))
+
+
+def test_none_batch_selects_that_are_totals_and_read_keep_their_zeros():
+    """A program the differential test found (seed 66): a select that is both a total of
+    the pass over the examples and read by another loop of it was computed once into its
+    buffer, where ``0 * inf`` was nan; its readers now compute it themselves."""
+    assert not D.check_batch(np.random.default_rng(66))

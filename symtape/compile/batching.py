@@ -295,8 +295,11 @@ class _Splitter:
             chosen = self.selected(c) if id(c) in self.total else None
             if chosen is not None:  # the total of the branch, selected afterwards
                 ins = [chosen[1]]
+            live = self.live(c) if id(c) in self.total and chosen is None else None
             try:
                 out = c.prim.bind(*ins, **params)
+                if live is not None:
+                    live = c.prim.bind(live, **params)
             except Exception as e:  # noqa: BLE001 - an op that refuses one row
                 raise _Refused from e
             if id(c) in self.total:
@@ -308,6 +311,10 @@ class _Splitter:
                     cond, _, first = chosen
                     out = ops.where.bind(cond, 0, out) if first else \
                         ops.where.bind(cond, out, 0)
+                if live is not None:  # exactly 0 where no example's term is taken
+                    count = symbol(f"total{len(self.totals)}", shape=c.shape, dtype=c.dtype)
+                    self.totals.append(("sum", live, count, self.stage[id(c)]))
+                    out = ops.where.bind(ops.not_equal.bind(count, 0), out, 0)
         want = (1,) + c.shape[1:] if lead else c.shape
         if tuple(out.shape) != want or out.dtype != c.dtype:
             raise _Refused
@@ -332,6 +339,32 @@ class _Splitter:
                                                      tuple(c.params["axis"]) == (0,))):
             return None
         return self.new[id(cond)], self.new[id(y if first else x)], first
+
+    def live(self, c: N.Node) -> Tensor | None:
+        """When the total ``c`` is a sum (a reduction) of a zero-branched select ``where(cond,
+        g, 0)`` whose condition is per example: the one-example tensor, of the select's
+        shape, that is 1 where the select takes ``g`` and 0 where it is a structural zero;
+        summed as ``c`` is, it counts the terms taken, and the total is read as a select
+        of that count, exactly 0 where no example's term is taken (the element view's
+        rule for sums of selects: the post program multiplying it by a nan partial gives
+        0, and its sign is the structural zero's)."""
+        if not isinstance(c.prim, Reduction) or self.total[id(c)][0] != "sum":
+            return None
+        arg = c.inputs[0]
+        if arg.kind != "op" or not self.lead[id(arg)]:
+            return None
+        if arg.prim is ops.where:
+            cond, x, y = arg.inputs
+            first = x.is_zero()
+            if not self.lead[id(cond)] or not (first or y.is_zero()):
+                return None
+            ones = exact_constant(np.ones((1,) + tuple(arg.shape[1:])), c.dtype)
+            taken = self.new[id(cond)]
+            return ops.where.bind(taken, 0, ones) if first else ops.where.bind(taken, ones, 0)
+        op = getattr(arg.prim, "live_op", None)  # a rule's select (clip's, relu's cotangent)
+        if op is None or not arg.prim.makes_select(arg.inputs):
+            return None
+        return op.bind(*[self.new[id(a)] for a in arg.inputs])
 
     def programs(self, flat3: list, asg3: list, xs3: list, read3: list) -> Split:
         results = [(("result", i), t._node) for i, t in enumerate(flat3)] + [

@@ -126,21 +126,31 @@ def fused(order: list, users: dict, placed: dict, fixed=frozenset()) -> set:
     computing it from the small tensors it broadcasts. A zero-branched select
     (``where(c, g, 0)``: a where's cotangent) of such a template is computed in every loop
     that reads it, so each keeps its structural zeros (``0 * nan`` of a temporary's zero
-    is nan, where eager values and the element DAG give 0)."""
+    is nan, where eager values and the element DAG give 0), as is a product with such a
+    select computed in it (``where(c, g, 0) * h``, a select again); one that is also an output
+    (a ``None``-batch pass's total) is computed there too (the planner places it)."""
     varying = set(placed) - set(fixed)  # ids of nodes that differ between points
+    selects = set()  # ids of zero-branched selects, and of products with one computed in
     for node in order:
         if any(id(a) in varying for a in node.inputs):
             varying.add(id(node))
+        if _selects(node) or pointwise(node) and any(
+                id(a) in selects and i in getattr(node.prim, "zero_args", ())
+                for i, a in enumerate(node.inputs)):
+            selects.add(id(node))
     out, loops = set(), {}  # loops: id(node) -> ids of the readers whose loops compute it
     for node in reversed(order):  # (readers before their arguments)
         use = users.get(id(node), [])
-        if (not use or None in use or id(node) in placed or not pointwise(node)
+        readers = [u for u in use if u is not None]  # (None: an output)
+        if (not readers or (len(readers) < len(use) and id(node) not in selects)
+                or id(node) in placed or not pointwise(node)
                 or not all(pointwise(u) and u.shape == node.shape or takes_operand(u)
-                           for u in use)):
+                           for u in readers)):
             continue
+        use = readers
         into = set().union(*(loops.get(id(u), {id(u)}) for u in use))
         if len(into) == 1 or (id(node) not in varying and len(into) <= THROUGH_USERS) \
-                or _selects(node):
+                or id(node) in selects:
             out.add(id(node))
             loops[id(node)] = into
     for node in order:  # (arguments first: a template too large is computed once after all)

@@ -50,6 +50,8 @@ from symtape.compile.offsets import (
     affine, box_of, chains, composed, cuts_along, finer_affine, finer_pair, flat_places,
     past_links, readers, runs_of, split_affine,
 )
+from symtape.compile import liveness
+from symtape.compile.liveness import used as _used
 from symtape.compile.sparse_terms import skip_zero_terms
 from symtape.core.primitive import Unplannable
 from symtape.base.lazy import LazyModule
@@ -136,15 +138,17 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
                 p.loc[id(node)] = p.constant(node, folds[id(node)][1])
                 p.known[p.loc[id(node)][0]] = folds[id(node)][1]
         order = [node for node in order if id(node) not in folds]
-    users = readers(order, roots)
+    users = p.users = readers(order, roots)
     p.fused = fused(order, users, p.loc, folds)
     p.holey = holey(order, users)
     p.links = chains(order, users)  # read through: their readers read their sources
     p.through, again = through(order, past_links(users, p.links), p.holey, p.fused, roots)
     p.fused |= again
     p.dest = destinations(outputs, totals, users, p.fused)
-    for node in order:
-        if not any(id(node) in s for s in (p.loc, p.fused, p.through, p.links)):
+    results = {id(node) for node in outputs}
+    for node in order:  # (a select fused into its readers and an output is placed too)
+        if not any(id(node) in s for s in (p.loc, p.through, p.links)) and (
+                id(node) not in p.fused or id(node) in results):
             p.check(node)
             p.loc[id(node)] = p.place(node)
     for o, node in enumerate(outputs):
@@ -159,11 +163,6 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
                     1 if points else max(1, int(threads)), points,
                     shared if points and any(shared) else (),
                     totals if any(totals) else ())
-
-
-def _used(atom) -> set:
-    """The stand-in leaves a built template reads."""
-    return set(G.leaves([atom])) if G.is_symbolic(atom) else set()
 
 
 def _copy_body(n: int, boolean: bool) -> Plan:
@@ -213,11 +212,14 @@ class _Planner:
         self.inline: dict = {}  # id(scatter) -> (its argument of those, its places' map)
         self.dest: dict = {}  # id(node) -> where it is written in an output (destinations)
         self.links: dict = {}  # id(move) -> (source, map): links of chains of moves
-        self.counts: dict = {}  # id(adding scatter) -> its count of live terms (a stand-in)
+        self.counts: dict = {}  # id(node) -> its count of live terms (a stand-in node): a
+        # sum's, a placed select's (1 or 0), a move's of those: readers read it as a select
         self.zero: int | None = None  # a constant buffer of one zero (the zeros of holes)
+        self.negative_zero: int | None = None  # one of -0.0 (sums' start)
         self.per_point: set = set()  # buffers holding a slice per point of the chunk
         self.index_arrays: dict = {}  # (shape, bytes) -> its 'indices' buffer
         self.known: dict = {}  # buffer -> the values (flat) of a constant folded at plan time
+        self.users: dict = {}  # id(node) -> the nodes reading it (None: an output)
 
     # -- what loop rules share (``Primitive.loop``'s protocol) ------------------------------
     affine = staticmethod(affine)
@@ -465,6 +467,8 @@ class _Planner:
         if holey:  # its zeros are -1 places, read by its (elementwise) users as zeros
             offsets[..., ~covered] = -1
             self.holes[id(node)] = (locs, maps, ~covered)
+        elif len(args) == 1 and id(args[0]) in self.counts and covered.all():
+            self.moved_count(node, args[0], maps[0])
         return buf, offsets
 
     def assembled(self, node: N.Node, locs: list, maps: list, zeros=None) -> tuple:
@@ -583,8 +587,11 @@ class _Planner:
                 return loc[0], self.spread(loc, node.shape, self.batched(loc))
         batched = any(self.batched(self.loc[id(arg)]) for _, arg in reads)
         ins = [self.access(self.loc[id(arg)], node.shape, batched) for _, arg in reads]
-        return self.body_block(node, node.shape, atom, [leaf for leaf, _ in reads], ins,
-                               batched=batched)
+        loc = self.body_block(node, node.shape, atom, [leaf for leaf, _ in reads], ins,
+                              batched=batched)
+        self.live_mask(node, [(node.shape, atom, [leaf for leaf, _ in reads], ins,
+                               self.access(loc, node.shape, batched))], batched)
+        return loc
 
     def in_regions(self, node: N.Node, stand: dict, atom, reads: list) -> tuple | None:
         """The elementwise ``node`` as one loop per box of its shape where each argument is
@@ -681,6 +688,7 @@ class _Planner:
             loc = self.fresh(node, batched)
         space_dims = len(shape) + batched
         bodies: dict = {}
+        masks: list = []  # (box's space, its atom, stand-ins read, their accesses, out)
         for box, accs in boxes:
             if gather is not None:
                 if accs[-1] is None:
@@ -699,12 +707,16 @@ class _Planner:
                         here = self.fused_atom(node, stand, swap)
                 used = _used(here)
                 order = [k for k, (leaf, *_) in enumerate(sources) if leaf in used]
-                bodies[key] = (self.body(node, here, [sources[k][0] for k in order]), order)
-            body, order = bodies[key]
+                bodies[key] = (self.body(node, here, [sources[k][0] for k in order]), order,
+                               here)
+            body, order = bodies[key][:2]
             ins = [Access(sources[k][3], *accs[k]) if accs[k] is not None else
                    Access(self.zeros(), 0, (0,) * space_dims) for k in order]
-            self.block(tuple(s.stop - s.start for s in box), body, ins, (out,),
-                       batched=batched)
+            space = tuple(s.stop - s.start for s in box)
+            self.block(space, body, ins, (out,), batched=batched)
+            masks.append((space, bodies[key][2], [sources[k][0] for k in order], ins, out))
+        if gather is None:
+            self.live_mask(node, masks, batched)
         return loc
 
     def gathered(self, buf: int, f: np.ndarray, step: int, hole: np.ndarray) -> tuple:
@@ -762,6 +774,12 @@ class _Planner:
         if self.zero is None:
             self.zero = self.add_buffer(Buffer("const", -1, 1, False, (0.0,)))
         return self.zero
+
+    # structural zeros kept apart as counts of live terms (compile/liveness.py)
+    live_count = liveness.live_count
+    live_mask = liveness.live_mask
+    counted = liveness.counted
+    moved_count = liveness.moved_count
 
     def fused_atom(self, node: N.Node, stand: dict, swap: dict | None = None,
                    memo: dict | None = None):
@@ -834,8 +852,19 @@ class _Planner:
         return self.loc[id(node)]
 
     def fill(self, loc: tuple, shape: tuple, value: float, batched: bool = False) -> None:
+        """``loc`` over ``shape`` set to ``value``; -0.0 (a sum's start: a sum of negative
+        zeros is one, as eager values' in-order sums) copied from a constant buffer, which
+        keeps a zero's sign (an exact constant does not)."""
+        out = self.access(loc, shape, batched)
+        if value == 0 and math.copysign(1.0, value) < 0:
+            if self.negative_zero is None:
+                self.negative_zero = self.add_buffer(Buffer("const", -1, 1, False, (-0.0,)))
+            dims = len(self.shape(shape, batched))
+            self.block(shape, _copy_body(1, False), (Access(self.negative_zero, 0, (0,) * dims),),
+                       (out,), batched=batched)
+            return
         body = build_plan([np.asarray(G.number(value), dtype=object)], [])
-        self.block(shape, body, (), (self.access(loc, shape, batched),), batched=batched)
+        self.block(shape, body, (), (out,), batched=batched)
 
     def accumulate(self, space: tuple, value, stand_ins: list, ins: list, out: Access,
                    batched: bool = False, count: int = -1) -> None:

@@ -690,8 +690,10 @@ def piecewise(*pairs, graph: Graph = GRAPH):
             break
     if not kept:
         return S.NaN
-    if kept[0][1] is S.true or all(v == kept[0][0] for v, _ in kept) and kept[-1][1] is S.true:
-        return kept[0][0]
+    first = kept[0][0]
+    if kept[0][1] is S.true or kept[-1][1] is S.true and all(
+            v == first or is_zero(v) and is_zero(first) for v, _ in kept):  # (0.0 is 0)
+        return first
     if kept[-1][1] is not S.true:
         kept.append((S.NaN, S.true))
     expr = sp.Piecewise(*kept, evaluate=False)

@@ -155,6 +155,24 @@ class Elementwise(Primitive):
                              "broadcast together") from None
 
     @functools.cached_property
+    def zero_args(self) -> tuple:
+        """The arguments where the structural zero makes the result zero (a product's
+        factors, a rule's cotangent): a zero-branched select there makes the result one
+        (the graph's builders fold the product into the select).
+
+        >>> multiply.zero_args, add.zero_args
+        ((0, 1), ())
+        """
+        out = []
+        for i, p in enumerate(self.placeholders):
+            try:
+                if p.is_real and self.template.xreplace({p: 0}) == 0:
+                    out.append(i)
+            except (ZeroDivisionError, TypeError, ValueError):  # (x mod 0: not a zero)
+                continue
+        return tuple(out)
+
+    @functools.cached_property
     def _zero_factors(self) -> tuple:
         """The arguments other than :attr:`_zero_arg` that are plain factors (``p`` or ``p**e``,
         ``e`` a positive number) of a template that is a product of such factors and a
@@ -286,7 +304,8 @@ class Elementwise(Primitive):
         return consts, same
 
     def structure(self, args, params, shape):
-        if any(a.dtype.kind != "f" for a in args) and self.out == "T":
+        if self.out == "T" and any(a.dtype.kind != "f" for i, a in enumerate(args)
+                                   if self.role(i) == "T"):  # (a where's condition is bool)
             return False, None, None
         _, keep, out, used = self._prototype(*self._specialisation(args))
         if G.is_const(out):
@@ -481,6 +500,21 @@ class Elementwise(Primitive):
                 self._vjp_ops[i] = template_op(f"{self.name}_vjp{i}", g * d,
                                                (g, *self.placeholders))
         return self._vjp_ops[i]
+
+    @functools.cached_property
+    def live_op(self) -> Elementwise | None:
+        """The template op of this op's arguments that is 1 where its template, a select
+        with a structurally zero branch (a rule's ``where(c, g, 0)``), takes a branch that
+        is not that zero, and 0 where it takes it; None for other templates.
+
+        >>> relu.vjp_op(0).live_op.numeric([np.array([5.0, 7.0]), np.array([-1.0, 2.0])], {})
+        array([0., 1.])
+        """
+        t = sp.piecewise_fold(self.template)
+        if not isinstance(t, sp.Piecewise) or not any(e == 0 for e, _ in t.args):
+            return None
+        live = sp.Piecewise(*[(sp.S.Zero if e == 0 else sp.S.One, c) for e, c in t.args])
+        return template_op(f"{self.name}_live", live, self.placeholders)
 
     def _default_rule(self, i: int) -> Callable:
         def rule(g, ans, *args, **params):

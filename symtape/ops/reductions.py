@@ -124,6 +124,8 @@ class Reduction(Primitive):
         out = planner.at(loc[0], 0, planner.affine(out_offsets)[1])
         planner.accumulate(x.shape, step(acc, term, n), [acc] + leaves, [out] + ins, out,
                            batched)
+        if self.total == "sum":  # (a sum of selects' zeros only is exactly 0)
+            planner.live_count(node, x, x.shape, out, batched)
         return loc
 
     def total_from_args(self, node, kind):

@@ -354,59 +354,8 @@ class ScatterAdd(Primitive):
             out = planner.indexed(loc[0], places)
         acc = G.Leaf.new("acc")
         planner.accumulate(space, G.add(acc, term), [acc] + leaves, [out] + ins, out, batched)
-        ScatterAdd.live_count(planner, node, x, space, out, batched)
+        planner.live_count(node, x, space, out, batched)
         return loc
-
-    @staticmethod
-    def live_count(planner, node, x, space: tuple, out, batched: bool) -> None:
-        """For ``node``, summed from ``x`` at the places of ``out`` (an access of a fresh
-        buffer over ``space``, ``x``'s shape or a finer one): how many of the terms added into each
-        place are not structural zeros (a select's zero branch, of ``x`` or of what ``x``
-        moves), counted apart, so that ``node``'s elementwise readers read it as a select of
-        the sum, exactly 0 where every term is a structural zero (no ``0 * inf``)."""
-        source, m = x, None
-        while source.kind == "op" and len(source.inputs) == 1 and \
-                source.dtype.kind == "f" and source.prim.places(source) is not None:
-            places = source.prim.places(source)  # (a move of a move is one move)
-            m = places if m is None else planner.composed(places, m)
-            source = source.inputs[0]
-        if not planner.pointwise(source) or (m is not None and (m < 0).any()):
-            return
-        own: dict = {}
-        with np.errstate(all="ignore"):
-            zero = G.absorbing(planner.fused_atom(source, own))
-        if not G.is_symbolic(zero):
-            return  # (never, or always, a structural zero: the sum says it)
-        live = G.add(G.ONE, G.mul(G.number(-1), zero))
-        used = set(G.leaves([live]))
-        reads = [(leaf, a) for leaf, a in own.values() if leaf in used]
-        if any(id(a) in planner.holes or id(a) in planner.inline or id(a) not in planner.loc
-               for _, a in reads):
-            return
-        ins = []
-        for _, a in reads:  # the select's arguments, read at the places of x's elements
-            loc = planner.loc[id(a)]
-            f = planner.spread(loc, source.shape, planner.batched(loc))
-            if m is not None:
-                f = f.reshape((planner.P, -1) if planner.batched(loc) else (-1,))[..., m]
-            f = f.reshape(planner.shape(space, planner.batched(loc)))
-            ins.append(planner.access((loc[0], f), space, batched))
-        count = _Count(node.shape)
-        planner.loc[id(count)] = loc = planner.fresh(node, batched)
-        planner.fill(loc, node.shape, 0.0, batched)
-        out, acc = out._replace(buffer=loc[0]), G.Leaf.new("acc")
-        planner.accumulate(space, G.add(acc, live), [acc] + [leaf for leaf, _ in reads],
-                           [out] + ins, out, batched)
-        planner.counts[id(node)] = count
-
-
-class _Count:
-    """The count of an adding scatter's terms that are not structural zeros: a stand-in
-    node its elementwise readers read (:meth:`ScatterAdd.live_count`)."""
-
-    def __init__(self, shape: tuple) -> None:
-        self.shape = shape
-
 
 
 gather_flat = register_primitive(GatherFlat())

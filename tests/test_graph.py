@@ -102,3 +102,24 @@ def test_evaluating_the_dag_reproduces_eager_values(value):
     g = t.gradient(y, x)
     (got,) = evaluate_atoms([g._atoms[()]], {x._atoms[()]: np.float64(value)})
     assert float(got) == pytest.approx(float(g), rel=1e-14)
+
+
+def test_a_sum_of_selects_is_zero_where_a_nested_select_takes_its_zero():
+    """``select(a, select(b, g, 0), 0) + select(c, h, 0)`` is a structural zero where ``a``
+    holds but ``b`` does not (and ``c`` does not): a product with it is 0 there, also at an
+    infinite factor (a select's branch that is itself a select is taken only where that
+    one takes a branch that is not its zero)."""
+    from symtape.element.evaluate import program
+
+    a, b, c = (G.Leaf.new(n) for n in "abc")
+    g, h, inf = (G.Leaf.new(n) for n in ("g", "h", "inf"))
+    gt = lambda v: G.relation(sp.StrictGreaterThan, v, G.ZERO)  # noqa: E731
+    inner = G.piecewise((g, gt(b)), (G.ZERO, sp.S.true))
+    total = G.add(G.piecewise((inner, gt(a)), (G.ZERO, sp.S.true)),
+                  G.piecewise((h, gt(c)), (G.ZERO, sp.S.true)))
+    run = program([G.mul(total, inf)], [a, b, c, g, h, inf], quiet=False)
+    one = np.array([1.0])
+    with np.errstate(all="ignore"):  # (numpy evaluates both branches of a select)
+        assert run(one, -one, -one, 2 * one, 3 * one, np.array([np.inf]))[0][0] == 0.0
+    assert run(one, one, -one, 2 * one, 3 * one, one)[0][0] == 2.0
+    assert run(-one, -one, one, 2 * one, 3 * one, one)[0][0] == 3.0

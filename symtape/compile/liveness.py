@@ -124,10 +124,7 @@ def moved_count(p, node: N.Node, source: N.Node, m: np.ndarray) -> None:
     count = p.counts[id(source)]
     b, offs = p.loc[id(count)]
     batched = b in p.per_point
-    if batched:
-        places = offs.reshape(p.P, -1)[:, m.reshape(-1)]
-    else:
-        places = offs.reshape(-1)[m.reshape(-1)]
+    places = (offs.reshape(p.P, -1) if batched else offs.reshape(-1))[..., m.reshape(-1)]
     moved = _Count(node.shape)
     p.loc[id(moved)] = (b, places.reshape(p.shape(node.shape, batched)))
     p.counts[id(node)] = moved

@@ -602,14 +602,23 @@ def _sum_under_select(items: list):
     """``sum(c * select_i)`` of selects on different conditions as
     ``select(some nonzero branch is taken, sum(c * select_i), 0)``: exactly zero, and so
     absorbing products, where no term's value is taken; elsewhere the plain sum."""
-    taken = []
-    for a, _ in items:
-        earlier = []
-        for pair in a.definition.args:
-            if not is_zero(pair.expr):
-                taken.append(logic(sp.And, pair.cond, *[logic(sp.Not, c) for c in earlier]))
-            earlier.append(pair.cond)
+    taken = [_taken(a) for a, _ in items]
     return piecewise((_sum_node(items), logic(sp.Or, *taken)), (ZERO, S.true))
+
+
+def _taken(atom):
+    """The condition under which ``atom`` is not a structural zero: a select takes a branch
+    that is not one (a select in a branch taken only where it takes such a branch)."""
+    pairs = _select_pairs(atom)
+    if pairs is None:
+        return S.false if is_zero(atom) else S.true
+    taken, earlier = [], []
+    for pair in pairs:
+        inner = _taken(pair.expr)
+        if inner is not S.false:
+            taken.append(logic(sp.And, pair.cond, inner, *[logic(sp.Not, c) for c in earlier]))
+        earlier.append(pair.cond)
+    return logic(sp.Or, *taken)
 
 
 def mul(*atoms):

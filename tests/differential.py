@@ -417,7 +417,9 @@ def check_large(rng: np.random.Generator, n_inputs: int = 2, size: int = 300) ->
     return found
 
 
-def _disagreements(what: str, pairs, steps) -> list:
+def _disagreements(what: str, pairs, steps, unstable: list | None = None) -> list:
+    """``(what, output, indices, a, b, steps)`` where the pairs' arrays disagree, but at
+    the places ``unstable[output]`` holds."""
     found = []
     for k, (a, b) in enumerate(pairs):
         a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
@@ -425,6 +427,8 @@ def _disagreements(what: str, pairs, steps) -> list:
             found.append((what, k, "shapes", a.shape, b.shape, steps))
             continue
         bad = mismatches(a, b)
+        if unstable is not None:
+            bad = [i for i in bad if i not in unstable[k]]
         if bad:
             found.append((what, k, bad[:5], np.ravel(a)[bad[:5]], np.ravel(b)[bad[:5]], steps))
     return found
@@ -503,7 +507,23 @@ def check_batch(rng: np.random.Generator, batches=(0, 1, 3, 1001)) -> list:
         x = random_values(rng, (b, 3))
         # the data as a leaf with a value, as the compiled step's argument is (a constant's
         # zeros would fold: x * w at x = 0 is the constant 0)
-        eager = [t.numpy() for t in step(st.Variable(x, trainable=False))]
+        data = st.Variable(x, trainable=False)
+        outputs = step(data)
+        eager = [t.numpy() for t in outputs]
         native = [np.asarray(t) for t in compiled(x)]
-        found += _disagreements(f"None-batch/eager at batch {b}", zip(native, eager), steps)
+        what = f"None-batch/eager at batch {b}"
+        if _disagreements(what, zip(native, eager), steps):  # (references only then)
+            found += _disagreements(what, zip(native, eager), steps,
+                                    _last_ulps(outputs, [data, w]))
     return found
+
+
+def _last_ulps(outputs, xs) -> list:
+    """Per output, the places where the DAG of ``outputs`` interpreted with numpy's
+    elementary functions and with those compiled code uses (the C library's, symtape's
+    own) disagree: the last ulp of a transcendental function amplified (a ``where`` on
+    ``|expm1(x)| < 1`` at ``expm1(-37.2)``: -1.0 in numpy, -0.9999999999999999 correctly
+    rounded), the one difference the rule for values leaves."""
+    ref_np = reference(outputs, xs, evaluate.HEADS)
+    ref_libm = reference(outputs, xs, libm_heads(tuple(_VECMATH)))
+    return [set(mismatches(a, b)) for a, b in zip(ref_np, ref_libm)]

@@ -339,3 +339,17 @@ def test_where_of_uniform_arguments_is_uniform_at_every_size():
             v = (x * 2.0) ** 0.0
             y = st.reduce_sum(st.where(v > 0, st.sqrt(v), st.log(-w)))
         np.testing.assert_array_equal(t.gradient(y, w).numpy(), [0.0, 0.0, 0.0])
+
+
+@pytest.mark.parametrize("n", [3, 600])
+def test_a_difference_of_one_select_is_a_structural_zero_at_every_size(n):
+    """``v - v`` reached by a where's cotangent: ``where(c, 0, g) - where(c, 0, g)`` is the
+    structural zero, so the partials of ``v = x ** x`` (nan at negative ``x``) multiply it
+    to 0 at every size (eager values of large tensors dropped the zero's recipe: nan)."""
+    x0 = np.resize([np.nan, -0.5, 0.5, 2.0, -np.inf, 0.0], n)
+    x = st.Variable(x0)
+    with st.GradientTape() as t:
+        v = x ** x
+        e = st.exp(v)
+        y = st.reduce_sum(st.where(st.abs(e) < 1, st.acos(e), v - v))
+    np.testing.assert_array_equal(t.gradient(y, x).numpy(), np.zeros(n))

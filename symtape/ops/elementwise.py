@@ -457,7 +457,7 @@ class Elementwise(Primitive):
         ``select(c, g*h, 0)``: 0 where ``c`` is false, also where ``h`` is inf).
 
         Returns ``(value, fusion)``: ``value`` is None unless ``evaluate``; ``fusion`` is
-        None unless the result is again a zero-branched select."""
+        None unless the result is again a zero-branched select (or the structural zero)."""
         consts, same = self._specialisation(args)
         fixed = {i for i, _ in consts}
         children = tuple((i, f[0]) for i, f in enumerate(fusions)
@@ -472,7 +472,9 @@ class Elementwise(Primitive):
         pattern = sharing(flat)
         run, atom = _recipe_program(recipe, pattern)
         value = run(*shared_values(flat, pattern))[0] if evaluate else None
-        return value, ((recipe, tuple(flat)) if G.absorbs_products(atom) else None)
+        # (a select folded to its zero everywhere, x - x of selects, is a structural zero too)
+        zero = G.absorbs_products(atom) or not G.is_symbolic(atom) and G.is_zero(atom)
+        return value, ((recipe, tuple(flat)) if zero else None)
 
     def makes_select(self, args) -> bool:
         """Whether this op's template, specialised to ``args``, is a zero-branched select."""

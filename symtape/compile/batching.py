@@ -320,48 +320,60 @@ class _Splitter:
             raise _Refused
         self.new[id(c)] = out
 
-    def selected(self, c: N.Node) -> tuple | None:
-        """``(condition, branch, zero first)`` (one-example tensors) when the total ``c`` is a
-        sum (a reduction: a matrix product's total has two arguments) of a zero-branched
-        select ``where(cond, g, 0)`` whose condition all examples share and that is constant
-        along the summed axes: the total is then ``where(cond, sum(g), 0)``, and a later pass
-        or the post program, reading it, keeps its structural zeros (a sum of the select's
-        zeros read back as a plain value met a nan partial there)."""
+    def summed(self, c: N.Node) -> tuple | None:
+        """``(argument, where)`` when the total ``c`` is a sum (a reduction: a matrix
+        product's total has two arguments) of an op; ``where``: ``(condition, branch, zero
+        first)`` when that op is a zero-branched select ``where(cond, g, 0)`` (nodes of
+        the traced graph), else None."""
         if not isinstance(c.prim, Reduction) or self.total[id(c)][0] != "sum":
             return None
         arg = c.inputs[0]
-        if arg.kind != "op" or arg.prim is not ops.where:
+        if arg.kind != "op":
             return None
+        if arg.prim is not ops.where:
+            return arg, None
         cond, x, y = arg.inputs
         first = x.is_zero()
-        if self.lead[id(cond)] or not (first or y.is_zero()) or len(cond.shape) > len(
-                c.shape) or not (cond.size == 1 or (tuple(cond.shape) == tuple(c.shape) and
-                                                     tuple(c.params["axis"]) == (0,))):
+        return arg, ((cond, y if first else x, first) if first or y.is_zero() else None)
+
+    def selected(self, c: N.Node) -> tuple | None:
+        """``(condition, branch, zero first)`` (one-example tensors) when the total ``c`` is a
+        sum of a zero-branched select ``where(cond, g, 0)`` (:meth:`summed`) whose condition
+        all examples share and that is constant along the summed axes: the total is then
+        ``where(cond, sum(g), 0)``, and a later pass or the post program, reading it, keeps
+        its structural zeros (a sum of the select's zeros read back as a plain value met a
+        nan partial there)."""
+        found = self.summed(c)
+        if found is None or found[1] is None:
             return None
-        return self.new[id(cond)], self.new[id(y if first else x)], first
+        cond, branch, first = found[1]
+        if self.lead[id(cond)] or len(cond.shape) > len(c.shape) or not (
+                cond.size == 1 or (tuple(cond.shape) == tuple(c.shape) and
+                                   tuple(c.params["axis"]) == (0,))):
+            return None
+        return self.new[id(cond)], self.new[id(branch)], first
 
     def live(self, c: N.Node) -> Tensor | None:
-        """When the total ``c`` is a sum (a reduction) of a zero-branched select ``where(cond,
-        g, 0)`` whose condition is per example: the one-example tensor, of the select's
-        shape, that is 1 where the select takes ``g`` and 0 where it is a structural zero;
-        summed as ``c`` is, it counts the terms taken, and the total is read as a select
-        of that count, exactly 0 where no example's term is taken (the element view's
-        rule for sums of selects: the post program multiplying it by a nan partial gives
-        0, and its sign is the structural zero's)."""
-        if not isinstance(c.prim, Reduction) or self.total[id(c)][0] != "sum":
+        """When the total ``c`` is a sum of a zero-branched select (:meth:`summed`, or a
+        rule's select such as clip's or relu's cotangent) whose condition is per example:
+        the one-example tensor, of the select's shape, that is 1 where the select takes
+        ``g`` and 0 where it is a structural zero; summed as ``c`` is, it counts the terms
+        taken, and the total is read as a select of that count, exactly 0 where no
+        example's term is taken (the element view's rule for sums of selects: the post
+        program multiplying it by a nan partial gives 0, and its sign is the structural
+        zero's)."""
+        found = self.summed(c)
+        if found is None or not self.lead[id(found[0])]:
             return None
-        arg = c.inputs[0]
-        if arg.kind != "op" or not self.lead[id(arg)]:
-            return None
+        arg, where = found
         if arg.prim is ops.where:
-            cond, x, y = arg.inputs
-            first = x.is_zero()
-            if not self.lead[id(cond)] or not (first or y.is_zero()):
+            if where is None or not self.lead[id(where[0])]:
                 return None
+            cond, _, first = where
             ones = exact_constant(np.ones((1,) + tuple(arg.shape[1:])), c.dtype)
             taken = self.new[id(cond)]
             return ops.where.bind(taken, 0, ones) if first else ops.where.bind(taken, ones, 0)
-        op = getattr(arg.prim, "live_op", None)  # a rule's select (clip's, relu's cotangent)
+        op = getattr(arg.prim, "live_op", None)
         if op is None or not arg.prim.makes_select(arg.inputs):
             return None
         return op.bind(*[self.new[id(a)] for a in arg.inputs])

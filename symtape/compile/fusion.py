@@ -147,8 +147,7 @@ def fused(order: list, users: dict, placed: dict, fixed=frozenset()) -> set:
                 or not all(pointwise(u) and u.shape == node.shape or takes_operand(u)
                            for u in readers)):
             continue
-        use = readers
-        into = set().union(*(loops.get(id(u), {id(u)}) for u in use))
+        into = set().union(*(loops.get(id(u), {id(u)}) for u in readers))
         if len(into) == 1 or (id(node) not in varying and len(into) <= THROUGH_USERS) \
                 or id(node) in selects:
             out.add(id(node))

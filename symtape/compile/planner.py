@@ -587,9 +587,9 @@ class _Planner:
                 return loc[0], self.spread(loc, node.shape, self.batched(loc))
         batched = any(self.batched(self.loc[id(arg)]) for _, arg in reads)
         ins = [self.access(self.loc[id(arg)], node.shape, batched) for _, arg in reads]
-        loc = self.body_block(node, node.shape, atom, [leaf for leaf, _ in reads], ins,
-                              batched=batched)
-        self.live_mask(node, [(node.shape, atom, [leaf for leaf, _ in reads], ins,
+        leaves = [leaf for leaf, _ in reads]
+        loc = self.body_block(node, node.shape, atom, leaves, ins, batched=batched)
+        self.live_mask(node, [(node.shape, atom, leaves, ins,
                                self.access(loc, node.shape, batched))], batched)
         return loc
 
@@ -709,12 +709,12 @@ class _Planner:
                 order = [k for k, (leaf, *_) in enumerate(sources) if leaf in used]
                 bodies[key] = (self.body(node, here, [sources[k][0] for k in order]), order,
                                here)
-            body, order = bodies[key][:2]
+            body, order, here = bodies[key]
             ins = [Access(sources[k][3], *accs[k]) if accs[k] is not None else
                    Access(self.zeros(), 0, (0,) * space_dims) for k in order]
             space = tuple(s.stop - s.start for s in box)
             self.block(space, body, ins, (out,), batched=batched)
-            masks.append((space, bodies[key][2], [sources[k][0] for k in order], ins, out))
+            masks.append((space, here, [sources[k][0] for k in order], ins, out))
         if gather is None:
             self.live_mask(node, masks, batched)
         return loc

@@ -602,23 +602,28 @@ def _sum_under_select(items: list):
     """``sum(c * select_i)`` of selects on different conditions as
     ``select(some nonzero branch is taken, sum(c * select_i), 0)``: exactly zero, and so
     absorbing products, where no term's value is taken; elsewhere the plain sum."""
-    taken = [_taken(a) for a, _ in items]
+    memo: dict = {}
+    taken = [_taken(a, memo) for a, _ in items]
     return piecewise((_sum_node(items), logic(sp.Or, *taken)), (ZERO, S.true))
 
 
-def _taken(atom):
+def _taken(atom, memo: dict):
     """The condition under which ``atom`` is not a structural zero: a select takes a branch
-    that is not one (a select in a branch taken only where it takes such a branch)."""
+    that is not one (a select in a branch taken only where it takes such a branch; each
+    select looked at once, ``memo``)."""
     pairs = _select_pairs(atom)
     if pairs is None:
         return S.false if is_zero(atom) else S.true
+    if atom in memo:
+        return memo[atom]
     taken, earlier = [], []
     for pair in pairs:
-        inner = _taken(pair.expr)
+        inner = _taken(pair.expr, memo)
         if inner is not S.false:
             taken.append(logic(sp.And, pair.cond, inner, *[logic(sp.Not, c) for c in earlier]))
         earlier.append(pair.cond)
-    return logic(sp.Or, *taken)
+    memo[atom] = out = logic(sp.Or, *taken)
+    return out
 
 
 def mul(*atoms):

@@ -75,9 +75,10 @@ def test_hvp_loop_plan_costs_a_few_times_the_function_at_every_size(f):
     for n in (100, 400):
         hv, y, z, v = _hvp_tensors(f, n)
         ratios.append(_loop_ops([hv], [z, v]) / _loop_ops([y], [z]))
-    # (about 7 for the tensordot, 21-23 for the broadcast and the product, whose adding
-    # scatters count their live terms to keep a select's zeros exact: docs/limits.md)
-    assert max(ratios) < 32, ratios
+    # (about 7 for the tensordot, 21-23 for the broadcast, 35 for the product, whose adding
+    # scatters, concats and pads count their live terms and structural zeros to keep a
+    # select's zeros exact through the product tree: docs/limits.md)
+    assert max(ratios) < 40, ratios
     assert ratios[1] < 1.5 * ratios[0], ratios
 
 

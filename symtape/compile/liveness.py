@@ -6,8 +6,10 @@ is ``0``: README, "no where trap"). A loop nest computes a select inside the loo
 it (``fusion.fused``), but a value that is summed, written to a buffer or moved is read
 back as a plain number. The planner then keeps, beside such a node, its *count*: for a sum
 (over axes, or an adding scatter) how many of its terms are not structural zeros; for a
-select written to a buffer, 1 where it is not one and 0 where it is; for a move of either,
-the count moved the same way. A reader reads the node as ``select(count != 0, value, 0)``
+select written to a buffer (or an unrolled node's atoms that are selects), 1 where it is
+not one and 0 where it is; for a move of either, the count moved the same way; for a move
+with zeros or of several arguments (a concat, a pad) copied into a buffer, the arguments'
+counts (1 for one without) at their places and 0 at the zeros. A reader reads the node as ``select(count != 0, value, 0)``
 (``_Planner.fused_atom``), so it is exactly 0 where every term is a structural zero. The
 functions here are the planner's methods of those names (``p``: the planner).
 """
@@ -41,6 +43,12 @@ def _live(atom):
     taking its zero branch: :func:`graph.absorbing`)."""
     with np.errstate(all="ignore"):
         return G.add(G.ONE, G.mul(G.number(-1), G.absorbing(atom)))
+
+
+def _lives(atoms) -> np.ndarray:
+    """:func:`_live` of each of ``atoms`` (one atom, or an array of an unrolled block's)."""
+    atoms = np.asarray(atoms, dtype=object)
+    return np.array([_live(a) for a in atoms.flat], dtype=object).reshape(atoms.shape)
 
 
 def live_count(p, node: N.Node, x: N.Node, space: tuple, out: Access,
@@ -86,9 +94,10 @@ def live_count(p, node: N.Node, x: N.Node, space: tuple, out: Access,
 def live_mask(p, node: N.Node, boxes: list, batched: bool) -> None:
     """For an elementwise ``node`` written to a buffer (one loop, or one per box of its
     shape: ``boxes`` of ``(space, atom, stand-ins read, their accesses, access
-    written)``) whose template is a zero-branched select -- one not computed in its
-    readers' loops: an output, a node read through moves, one that is a select only
-    through a sum's count of live terms -- and that elementwise ops or moves read: 1
+    written)``; or an unrolled node: one box of its atoms and stand-in arrays) whose
+    template is a zero-branched select -- one not computed in its readers' loops: an
+    output, a node read through moves, one that is a select only through a sum's count
+    of live terms -- and that elementwise ops or moves read: 1
     where it is not a structural zero, 0 where it is, computed apart (a count, see
     :func:`live_count`), so that those readers read it as a select, exactly 0 there (no
     ``0 * inf`` of a temporary's zero; the element view's rule)."""
@@ -96,15 +105,15 @@ def live_mask(p, node: N.Node, boxes: list, batched: bool) -> None:
             u is not None and (pointwise(u) or moves(u))
             for u in p.users.get(id(node), ())):
         return
-    lives = [_live(atom) for _, atom, *_ in boxes]
-    if not any(G.is_symbolic(v) for v in lives):
+    lives = [_lives(atom) for _, atom, *_ in boxes]
+    if not any(G.is_symbolic(v) for live in lives for v in live.flat):
         return
     loc = p.counted(node, batched)
     for (space, _, leaves, ins, out), live in zip(boxes, lives):
-        reading = used(live)
-        keep = [k for k, leaf in enumerate(leaves) if leaf in reading]
-        body = build_plan([np.asarray(live, dtype=object)],
-                          [np.asarray(leaves[k], dtype=object) for k in keep])
+        reading = set().union(*[used(v) for v in live.flat])
+        keep = [k for k, leaf in enumerate(leaves)
+                if isinstance(leaf, np.ndarray) or leaf in reading]
+        body = build_plan([live], [np.asarray(leaves[k], dtype=object) for k in keep])
         p.block(space, body, [ins[k] for k in keep], (out._replace(buffer=loc[0]),),
                 batched=batched)
 
@@ -130,9 +139,36 @@ def moved_count(p, node: N.Node, source: N.Node, m: np.ndarray) -> None:
     p.counts[id(node)] = moved
 
 
+def parts_count(p, node: N.Node, args: list, maps: list, covered: np.ndarray) -> None:
+    """A move of several arguments, or with zeros (a concat, a pad: element ``j`` is
+    element ``maps[a][j]`` of ``args[a]``, none where ``covered`` is false) copied into a
+    fresh buffer, has a count when some argument has one or it has zeros that elementwise
+    ops or moves read: each argument's count at its places (1 for an argument without
+    one), 0 at the zeros -- structural zeros, as eager values' (a concat's cotangent is
+    0 times an infinite partial where it is zero)."""
+    counted = [id(a) in p.counts for a in args]
+    if node.dtype.kind != "f" or (covered.all() and not any(counted)) or not any(
+            u is not None and (pointwise(u) or moves(u)) for u in p.users.get(id(node), ())):
+        return
+    locs = []
+    for a, c in zip(args, counted):
+        if c:
+            locs.append(p.loc[id(p.counts[id(a)])])
+        else:  # a plain value: live everywhere
+            if p.one is None:
+                p.one = p.constant_buffer([1.0])
+            locs.append((p.one, np.zeros(a.shape, dtype=np.int64)))
+    count = _Count(node.shape)
+    p.loc[id(count)] = p.assembled(count, locs, maps, ~covered)
+    p.counts[id(node)] = count
+
+
 class _Count:
     """The count of a node's terms that are not structural zeros (a sum's, a select's 1 or
     0): a stand-in node its readers read (:func:`live_count`, :func:`live_mask`)."""
 
+    dtype = np.dtype(float)
+
     def __init__(self, shape: tuple) -> None:
         self.shape = shape
+        self.size = int(np.prod(shape, dtype=np.int64))

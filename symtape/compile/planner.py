@@ -207,7 +207,7 @@ class _Planner:
         self.loc: dict = {}  # id(node) -> (buffer, offsets)
         self.fused: set = set()  # ids of nodes computed inside their user's loop
         self.holey: set = set()  # ids of nodes whose zeros may stay unwritten (holey)
-        self.holes: dict = {}  # id(node) -> (locs, maps, zeros) of those placed so
+        self.holes: dict = {}  # id(node) -> (locs, maps, zeros, args) of those placed so
         self.through: set = set()  # ids of nodes computed inside readers of a scatter
         self.inline: dict = {}  # id(scatter) -> (its argument of those, its places' map)
         self.dest: dict = {}  # id(node) -> where it is written in an output (destinations)
@@ -215,6 +215,7 @@ class _Planner:
         self.counts: dict = {}  # id(node) -> its count of live terms (a stand-in node): a
         # sum's, a placed select's (1 or 0), a move's of those: readers read it as a select
         self.zero: int | None = None  # a constant buffer of one zero (the zeros of holes)
+        self.one: int | None = None  # a constant buffer of one 1.0 (counts of plain parts)
         self.negative_zero: int | None = None  # one of -0.0 (sums' start)
         self.per_point: set = set()  # buffers holding a slice per point of the chunk
         self.index_arrays: dict = {}  # (shape, bytes) -> its 'indices' buffer
@@ -452,7 +453,9 @@ class _Planner:
             covered |= m >= 0
         holey = not covered.all() and len(bufs) <= 1 and id(node) in self.holey
         if len(bufs) > 1 or not (covered.all() or holey):  # several buffers, zeros: copied
-            return self.assembled(node, locs, maps, ~covered)
+            loc = self.assembled(node, locs, maps, ~covered)
+            self.parts_count(node, args, maps, covered)
+            return loc
         buf = next(iter(bufs)) if bufs else locs[0][0]
         batched = buf in self.per_point
         offsets = np.zeros(self.shape(node.shape, batched), dtype=np.int64)
@@ -466,9 +469,13 @@ class _Planner:
                 offsets[inside] = offs.reshape(-1)[m[inside]]
         if holey:  # its zeros are -1 places, read by its (elementwise) users as zeros
             offsets[..., ~covered] = -1
-            self.holes[id(node)] = (locs, maps, ~covered)
+            self.holes[id(node)] = (locs, maps, ~covered, args)
+            if any(id(a) in self.counts for a in args):  # (else its readers' boxes' holes)
+                self.parts_count(node, args, maps, covered)
         elif len(args) == 1 and id(args[0]) in self.counts and covered.all():
             self.moved_count(node, args[0], maps[0])
+        else:
+            self.parts_count(node, args, maps, covered)
         return buf, offsets
 
     def assembled(self, node: N.Node, locs: list, maps: list, zeros=None) -> tuple:
@@ -564,23 +571,27 @@ class _Planner:
         fused arguments (:func:`fused`) built in, each other argument a stand-in read with
         broadcast strides (or, with arguments that are partly zeros or a destination in an
         output, one loop per box of the shape: :meth:`in_regions`)."""
-        stand: dict = {}  # id(argument node) -> (stand-in leaf, node)
-        with np.errstate(all="ignore"):  # constant folding follows IEEE, silently
-            atom = self.fused_atom(node, stand)
-        used = _used(atom)
-        reads = [(leaf, arg) for leaf, arg in stand.values() if leaf in used]
+        stand, atom, reads = self._template(node)
         holey = [arg for _, arg in stand.values()
                  if id(arg) in self.holes or id(arg) in self.inline]
         if holey or id(node) in self.dest:
             loc = self.in_regions(node, stand, atom, reads)
             if loc is None and any(id(arg) in self.inline for arg in holey):
                 self.expand(holey)  # the inlined arguments computed apart, then again
+                stand, atom, reads = self._template(node)  # (with their counts, if any)
                 loc = self.in_regions(node, stand, atom, reads)
             if loc is not None:
                 return loc
+            placed = False
             for arg in holey:  # not in boxes: the zeros written after all
                 if id(arg) in self.holes:  # (not one placed apart by expand above)
-                    self.loc[id(arg)] = self.assembled(arg, *self.holes.pop(id(arg)))
+                    locs, maps, zeros, parts = self.holes.pop(id(arg))
+                    self.loc[id(arg)] = self.assembled(arg, locs, maps, zeros)
+                    if id(arg) not in self.counts:  # its zeros are structural: counted
+                        self.parts_count(arg, parts, maps, ~zeros)
+                    placed = True
+            if placed:
+                stand, atom, reads = self._template(node)
         for leaf, arg in stand.values():
             if atom is leaf:  # the template is one of its arguments: a view of it
                 loc = self.loc[id(arg)]
@@ -592,6 +603,16 @@ class _Planner:
         self.live_mask(node, [(node.shape, atom, leaves, ins,
                                self.access(loc, node.shape, batched))], batched)
         return loc
+
+    def _template(self, node: N.Node) -> tuple:
+        """``(stand, atom, reads)``: the elementwise ``node``'s template over its arguments
+        as they are placed now (:meth:`fused_atom`; ``stand``: id(argument node) ->
+        (stand-in leaf, node)) and the stand-ins it reads."""
+        stand: dict = {}
+        with np.errstate(all="ignore"):  # constant folding follows IEEE, silently
+            atom = self.fused_atom(node, stand)
+        used = _used(atom)
+        return stand, atom, [(leaf, arg) for leaf, arg in stand.values() if leaf in used]
 
     def in_regions(self, node: N.Node, stand: dict, atom, reads: list) -> tuple | None:
         """The elementwise ``node`` as one loop per box of its shape where each argument is
@@ -780,6 +801,7 @@ class _Planner:
     live_mask = liveness.live_mask
     counted = liveness.counted
     moved_count = liveness.moved_count
+    parts_count = liveness.parts_count
 
     def fused_atom(self, node: N.Node, stand: dict, swap: dict | None = None,
                    memo: dict | None = None):
@@ -791,19 +813,22 @@ class _Planner:
         for a in node.inputs:
             if a.uniform is not None:
                 atoms.append(a.uniform)
-            elif swap and id(a) in swap:
+                continue
+            if swap and id(a) in swap:
                 atoms.append(swap[id(a)])
             elif id(a) in self.fused:
                 if id(a) not in memo:
                     memo[id(a)] = self.fused_atom(a, stand, swap, memo)
                 atoms.append(memo[id(a)])
+                continue
             else:
                 atoms.append(stand.setdefault(id(a), (G.Leaf.new(f"p{len(stand)}"), a))[0])
-                if id(a) in self.counts:  # a sum of selects: a select of the sum
-                    c = self.counts[id(a)]
-                    c = G.relation(sp.Unequality, stand.setdefault(id(c), (G.Leaf.new(
-                        f"p{len(stand)}"), c))[0], G.ZERO)
-                    atoms[-1] = G.piecewise((atoms[-1], c), (G.ZERO, sp.S.true))
+            if id(a) in self.counts:  # a sum of selects: a select of the sum
+                c = self.counts[id(a)]
+                c = swap[id(c)] if swap and id(c) in swap else stand.setdefault(
+                    id(c), (G.Leaf.new(f"p{len(stand)}"), c))[0]
+                atoms[-1] = G.piecewise((atoms[-1], G.relation(sp.Unequality, c, G.ZERO)),
+                                        (G.ZERO, sp.S.true))
         return node.prim.build_atom(*atoms)
 
     def operand(self, x: N.Node, space: tuple | None = None) -> tuple:
@@ -884,20 +909,30 @@ class _Planner:
                 arrays.append(a.atoms())
                 continue
             leaves = _stand_ins(a.shape, f"a{i}")
-            arrays.append(leaves)
             stand_ins.append(leaves.reshape(-1))
-            loc = self.loc[id(a)]
-            if self.batched(loc):
-                ins.append(Access(loc[0], 0, (self.point_stride(loc[1]),),
-                                  tuple(int(k) for k in loc[1][0].flat)))
-            else:
-                ins.append(Access(loc[0], 0, (0,) if batched else (),
-                                  tuple(int(k) for k in loc[1].flat)))
-        atoms = node.prim.build(arrays, node.params)
+            ins.append(self._unrolled_read(self.loc[id(a)], batched))
+            if id(a) in self.counts:  # a sum of selects: read as a select of the sum
+                count = _stand_ins(a.shape, f"c{i}")
+                stand_ins.append(count.reshape(-1))
+                ins.append(self._unrolled_read(self.loc[id(self.counts[id(a)])], batched))
+                leaves = np.array([G.piecewise((v, G.relation(sp.Unequality, c, G.ZERO)),
+                                               (G.ZERO, sp.S.true))
+                                   for v, c in zip(leaves.flat, count.flat)],
+                                  dtype=object).reshape(a.shape)
+            arrays.append(leaves)
+        atoms = np.asarray(node.prim.build(arrays, node.params), dtype=object).reshape(-1)
         loc = self.fresh(node, batched)
         out = Access(loc[0], 0, (node.size,) if batched else (), tuple(range(node.size)))
-        return self.body_block(node, (), np.asarray(atoms, dtype=object).reshape(-1),
-                               stand_ins, ins, out, loc, batched)
+        self.body_block(node, (), atoms, stand_ins, ins, out, loc, batched)
+        self.live_mask(node, [((), atoms, stand_ins, ins, out)], batched)
+        return loc
+
+    def _unrolled_read(self, loc: tuple, batched: bool) -> Access:
+        """An access reading all of ``loc`` in one iteration (an unrolled block's)."""
+        if self.batched(loc):
+            return Access(loc[0], 0, (self.point_stride(loc[1]),),
+                          tuple(int(k) for k in loc[1][0].flat))
+        return Access(loc[0], 0, (0,) if batched else (), tuple(int(k) for k in loc[1].flat))
 
     # -- outputs ---------------------------------------------------------------------------
     def total(self, o: int, node: N.Node, kind: str) -> None:

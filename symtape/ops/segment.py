@@ -16,6 +16,8 @@ split equally among ties (TensorFlow's rule); a product's is the product of the 
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from symtape.base.errors import InvalidArgumentError, ShapeError
@@ -49,8 +51,8 @@ def row_places(ids: np.ndarray, rest: tuple) -> np.ndarray:
 
 def _identity(kind: str, dtype: np.dtype):
     """The value a combination starts from (what leaves any row's value as it is)."""
-    if kind == "sum":
-        return dtype.type(0)
+    if kind == "sum":  # (-0.0 for floats: IEEE addition's identity, -0 + -0 = -0)
+        return dtype.type(-0.0 if dtype.kind == "f" else 0)
     if kind == "prod":
         return dtype.type(1)
     if dtype.kind == "f":
@@ -112,6 +114,9 @@ class SegmentReduce(Primitive):
         shape = (k,) + data.shape[1:]
         if kind == "sum" and data.ndim == 1 and data.dtype == np.float64:
             out = np.bincount(kept_ids, weights=kept, minlength=k)  # (in order, from 0.0)
+            # a segment of negative zeros sums to -0.0 (the element view's sum of its rows)
+            negative = np.bincount(kept_ids, weights=np.signbit(kept) & (kept == 0), minlength=k)
+            out[(negative == np.bincount(kept_ids, minlength=k)) & (negative > 0)] = -0.0
         else:
             out = np.full(shape, _identity(kind, data.dtype), dtype=data.dtype)
             with np.errstate(all="ignore"):
@@ -275,7 +280,9 @@ def _fill_empty(planner, node, loc: tuple, outs: np.ndarray, batched: bool) -> N
     ids, k, kind = node.params["ids"], node.params["num_segments"], node.params["kind"]
     empty = float(node.params["empty"])
     counts = np.bincount(ids[ids >= 0], minlength=k)
-    if not (counts == 0).any() or empty == float(_identity(kind, np.dtype(float))):
+    start = float(_identity(kind, np.dtype(float)))
+    if not (counts == 0).any() or (empty == start
+                                    and math.copysign(1, empty) == math.copysign(1, start)):
         return
     rest = tuple(node.shape[1:])
     mask = np.broadcast_to((counts == 0).reshape((k,) + (1,) * len(rest)), node.shape)

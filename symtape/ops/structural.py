@@ -283,10 +283,18 @@ class ScatterAdd(Primitive):
 
     def numeric(self, values, params):
         v = np.asarray(values[0])
-        out = np.zeros(int(np.prod(params["shape"], dtype=np.int64)), dtype=v.dtype)
+        size = int(np.prod(params["shape"], dtype=np.int64))
         idx = params["idx"].reshape(-1)
         keep = idx >= 0
+        if v.dtype.kind != "f":
+            out = np.zeros(size, dtype=v.dtype)
+            np.add.at(out, idx[keep], v.reshape(-1)[keep])
+            return out.reshape(params["shape"])
+        # from -0.0, IEEE addition's identity: a place receiving negative zeros is -0.0, as
+        # the element view's sum of its terms; places receiving none are +0.0
+        out = np.full(size, -0.0, dtype=v.dtype)
         np.add.at(out, idx[keep], v.reshape(-1)[keep])
+        out[np.bincount(idx[keep], minlength=size) == 0] = 0.0
         return out.reshape(params["shape"])
 
     def batch(self, args, batched, params, shape):
@@ -340,7 +348,10 @@ class ScatterAdd(Primitive):
         space = found[0] if found is not None else tuple(x.shape)
         term, leaves, ins, batched = planner.operand(x, space)  # (x computed here, maybe)
         loc = planner.fresh(node, batched)
-        planner.fill(loc, node.shape, 0.0, batched)
+        # from -0.0 (eager values' start) when every place receives a term; else +0.0,
+        # the places receiving none (their structural zeros)
+        reached = x.size and np.bincount(idx.reshape(-1), minlength=node.size).min() > 0
+        planner.fill(loc, node.shape, -0.0 if reached else 0.0, batched)
         if x.size == 0:
             return loc
         if found is not None:

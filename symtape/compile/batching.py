@@ -38,6 +38,7 @@ from symtape.base import recording
 from symtape.derivatives import sparsity
 from symtape.core.apply import exact_constant
 from symtape.ops.contraction import MatMul
+from symtape.ops.elementwise import Elementwise
 from symtape.ops.reductions import Reduction
 from symtape.core.variables import Tensor, symbol
 
@@ -363,20 +364,36 @@ class _Splitter:
         program multiplying it by a nan partial gives 0, and its sign is the structural
         zero's)."""
         found = self.summed(c)
-        if found is None or not self.lead[id(found[0])]:
+        return None if found is None else self._live_of(found[0], c.dtype)
+
+    def _live_of(self, arg: N.Node, dtype, depth: int = 0) -> Tensor | None:
+        """The one-example tensor, of ``arg``'s shape, that is 1 where ``arg`` (per
+        example) is not a structural zero and 0 where it is: a zero-branched select on a
+        per-example condition, a rule's select (``live_op``), or a product with such
+        (``zero_args``: the product of its selects' indicators); None for anything else."""
+        if arg.kind != "op" or not self.lead[id(arg)] or depth > 8:
             return None
-        arg, where = found
+        shape = (1,) + tuple(arg.shape[1:])
         if arg.prim is ops.where:
-            if where is None or not self.lead[id(where[0])]:
+            cond, x, y = arg.inputs
+            first = x.is_zero()
+            if not (first or y.is_zero()) or not self.lead[id(cond)]:
                 return None
-            cond, _, first = where
-            ones = exact_constant(np.ones((1,) + tuple(arg.shape[1:])), c.dtype)
+            ones = exact_constant(np.ones(shape), dtype)
             taken = self.new[id(cond)]
             return ops.where.bind(taken, 0, ones) if first else ops.where.bind(taken, ones, 0)
         op = getattr(arg.prim, "live_op", None)
-        if op is None or not arg.prim.makes_select(arg.inputs):
+        if op is not None and arg.prim.makes_select(arg.inputs):
+            return op.bind(*[self.new[id(a)] for a in arg.inputs])
+        zeros = getattr(arg.prim, "zero_args", ()) if isinstance(arg.prim, Elementwise) else ()
+        out = None
+        for i in zeros:
+            live = self._live_of(arg.inputs[i], dtype, depth + 1)
+            if live is not None:
+                out = live if out is None else ops.multiply.bind(out, live)
+        if out is None:
             return None
-        return op.bind(*[self.new[id(a)] for a in arg.inputs])
+        return out if tuple(out.shape) == shape else ops.broadcast_to.bind(out, shape=shape)
 
     def programs(self, flat3: list, asg3: list, xs3: list, read3: list) -> Split:
         results = [(("result", i), t._node) for i, t in enumerate(flat3)] + [

@@ -9,8 +9,10 @@ back as a plain number. The planner then keeps, beside such a node, its *count*:
 select written to a buffer (or an unrolled node's atoms that are selects), 1 where it is
 not one and 0 where it is; for a move of either, the count moved the same way; for a move
 with zeros or of several arguments (a concat, a pad) copied into a buffer, the arguments'
-counts (1 for one without) at their places and 0 at the zeros. A reader reads the node as ``select(count != 0, value, 0)``
-(``_Planner.fused_atom``), so it is exactly 0 where every term is a structural zero. The
+counts (1 for one without) at their places and 0 at the zeros; for an adding scatter some
+of whose places no term reaches, those places' 0 (known when the plan is made). A reader
+reads the node as ``select(count != 0, value, 0)`` (``_Planner.fused_atom``), so it is
+exactly 0 where every term is a structural zero. The
 functions here are the planner's methods of those names (``p``: the planner).
 """
 
@@ -137,6 +139,21 @@ def moved_count(p, node: N.Node, source: N.Node, m: np.ndarray) -> None:
     moved = _Count(node.shape)
     p.loc[id(moved)] = (b, places.reshape(p.shape(node.shape, batched)))
     p.counts[id(node)] = moved
+
+
+def reached_count(p, node: N.Node, reached: np.ndarray) -> None:
+    """An adding scatter some of whose places receive no term (``reached`` false there),
+    summing terms that are no selects (a constant's cotangent: ``gather``'s of a constant
+    ``g``), has the count ``reached``, known when the plan is made (a constant buffer):
+    those places are structural zeros, as eager values' (0 times an infinite partial is
+    0 there)."""
+    if id(node) in p.counts or node.dtype.kind != "f" or reached.all() or not any(
+            u is not None and (pointwise(u) or moves(u)) for u in p.users.get(id(node), ())):
+        return
+    count = _Count(node.shape)
+    p.loc[id(count)] = (p.constant_buffer(reached.astype(float).reshape(-1).tolist()),
+                        p.flat(node.shape))
+    p.counts[id(node)] = count
 
 
 def parts_count(p, node: N.Node, args: list, maps: list, covered: np.ndarray) -> None:

@@ -802,6 +802,7 @@ class _Planner:
     counted = liveness.counted
     moved_count = liveness.moved_count
     parts_count = liveness.parts_count
+    reached_count = liveness.reached_count
 
     def fused_atom(self, node: N.Node, stand: dict, swap: dict | None = None,
                    memo: dict | None = None):

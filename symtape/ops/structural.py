@@ -350,8 +350,8 @@ class ScatterAdd(Primitive):
         loc = planner.fresh(node, batched)
         # from -0.0 (eager values' start) when every place receives a term; else +0.0,
         # the places receiving none (their structural zeros)
-        reached = x.size and np.bincount(idx.reshape(-1), minlength=node.size).min() > 0
-        planner.fill(loc, node.shape, -0.0 if reached else 0.0, batched)
+        reached = np.bincount(idx.reshape(-1), minlength=node.size) > 0
+        planner.fill(loc, node.shape, -0.0 if x.size and reached.all() else 0.0, batched)
         if x.size == 0:
             return loc
         if found is not None:
@@ -366,6 +366,7 @@ class ScatterAdd(Primitive):
         acc = G.Leaf.new("acc")
         planner.accumulate(space, G.add(acc, term), [acc] + leaves, [out] + ins, out, batched)
         planner.live_count(node, x, space, out, batched)
+        planner.reached_count(node, reached.reshape(node.shape))
         return loc
 
 

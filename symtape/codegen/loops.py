@@ -294,6 +294,10 @@ PARALLEL_WORK = 1 << 19
 #: 2-3x (an 8-16-16-1 MLP's Hessian over chunks of points: 4.0 s to 2.0 s) at no measured
 #: cost, the large blocks (matrix products, big elementwise loops) being where time goes.
 SMALL_BLOCK_WORK = 1 << 16
+#: Matrix products and convolutions fuse each multiply-add into one FMA, one rounding per
+#: term as BLAS's kernels do (docs/tensorflow.md, "One rule for values"); False rounds each
+#: product as eager values do (a term that overflows is then inf, as in numpy).
+CONTRACT_PRODUCTS = True
 
 _PTHREAD = ("declare i32 @pthread_create(ptr, ptr, ptr, ptr)",
             "declare i32 @pthread_join(i64, ptr)")
@@ -428,7 +432,7 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
     accs = block.ins + block.outs
     bufs = block.buffers
     in_bool = tuple(plan.buffers[a.buffer].boolean for a in block.ins)
-    if block.contract and not fmt["fm"]:
+    if block.contract and CONTRACT_PRODUCTS and not fmt["fm"]:
         fmt = dict(fmt, fm="contract ")
     if isinstance(block.body, Routine):  # a whole-matrix routine at each index
         point, more = block.body.ir(f"b{k}.point", t)

@@ -385,7 +385,7 @@ class _Splitter:
         op = getattr(arg.prim, "live_op", None)
         if op is not None and arg.prim.makes_select(arg.inputs):
             return op.bind(*[self.new[id(a)] for a in arg.inputs])
-        zeros = getattr(arg.prim, "zero_args", ()) if isinstance(arg.prim, Elementwise) else ()
+        zeros = arg.prim.zero_args if isinstance(arg.prim, Elementwise) else ()
         out = None
         for i in zeros:
             live = self._live_of(arg.inputs[i], dtype, depth + 1)

@@ -47,6 +47,11 @@ def _live(atom):
         return G.add(G.ONE, G.mul(G.number(-1), G.absorbing(atom)))
 
 
+def _read_as_select(p, node: N.Node) -> bool:
+    """Whether elementwise ops or moves read ``node`` (readers that read a count)."""
+    return any(u is not None and (pointwise(u) or moves(u)) for u in p.users.get(id(node), ()))
+
+
 def _lives(atoms) -> np.ndarray:
     """:func:`_live` of each of ``atoms`` (one atom, or an array of an unrolled block's)."""
     atoms = np.asarray(atoms, dtype=object)
@@ -103,9 +108,7 @@ def live_mask(p, node: N.Node, boxes: list, batched: bool) -> None:
     where it is not a structural zero, 0 where it is, computed apart (a count, see
     :func:`live_count`), so that those readers read it as a select, exactly 0 there (no
     ``0 * inf`` of a temporary's zero; the element view's rule)."""
-    if node.dtype.kind != "f" or not any(
-            u is not None and (pointwise(u) or moves(u))
-            for u in p.users.get(id(node), ())):
+    if node.dtype.kind != "f" or not _read_as_select(p, node):
         return
     lives = [_lives(atom) for _, atom, *_ in boxes]
     if not any(G.is_symbolic(v) for live in lives for v in live.flat):
@@ -147,8 +150,8 @@ def reached_count(p, node: N.Node, reached: np.ndarray) -> None:
     ``g``), has the count ``reached``, known when the plan is made (a constant buffer):
     those places are structural zeros, as eager values' (0 times an infinite partial is
     0 there)."""
-    if id(node) in p.counts or node.dtype.kind != "f" or reached.all() or not any(
-            u is not None and (pointwise(u) or moves(u)) for u in p.users.get(id(node), ())):
+    if id(node) in p.counts or node.dtype.kind != "f" or reached.all() or \
+            not _read_as_select(p, node):
         return
     count = _Count(node.shape)
     p.loc[id(count)] = (p.constant_buffer(reached.astype(float).reshape(-1).tolist()),
@@ -164,8 +167,8 @@ def parts_count(p, node: N.Node, args: list, maps: list, covered: np.ndarray) ->
     one), 0 at the zeros -- structural zeros, as eager values' (a concat's cotangent is
     0 times an infinite partial where it is zero)."""
     counted = [id(a) in p.counts for a in args]
-    if node.dtype.kind != "f" or (covered.all() and not any(counted)) or not any(
-            u is not None and (pointwise(u) or moves(u)) for u in p.users.get(id(node), ())):
+    if node.dtype.kind != "f" or (covered.all() and not any(counted)) or \
+            not _read_as_select(p, node):
         return
     locs = []
     for a, c in zip(args, counted):

@@ -180,10 +180,16 @@ def _zero_body(n: int, boolean: bool) -> Plan:
     return build_plan([np.full(n, zero, dtype=object)], [])
 
 
+def _live_where(value, count):
+    """``select(count != 0, value, 0)``: ``value`` read as a structural zero where its
+    ``count`` of live terms is 0 (products fold into it)."""
+    return G.piecewise((value, G.relation(sp.Unequality, count, G.ZERO)), (G.ZERO, sp.S.true))
+
+
 def _hole(leaf):
     """A hole's stand-in (read from a zero) as a structural zero: products fold into it,
     sums add it (``0 + -0.0`` is ``0.0``, as in eager values)."""
-    return G.piecewise((leaf, G.relation(sp.Unequality, leaf, G.ZERO)), (G.ZERO, sp.S.true))
+    return _live_where(leaf, leaf)
 
 
 def _stand_ins(shape: tuple, name: str) -> np.ndarray:
@@ -828,8 +834,7 @@ class _Planner:
                 c = self.counts[id(a)]
                 c = swap[id(c)] if swap and id(c) in swap else stand.setdefault(
                     id(c), (G.Leaf.new(f"p{len(stand)}"), c))[0]
-                atoms[-1] = G.piecewise((atoms[-1], G.relation(sp.Unequality, c, G.ZERO)),
-                                        (G.ZERO, sp.S.true))
+                atoms[-1] = _live_where(atoms[-1], c)
         return node.prim.build_atom(*atoms)
 
     def operand(self, x: N.Node, space: tuple | None = None) -> tuple:
@@ -916,9 +921,7 @@ class _Planner:
                 count = _stand_ins(a.shape, f"c{i}")
                 stand_ins.append(count.reshape(-1))
                 ins.append(self._unrolled_read(self.loc[id(self.counts[id(a)])], batched))
-                leaves = np.array([G.piecewise((v, G.relation(sp.Unequality, c, G.ZERO)),
-                                               (G.ZERO, sp.S.true))
-                                   for v, c in zip(leaves.flat, count.flat)],
+                leaves = np.array([_live_where(v, c) for v, c in zip(leaves.flat, count.flat)],
                                   dtype=object).reshape(a.shape)
             arrays.append(leaves)
         atoms = np.asarray(node.prim.build(arrays, node.params), dtype=object).reshape(-1)

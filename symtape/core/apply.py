@@ -469,19 +469,20 @@ def _absorbing_program(recipe: tuple, pattern: tuple | None):
     return E.program([G.absorbing(atom)], stand_ins, quiet=False)
 
 
-def _zeros(fusion: tuple, shape: tuple) -> np.ndarray:
-    """True where a fused select ``fusion`` is structurally zero (over ``shape``)."""
+def _zeros(fusion: tuple) -> np.ndarray:
+    """True where a fused select ``fusion`` is structurally zero (broadcast as its
+    arguments are)."""
     recipe, flat = fusion
     pattern = sharing(flat)
     run = _absorbing_program(recipe, pattern)
-    return np.broadcast_to(np.asarray(run(*shared_values(flat, pattern))[0]) == 1, shape)
+    return np.asarray(run(*shared_values(flat, pattern))[0]) == 1
 
 
 def _live(t: Tensor) -> np.ndarray:
     """1.0 where ``t``'s value is not a structural zero, 0.0 where it is (its fusion's)."""
     if t._fusion is None:
         return np.ones(t.shape)
-    return np.where(_zeros(t._fusion, t.shape), 0.0, 1.0)
+    return np.broadcast_to(np.where(_zeros(t._fusion), 0.0, 1.0), t.shape)
 
 
 #: A fused chain of more ops than this is kept as ``where(live, value, 0)`` of its value.
@@ -502,7 +503,7 @@ def _bounded(fusion: tuple, value: np.ndarray) -> tuple:
     ``reduce_prod`` over 150 elements built recipes of ~37,000 ops, 8 minutes)."""
     if recipe_ops(fusion[0]) <= RECIPE_MAX_OPS:
         return fusion
-    return _where_recipe(~_zeros(fusion, value.shape), (None, (value,)), None)
+    return _where_recipe(np.broadcast_to(~_zeros(fusion), value.shape), (None, (value,)), None)
 
 
 #: Index maps of moving ops up to this many elements are kept with their plan.

@@ -112,16 +112,16 @@ class SegmentReduce(Primitive):
         kept_ids = ids[keep] if not keep.all() else ids
         kept = data[keep] if not keep.all() else data
         shape = (k,) + data.shape[1:]
+        counts = np.bincount(kept_ids, minlength=k)
         if kind == "sum" and data.ndim == 1 and data.dtype == np.float64:
             out = np.bincount(kept_ids, weights=kept, minlength=k)  # (in order, from 0.0)
             # a segment of negative zeros sums to -0.0 (the element view's sum of its rows)
             negative = np.bincount(kept_ids, weights=np.signbit(kept) & (kept == 0), minlength=k)
-            out[(negative == np.bincount(kept_ids, minlength=k)) & (negative > 0)] = -0.0
+            out[(negative == counts) & (negative > 0)] = -0.0
         else:
             out = np.full(shape, _identity(kind, data.dtype), dtype=data.dtype)
             with np.errstate(all="ignore"):
                 _AT[kind].at(out, kept_ids, kept)
-        counts = np.bincount(kept_ids, minlength=k)
         if (counts == 0).any():
             out[counts == 0] = data.dtype.type(params["empty"])
         return out.reshape(shape)

@@ -249,7 +249,7 @@ def check(rng: np.random.Generator, n_inputs: int = 2, size: int = 3) -> list:
     compiled = [np.asarray(c, dtype=np.float64) for c in f(*[x.numpy() for x in xs])]
     ref_np = reference(outputs, xs, evaluate.HEADS)
     ref_libm = reference(outputs, xs, libm_heads(vector_functions(f)))
-    found = []
+    found, residues = [], None
     for k in range(len(outputs)):
         stable = ~np.isin(np.arange(outputs[k].size), mismatches(ref_np[k], ref_libm[k]))
         pairs = (("eager/numpy-DAG", eager[k], ref_np[k], None),
@@ -257,9 +257,25 @@ def check(rng: np.random.Generator, n_inputs: int = 2, size: int = 3) -> list:
                  ("eager/compiled", eager[k], compiled[k], stable))
         for what, a, b, where in pairs:
             bad = [i for i in mismatches(a, b) if where is None or where[i]]
+            if bad and what.startswith("eager"):
+                if residues is None:
+                    residues = _rounding_residues(outputs, xs, ref_np)
+                bad = [i for i in bad if i not in residues[k]]
             if bad:
                 found.append((what, k, bad, np.ravel(a)[bad], np.ravel(b)[bad], steps))
     return found
+
+
+def _rounding_residues(outputs, xs, exact: list, samples: int = 8) -> list:
+    """Per output, the places whose DAG value depends on where arithmetic rounds: it moves
+    when each rounding operation's result is moved by an ulp (:func:`reference_rounded`),
+    a residue of a cancellation of rounded numbers. There a small node's eager value,
+    added tensor op by tensor op, and the element view, one sum of the terms its adds
+    merged, may round differently (``0`` and ``1.4e-17``: docs/tensorflow.md, "One rule
+    for values")."""
+    moved = reference_rounded(outputs, xs, samples, np.random.default_rng(0), 2.0 ** -52)
+    return [set().union(*[mismatches(e, m[j]) for j in range(samples)])
+            for e, m in zip(exact, moved)]
 
 
 #: :data:`SPECIAL` for float32 programs: signed zeros, infinities, nan, and magnitudes whose
@@ -403,14 +419,21 @@ def check_large(rng: np.random.Generator, n_inputs: int = 2, size: int = 300) ->
     finally:
         SIZE[0] = 3
     eager = [np.asarray(t.numpy(), dtype=np.float64) for t in outputs]
-    limit = strategy.LOOP_MIN_ATOMS
-    strategy.LOOP_MIN_ATOMS = 0  # loop nests, as the tensors' eager values
+    # loop nests, as the tensors' eager values (also where the element view would fold a
+    # scatter away or many small ops would compile faster element by element)
+    limits = {"LOOP_MIN_ATOMS": 0, "FOLD_PROBE_ATOMS": 0, "LOOP_MAX_BLOCKS": 1 << 30}
+    saved = {name: getattr(strategy, name) for name in limits}
     loops.CONTRACT_PRODUCTS = False  # products rounded as eager values' (the FMA rule aside)
     try:
+        for name, value in limits.items():
+            setattr(strategy, name, value)
         f = st.compile(outputs, xs)
         compiled = [np.asarray(c, dtype=np.float64) for c in f(*[x.numpy() for x in xs])]
+        paths = {s.name for s in f.strategies}
+        assert "element-kernel" not in paths, paths
     finally:
-        strategy.LOOP_MIN_ATOMS = limit
+        for name, value in saved.items():
+            setattr(strategy, name, value)
         loops.CONTRACT_PRODUCTS = True
     what = "eager/compiled-loops"
     if not _disagreements(what, zip(eager, compiled), steps):  # (references only then)

@@ -86,6 +86,43 @@ def test_adding_scatters_keep_the_zeros_no_term_reaches_in_loop_nests(seed):
     assert not D.check_large(np.random.default_rng(seed))
 
 
+@pytest.mark.parametrize("seed", [178, 203, 491])
+def test_a_select_is_a_structural_zero_only_through_its_own_zero_branch(seed):
+    """Programs over long vectors: products fold into a select with a zero branch of its
+    own, not into one whose zeros are nested in a branch. Seed 203: ``log_softmax``'s
+    cotangent, a ``where`` one of whose branches is a sum of selects (a select of the sum
+    through its count in loop nests), got a mask of its nested zeros when the Hessian made
+    it a buffer, and a product folded into it there (0) where eager values and the element
+    view give nan. Seed 491: a stack of moved selects (``reduce_prod``'s product tree) is
+    one select per part in eager values, now with the parts' zeros outermost, as loop
+    nests count them (they lost the stack's zeros: nan). Seed 178: the sign of such a
+    zero in a ``clip`` cotangent, as the element view's."""
+    assert not D.check_large(np.random.default_rng(seed))
+
+
+def test_long_programs_are_compared_with_their_loop_nests():
+    """Seed 215: with its Hessian, the program's scatters fold away in the element view,
+    which compiled it instead of loop nests (``softmax`` of a broadcast nan folded to
+    ``1/300``, a small node's rule): ``check_large`` now compiles loop nests whatever
+    the thresholds and checks that it did."""
+    assert not D.check_large(np.random.default_rng(215))
+
+
+def test_cancellation_residues_of_merged_sums_are_the_rounding_rule():
+    """Seed 4880: an add of an add whose terms cancel, ``-0.0814 + 0.0814``, is 0.0 added
+    tensor op by tensor op (eager) and 1.4e-17 as the element view's one merged sum: the
+    documented rounding difference, set apart where the DAG's value moves with its
+    roundings; the rest of the program agrees."""
+    rng = np.random.default_rng(4880)
+    fn, _ = D.program(rng)
+    xs = [st.Variable(D.random_values(rng, (3,))) for _ in range(2)]
+    outputs = D._value_gradient_hessian(fn, xs)
+    exact = D.reference(outputs, xs, D.evaluate.HEADS)
+    assert D.mismatches(outputs[3].numpy(), exact[3]) == [0]
+    assert D._rounding_residues(outputs, xs, exact)[3] == {0}
+    assert not D.check(np.random.default_rng(4880))
+
+
 @pytest.mark.long
 @pytest.mark.parametrize("start", range(LARGE_CI_PROGRAMS, 500, 50))
 def test_programs_over_long_vectors_agree_with_loop_nests_long(start):

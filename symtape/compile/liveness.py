@@ -47,9 +47,18 @@ def _live(atom):
         return G.add(G.ONE, G.mul(G.number(-1), G.absorbing(atom)))
 
 
+def _carries(node: N.Node) -> bool:
+    """Whether ``node`` places its arguments' elements (a move, or one of several
+    arguments: a stack, a concat, a pad), so that it carries their counts
+    (:func:`parts_count`)."""
+    return moves(node) or node.kind == "op" and node.dtype.kind == "f" and \
+        getattr(node.prim, "index_maps", None) is not None
+
+
 def _read_as_select(p, node: N.Node) -> bool:
     """Whether elementwise ops or moves read ``node`` (readers that read a count)."""
-    return any(u is not None and (pointwise(u) or moves(u)) for u in p.users.get(id(node), ()))
+    return any(u is not None and (pointwise(u) or _carries(u))
+               for u in p.users.get(id(node), ()))
 
 
 def _lives(atoms) -> np.ndarray:

@@ -564,6 +564,12 @@ def _moved_fusion(prim: Primitive, plan: _Plan, tensors: list, value: np.ndarray
     out = parts[-1][1]  # the parts cover all but the zeros: the last one is the rest
     for cond, part in reversed(parts[:-1]):
         out = _where_recipe(cond, part, out)
+    if len(parts) > 1:  # the parts' own zeros are the result's (a select of selects is none)
+        for cond, part in parts:
+            if part[0] is not None:
+                zero = cond & np.broadcast_to(_zeros(part), plan.shape)
+                fill = zero if fill is None else fill | zero
+        fill = fill if fill is not None and fill.any() else None
     if fill is None:  # (no zeros: a fusion only when some part is one)
         return out if out[0] is not None else None
     # the zeros outermost: a select with a zero branch, which products fold into

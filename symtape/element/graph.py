@@ -533,11 +533,15 @@ def _select_pairs(atom) -> tuple | None:
 def absorbs_products(atom) -> bool:
     """Whether ``atom`` is a select with a structurally zero branch: multiplying it by
     anything is exactly zero where that branch is taken, so products fold into its branches
-    (:func:`_product_into_select`).
+    (:func:`_product_into_select`). A select whose zeros are only nested in a branch (a
+    ``where`` of sums of selects) is not one: products do not fold into it, on every path
+    (eager values at every size, the element view, loop nests' counts).
 
     >>> x, c = Leaf.new("x"), relation(sp.StrictGreaterThan, Leaf.new("y"), ZERO)
     >>> absorbs_products(piecewise((x, c), (ZERO, S.true))), absorbs_products(x)
     (True, False)
+    >>> absorbs_products(piecewise((piecewise((x, c), (ZERO, S.true)), c), (x, S.true)))
+    False
     """
     pairs = _select_pairs(atom)
     return pairs is not None and any(is_zero(p.expr) for p in pairs)
@@ -555,10 +559,9 @@ def absorbing(atom):
     """
     if not isinstance(atom, _GraphSymbol):
         return ONE if is_zero(atom) else ZERO
-    pairs = _select_pairs(atom)
-    if pairs is None:
+    if not absorbs_products(atom):  # (zeros nested in a branch only: products do not fold)
         return ZERO
-    return piecewise(*[(absorbing(p.expr), p.cond) for p in pairs])
+    return piecewise(*[(absorbing(p.expr), p.cond) for p in _select_pairs(atom)])
 
 
 def _product_into_select(select: Node, exponent, coef, others: list):
@@ -612,7 +615,7 @@ def _taken(atom, memo: dict):
     that is not one (a select in a branch taken only where it takes such a branch; each
     select looked at once, ``memo``)."""
     pairs = _select_pairs(atom)
-    if pairs is None:
+    if pairs is None or not absorbs_products(atom):  # (as :func:`absorbing`)
         return S.false if is_zero(atom) else S.true
     if atom in memo:
         return memo[atom]

@@ -539,8 +539,11 @@ class Roll(Structural):
         if len(masks) == 1 or id(x) not in planner.loc:
             return planner.structural(node)
         (m,) = self.index_maps([tuple(x.shape)], node.params)
-        return planner.assembled(node, [planner.loc[id(x)]] * len(masks),
-                                 [np.where(b, m, -1) for b in masks])
+        loc = planner.assembled(node, [planner.loc[id(x)]] * len(masks),
+                                [np.where(b, m, -1) for b in masks])
+        if id(x) in planner.counts:  # (a select's zeros move with it)
+            planner.moved_count(node, x, m)
+        return loc
 
 
 roll = register_primitive(Roll())

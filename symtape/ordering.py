@@ -11,8 +11,10 @@ only) and loop forms are those ops'. What differs from TensorFlow, and why:
   results); the gradient of ``sort``/``top_k`` goes back through that permutation.
   ``top_k(sorted=False)`` returns them sorted too (TensorFlow leaves the order open).
 - Compiled ``sort``, ``argsort`` and ``top_k`` are unrolled comparisons for lines of up to
-  8 and a native stable merge sort per line beyond (float keys); ``searchsorted`` of a long
-  line under ``st.function`` is refused at once with a clear error (call it eagerly).
+  8 and a native stable merge sort per line beyond (float keys); compiled ``searchsorted``
+  of a long float line is a native binary search per value (``log2(n)`` comparisons;
+  numpy's results on sorted lines), of an integer line a loop counting the keys before
+  each value. Unsorted lines give no defined result (as in TensorFlow).
 - ``unique``'s output shape depends on the values: it runs eagerly and refuses symbolic
   (traced) tensors.
 """

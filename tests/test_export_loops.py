@@ -154,6 +154,10 @@ CASES = {
     "sort": (lambda x: st.sort(x) + st.cast(st.argsort(x, axis=0, direction="DESCENDING"),
                                             st.float64),
              [st.TensorSpec((40, 30), name="x")], 0.0),
+    # bisections of sorted lines of 200 for 150 values each, both sides
+    "searchsorted": (lambda s, v: st.cast(st.searchsorted(st.sort(s), v), st.float64) * 100.0
+                     + st.cast(st.searchsorted(st.sort(s), v, side="right"), st.float64),
+                     [st.TensorSpec((4, 200), name="s"), st.TensorSpec((4, 150), name="v")], 0.0),
     # elimination routines: a 30x30 system read transposed, an inverse, a determinant
     "solve": (lambda a, b: st.linalg.solve(a, b, adjoint=True) + st.linalg.inv(a)[:, :3]
               * st.linalg.det(a[:5, :5]),

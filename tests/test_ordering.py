@@ -372,7 +372,7 @@ def test_compiled_orderings_equal_eager_small_and_large():
     x = np.random.default_rng(11).normal(size=5000)
     np.testing.assert_array_equal(np.asarray(big(x)), np.sort(x) * 2.0)
     edges = np.sort(x)[::7]
-    for side in ("left", "right"):  # (one counting loop: lines of 715 sorted elements)
+    for side in ("left", "right"):  # (one bisecting block: a line of 715 sorted elements)
         far = st.function(lambda v: st.cast(st.searchsorted(st.constant(edges), v,
                                                             side=side), st.float64))
         probe = np.concatenate([x, edges[:50], [np.nan, np.inf, -np.inf]])
@@ -381,10 +381,12 @@ def test_compiled_orderings_equal_eager_small_and_large():
 
 
 @pytest.mark.parametrize("side", ["left", "right"])
-def test_long_searchsorted_counts_in_a_loop_over_points(monkeypatch, side):
+def test_long_searchsorted_bisects_in_a_loop_over_points(monkeypatch, side):
     """Sorted lines of 40 and 30 values each, per point of a plan over points (and constant
-    lines): one counting loop, equal to eager values (ties, nan, +-inf among the values)."""
+    lines): one block whose body bisects each line (a native binary search), equal to
+    eager values (ties, nan, +-inf among the values)."""
     from symtape.codegen.loops import LoopPlan
+    from symtape.codegen.routines import Routine
     from symtape.compile import strategy
 
     monkeypatch.setattr(strategy, "LOOP_MIN_ATOMS", 0)
@@ -404,7 +406,31 @@ def test_long_searchsorted_counts_in_a_loop_over_points(monkeypatch, side):
                                   st.searchsorted(s, v, side=side).numpy())
     np.testing.assert_array_equal(np.asarray(shared(v)),
                                   st.searchsorted(lines, v, side=side).numpy())
-    assert isinstance(both.get_concrete_function(s, v).plan, LoopPlan)
+    plan = both.get_concrete_function(s, v).plan
+    assert isinstance(plan, LoopPlan)
+    kind = "lower_bound" if side == "left" else "upper_bound"
+    assert [b.body.kind for b in plan.blocks if isinstance(b.body, Routine)] == [kind]
+
+
+def test_long_searchsorted_matches_numpy_on_sorted_lines_with_nan_keys():
+    """Lines of 5,000 sorted keys with nans last and runs of ties, 4,000 values (nan, +-inf,
+    the ties): the compiled bisection equals numpy's search, as eager values do (but for a
+    nan value on the left, placed first: TensorFlow's lower bound), in log2(n) steps."""
+    rng = np.random.default_rng(0)
+    s = np.sort(rng.normal(size=(3, 5000)), axis=-1)
+    s[0, -3:] = np.nan
+    s[1, 100:200] = s[1, 100]
+    v = rng.normal(size=(3, 4000))
+    v[0, :4] = [np.nan, np.inf, -np.inf, s[0, 7]]
+    v[1, :50] = s[1, 100]
+    for side in ("left", "right"):
+        f = st.function(lambda a, b: st.searchsorted(a, b, side=side))
+        got = np.asarray(f(s, v))
+        want = np.stack([np.searchsorted(s[i], v[i], side=side) for i in range(3)])
+        if side == "left":
+            want[np.isnan(v)] = 0
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, st.searchsorted(s, v, side=side).numpy())
 
 
 @pytest.mark.parametrize("axis", [-1, 1])

@@ -141,6 +141,10 @@ def test_routine_ir_and_c_spell_the_same_steps():
     assert "static void s(const double *restrict A, const double *restrict B" in c
     assert "fabs(" in c and " != " in c
     assert Routine("det", 5, 0, (5, 1), (0, 0), (0, 0)).args == ("A", "X", "W")
+    bisect = Routine("lower_bound", 40, 30, (1, 0), (1, 0), (1, 0))
+    assert bisect.args == ("A", "B", "X") and "fcmp olt double" in "\n".join(
+        bisect.ir("b", "double")[0])
+    assert bisect.n_ops < 30 * 40  # (log2 steps a value, where counting takes n)
 
 
 @pytest.mark.parametrize("looped", [True, False])

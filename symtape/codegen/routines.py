@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-__all__ = ["Routine", "KINDS", "ELIMINATIONS", "ORDERINGS"]
+__all__ = ["Routine", "KINDS", "ELIMINATIONS", "ORDERINGS", "BOUNDS"]
 
 #: What each routine computes from its matrix ``A`` (and right-hand sides ``B``).
 KINDS = {
@@ -30,9 +30,13 @@ KINDS = {
     "permute": "B taken in the stable order of the keys A (a line of n)",
     "unpermute": "B put back from the stable order of the keys A (permute's transpose)",
     "argsort": "the indices of the keys A in their stable order",
+    "lower_bound": "for each of the k values B, how many of the sorted line A are below it",
+    "upper_bound": "for each of the k values B, how many of the sorted line A are not above it",
 }
 #: The routines that order a line of keys (a stable merge sort of their indices).
 ORDERINGS = ("permute", "unpermute", "argsort")
+#: The routines that bisect a sorted line for each of k values (``searchsorted``).
+BOUNDS = ("lower_bound", "upper_bound")
 #: The routines that eliminate with pivoting in a scratch copy of the matrix.
 ELIMINATIONS = ("solve", "inverse", "det")
 
@@ -60,6 +64,8 @@ class Routine(NamedTuple):
         """Arithmetic operations, about (a cost estimate)."""
         if self.kind in ORDERINGS:
             return 8 * self.n * max(1, self.n.bit_length())
+        if self.kind in BOUNDS:
+            return 4 * self.k * (self.n.bit_length() + 1)
         return self.n ** 3 + self.n * self.n * max(self.k, 1)
 
     @property
@@ -72,7 +78,7 @@ class Routine(NamedTuple):
         """The pointers the routine takes, in order: the matrix, the right-hand sides, the
         result, the scratch matrix (only the eliminations have one)."""
         rhs = ("B",) if self.kind in ("solve", "forward", "backward", "permute",
-                                      "unpermute") else ()
+                                      "unpermute") + BOUNDS else ()
         return ("A",) + rhs + ("X",) + (("W",) if self.kind in ELIMINATIONS + ORDERINGS
                                         else ())
 
@@ -99,6 +105,8 @@ class Routine(NamedTuple):
     def _steps(self, w) -> None:
         if self.kind in ORDERINGS:
             return self._order(w)
+        if self.kind in BOUNDS:
+            return self._bisect(w)
         if self.kind == "cholesky":
             return self._cholesky(w)
         if self.kind in ("forward", "backward"):
@@ -126,6 +134,35 @@ class Routine(NamedTuple):
                 w.store("X", self.out, k, 0, w.to_float(p))
 
         w.each(0, n, out)
+
+    def _bisect(self, w) -> None:
+        """For each value ``v`` of ``B``, a branchless binary search of the sorted line
+        ``A``: ``lower_bound`` the place of the first key not below ``v`` (``key < v``: a nan
+        value is placed first, TensorFlow's lower bound), ``upper_bound`` of the first key
+        above it (nan keys last, as numpy's search: a nan value is placed last) -- for a
+        sorted line, how many keys precede ``v`` (``ceil(log2(n)) + 1`` comparisons, where
+        counting takes ``n``). The halving is known when the code is written."""
+        halves, length = [], self.n
+        while length > 1:
+            halves.append(length // 2)
+            length -= length // 2
+        upper = self.kind == "upper_bound"
+
+        def precedes(key, v):  # the key lies before v's place
+            return w.negate(w.before(v, key, False)) if upper else w.less(key, v)
+
+        def one(j):
+            v = w.load("B", self.b, j, 0)
+            base = w.var("base", 0)
+            for half in halves:
+                b = w.get(base)
+                ahead = w.plus(b, half)
+                w.set(base, w.select_index(precedes(w.load("A", self.a, ahead, 0), v), ahead, b))
+            b = w.get(base)
+            past = precedes(w.load("A", self.a, b, 0), v)
+            w.store("X", self.out, j, 0, w.to_float(w.select_index(past, w.plus(b, 1), b)))
+
+        w.each(0, self.k, one)
 
     def _merge_pass(self, w, p) -> None:
         """Pass ``p``: runs of ``2**p`` sorted indices in one half of ``W`` merged pairwise
@@ -395,6 +432,12 @@ class _Ir:
     def either(self, a: str, b: str) -> str:
         return self.emit("b", f"or i1 {a}, {b}")
 
+    def less(self, a: str, b: str) -> str:
+        return self.emit("b", f"fcmp olt {self.t} {a}, {b}")
+
+    def negate(self, c: str) -> str:
+        return self.emit("b", f"xor i1 {c}, true")
+
     def before(self, ka: str, kb: str, descending: bool) -> str:
         """Key ``ka`` strictly before ``kb`` (nan last ascending, first descending)."""
         plain = self.emit("b", f"fcmp {'ogt' if descending else 'olt'} {self.t} {ka}, {kb}")
@@ -570,6 +613,12 @@ class _C:
 
     def either(self, a: str, b: str) -> str:
         return self.emit("c", f"{a} || {b}", "int")
+
+    def less(self, a: str, b: str) -> str:
+        return self.emit("c", f"{a} < {b}", "int")
+
+    def negate(self, c: str) -> str:
+        return self.emit("c", f"!{c}", "int")
 
     def before(self, ka: str, kb: str, descending: bool) -> str:
         late, early = (ka, kb) if descending else (kb, ka)

@@ -383,6 +383,32 @@ def _line_block(planner, node, kind: str) -> tuple:
     return loc
 
 
+def _bounds_block(planner, node) -> tuple:
+    """``searchsorted`` as one block over its lines (all axes but the last), whose body
+    bisects the line of sorted keys for each of the line's values (routine
+    ``lower_bound``/``upper_bound``), keys and values read along the last axis at their
+    strides, the places written along it."""
+    s, v = node.inputs
+    n, k = s.shape[-1], v.shape[-1]
+    locs, batched = planner.arguments(node)
+    last = int(batched) + len(node.shape) - 1
+
+    def split(acc, size):  # (the block's strides, the line's stride)
+        strides = list(acc.strides)
+        step = strides.pop(last)
+        return planner.at(acc.buffer, acc.offset, tuple(strides),
+                          tuple(i * step for i in range(size))), step
+
+    keys, k_step = split(planner.access(locs[0], s.shape, batched), n)
+    values, v_step = split(planner.access(locs[1], v.shape, batched), k)
+    loc = planner.fresh(node, batched)
+    out, o_step = split(planner.access(loc, node.shape, batched), k)
+    kind = "lower_bound" if node.params["side"] == "left" else "upper_bound"
+    routine = planner.routine(kind, n, k, (k_step, 0), (v_step, 0), (o_step, 0))
+    planner.block(tuple(node.shape[:-1]), routine, [keys, values], [out], batched=batched)
+    return loc
+
+
 def _widened(acc, back: int):
     """``acc`` over one more loop dimension, inserted ``back`` dimensions from the end,
     along which it stays in place (stride 0; its index array's too)."""
@@ -559,14 +585,18 @@ class SearchSorted(_Ordering):
         return node.size * node.inputs[0].shape[-1]
 
     def loop(self, planner, node):
-        """Short lines: the element view unrolled; longer ones: the output filled with 0,
+        """Short lines: the element view unrolled; longer ones of floats: one block over
+        the lines whose body bisects the sorted line for each of its values (a native
+        branchless binary search, ``ceil(log2(n)) + 1`` comparisons a value: numpy's
+        search, the eager values, on sorted lines); of integers: the output filled with 0,
         then one accumulating loop over (lines, values, sorted elements) counting the
-        sorted elements before each value, as the element view counts them (for a sorted
-        line, numpy's binary search: eager values)."""
+        sorted elements before each value, as the element view counts them."""
         s, v = node.inputs
         n = s.shape[-1]
         if n <= self.UNROLLED_LINE or v.size == 0:
             return planner.unrolled(node)
+        if s.dtype.kind == "f" and v.dtype.kind == "f":
+            return _bounds_block(planner, node)
         locs, batched = planner.arguments(node)
         loc = planner.fresh(node, batched)
         planner.fill(loc, node.shape, 0.0, batched)

@@ -158,6 +158,9 @@ CASES = {
     "searchsorted": (lambda s, v: st.cast(st.searchsorted(st.sort(s), v), st.float64) * 100.0
                      + st.cast(st.searchsorted(st.sort(s), v, side="right"), st.float64),
                      [st.TensorSpec((4, 200), name="s"), st.TensorSpec((4, 150), name="v")], 0.0),
+    # the LU routine (12x12: its factors, and slogdet through the C library's log)
+    "lu": (lambda a: st.linalg.lu(a)[0] + st.linalg.slogdet(a)[1],
+           [st.TensorSpec((12, 12), name="a")], 1e-14),
     # elimination routines: a 30x30 system read transposed, an inverse, a determinant
     "solve": (lambda a, b: st.linalg.solve(a, b, adjoint=True) + st.linalg.inv(a)[:, :3]
               * st.linalg.det(a[:5, :5]),

@@ -30,6 +30,7 @@ KINDS = {
     "permute": "B taken in the stable order of the keys A (a line of n)",
     "unpermute": "B put back from the stable order of the keys A (permute's transpose)",
     "argsort": "the indices of the keys A in their stable order",
+    "lu": "the packed LU of A with partial pivoting, the permutation matrix and its sign",
     "lower_bound": "for each of the k values B, how many of the sorted line A are below it",
     "upper_bound": "for each of the k values B, how many of the sorted line A are not above it",
 }
@@ -80,7 +81,7 @@ class Routine(NamedTuple):
         rhs = ("B",) if self.kind in ("solve", "forward", "backward", "permute",
                                       "unpermute") + BOUNDS else ()
         return ("A",) + rhs + ("X",) + (("W",) if self.kind in ELIMINATIONS + ORDERINGS
-                                        else ())
+                                        + ("lu",) else ())
 
     def ir(self, name: str, t: str) -> tuple:
         """``(lines, declarations)``: ``define internal void @<name>(ptr...)`` in float
@@ -107,6 +108,8 @@ class Routine(NamedTuple):
             return self._order(w)
         if self.kind in BOUNDS:
             return self._bisect(w)
+        if self.kind == "lu":
+            return self._lu(w)
         if self.kind == "cholesky":
             return self._cholesky(w)
         if self.kind in ("forward", "backward"):
@@ -195,6 +198,64 @@ class Routine(NamedTuple):
             w.each(lo, hi, step)
 
         w.each(0, w.over(w.plus(w.plus(span, -1), n), span), run)  # ceil(n / span) runs
+
+    def _lu(self, w) -> None:
+        """``ops.decompositions.lu_factor`` step for step (the same roundings): into ``X``
+        (a line at stride ``out[0]``) the packed factors row by row, the permutation
+        matrix, its sign. The pivot is the first row of largest magnitude (a nan first:
+        numpy's ``argmax``); a zero pivot leaves its multipliers 0. A matrix with a nan or
+        an infinity has nan factors (``Decomposition.numeric``, TensorFlow's). The row
+        permutation is kept in ``W`` (indices as floats, exact)."""
+        n, s = self.n, self.out[0]
+        lu, line = (n * s, s), (1, 0)
+        bad = w.var("bad", 0)
+        w.each(0, n, lambda i: w.each(0, n, lambda j: w.set(bad, w.select_index(
+            w.finite(w.load("A", self.a, i, j)), w.get(bad), 1))))
+
+        def spoilt():
+            w.each(0, 2 * n * n + 1, lambda e: w.store("X", (s, 0), e, 0, w.nan()))
+
+        def factor():
+            w.each(0, n, lambda i: w.each(0, n, lambda j: w.store(
+                "X", lu, i, j, w.load("A", self.a, i, j))))
+            w.each(0, n, lambda i: w.store("W", line, i, 0, w.to_float(i)))
+            sign = w.var("sign", w.number(1.0))
+
+            def column(k):
+                piv, babs = w.var("p", k), w.var("babs", w.fabs(w.load("X", lu, k, k)))
+
+                def candidate(i):
+                    cabs = w.fabs(w.load("X", lu, i, k))
+                    take = w.wins(cabs, w.get(babs))
+                    w.set(babs, w.select(take, cabs, w.get(babs)))
+                    w.set(piv, w.select_index(take, i, w.get(piv)))
+
+                w.each(w.plus(k, 1), n, candidate)
+                p = w.get(piv)
+
+                def exchange():
+                    w.each(0, n, lambda j: w.swap("X", lu, k, p, j))
+                    w.swap("W", line, k, p, 0)
+                    w.set(sign, w.neg(w.get(sign)))
+
+                w.when(w.differ(p, k), exchange)
+                pivot = w.load("X", lu, k, k)
+                zero = w.is_zero(pivot)
+
+                def row(i):
+                    low = w.select(zero, w.number(0.0), w.div(w.load("X", lu, i, k), pivot))
+                    w.store("X", lu, i, k, low)
+                    w.each(w.plus(k, 1), n, lambda j: w.store("X", lu, i, j, w.sub(
+                        w.load("X", lu, i, j), w.mul(low, w.load("X", lu, k, j)))))
+
+                w.each(w.plus(k, 1), n, row)
+
+            w.each(0, n, column)
+            w.each(0, n, lambda i: w.each(0, n, lambda j: w.store(
+                "X", lu, w.plus(i, n), j, w.identity(w.to_int(w.load("W", line, i, 0)), j))))
+            w.store("X", lu, 2 * n, 0, w.get(sign))
+
+        w.branch(w.differ(w.get(bad), 0), spoilt, factor)
 
     def _cholesky(self, w) -> None:
         """Cholesky-Banachiewicz, row by row: ``l_ij = (a_ij - sum_{k<j} l_ik l_jk) / l_jj``,
@@ -435,6 +496,23 @@ class _Ir:
     def less(self, a: str, b: str) -> str:
         return self.emit("b", f"fcmp olt {self.t} {a}, {b}")
 
+    def finite(self, v: str) -> str:
+        d = self.emit("v", f"fsub {self.t} {v}, {v}")
+        return self.emit("b", f"fcmp oeq {self.t} {d}, 0.0")
+
+    def is_zero(self, v: str) -> str:
+        return self.emit("b", f"fcmp oeq {self.t} {v}, 0.0")
+
+    def wins(self, cabs: str, babs: str) -> str:
+        """``cabs`` beats ``babs`` as numpy's ``argmax`` has it (larger, or the first nan)."""
+        larger = self.emit("b", f"fcmp ogt {self.t} {cabs}, {babs}")
+        nan = self.emit("b", f"fcmp uno {self.t} {cabs}, {cabs}")
+        num = self.emit("b", f"fcmp ord {self.t} {babs}, {babs}")
+        return self.emit("b", f"or i1 {larger}, {self.emit('b', f'and i1 {nan}, {num}')}")
+
+    def nan(self) -> str:
+        return "0x7FF8000000000000"
+
     def negate(self, c: str) -> str:
         return self.emit("b", f"xor i1 {c}, true")
 
@@ -616,6 +694,19 @@ class _C:
 
     def less(self, a: str, b: str) -> str:
         return self.emit("c", f"{a} < {b}", "int")
+
+    def finite(self, v: str) -> str:
+        return self.emit("c", f"{v} - {v} == 0", "int")
+
+    def is_zero(self, v: str) -> str:
+        return self.emit("c", f"{v} == 0", "int")
+
+    def wins(self, cabs: str, babs: str) -> str:
+        return self.emit("c", f"{cabs} > {babs} || ({cabs} != {cabs} && {babs} == {babs})",
+                         "int")
+
+    def nan(self) -> str:
+        return f"(({self.t})NAN)"
 
     def negate(self, c: str) -> str:
         return self.emit("c", f"!{c}", "int")

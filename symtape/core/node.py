@@ -28,6 +28,7 @@ import weakref
 
 import numpy as np
 
+from symtape.base.errors import LoweringError
 from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
@@ -212,7 +213,10 @@ class Node:
         if self._zero is None:
             if not self.small():  # may become small once its ancestors are built: not kept
                 return False
-            self._zero = self._all_zero()
+            try:
+                self._zero = self._all_zero()
+            except LoweringError:  # an ancestor has no element view (a loop form only)
+                return False
         return self._zero
 
     def _all_zero(self) -> bool:

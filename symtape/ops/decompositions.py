@@ -499,7 +499,7 @@ def lu_factor(x: np.ndarray) -> list:
 
 
 #: The largest matrices whose LU has its element view (pivots chosen by selects on atoms),
-#: so that ``lu`` and ``slogdet`` print and compile exactly; larger ones are eager only.
+#: so that ``lu`` and ``slogdet`` print exactly; larger ones compile to the native routine.
 LU_VIEW_MAX = 4
 
 
@@ -557,7 +557,8 @@ class Lu(Decomposition):
     """``(lu, P, sign)``: partial-pivoting LU, ``P a = L U``, packed as TensorFlow's ``lu``
     (``L``'s unit diagonal implied); ``P`` the row permutation as a matrix, ``sign`` its
     determinant. Up to :data:`LU_VIEW_MAX` its element view is the same elimination on
-    atoms (selects choose the pivots), so it prints and compiles; beyond, eager only."""
+    atoms (selects choose the pivots), so it prints and compiles; beyond, it compiles to
+    the native routine ``lu`` (no formula)."""
 
     why = "its pivots are chosen per value"
 
@@ -586,11 +587,12 @@ class Lu(Decomposition):
         return out
 
     def loop(self, planner, node):
-        """Up to :data:`LU_VIEW_MAX`, one block over the batch whose body is one matrix's
-        element view; else refused at once, naming the op and the size."""
+        """One block over the batch whose body is, up to :data:`LU_VIEW_MAX`, one matrix's
+        element view, beyond the native routine ``lu`` (:func:`lu_factor`'s steps in
+        loops: the eager values' bits)."""
         if node.inputs[0].shape[-1] <= LU_VIEW_MAX:
             return per_matrix(planner, node)
-        return super().loop(planner, node)
+        return per_matrix(planner, node, "lu")
 
     @staticmethod
     def vjp_of(gs, parts, x, params):

@@ -15,6 +15,7 @@ scratch buffer of ``n * n`` elements (a temporary of the plan).
 
 from __future__ import annotations
 
+import struct
 from typing import NamedTuple
 
 __all__ = ["Routine", "KINDS", "ELIMINATIONS", "ORDERINGS", "BOUNDS"]
@@ -31,6 +32,7 @@ KINDS = {
     "unpermute": "B put back from the stable order of the keys A (permute's transpose)",
     "argsort": "the indices of the keys A in their stable order",
     "lu": "the packed LU of A with partial pivoting, the permutation matrix and its sign",
+    "qr": "q and r of A (m x n) by Householder reflections, packed (LAPACK's signs)",
     "lower_bound": "for each of the k values B, how many of the sorted line A are below it",
     "upper_bound": "for each of the k values B, how many of the sorted line A are not above it",
 }
@@ -59,6 +61,8 @@ class Routine(NamedTuple):
     b: tuple
     out: tuple
     descending: bool = False  # (orderings: largest first, nan first)
+    m: int = 0  # (qr: the rows of A, n its columns)
+    full: bool = False  # (qr: q square)
 
     @property
     def n_ops(self) -> int:
@@ -81,7 +85,14 @@ class Routine(NamedTuple):
         rhs = ("B",) if self.kind in ("solve", "forward", "backward", "permute",
                                       "unpermute") + BOUNDS else ()
         return ("A",) + rhs + ("X",) + (("W",) if self.kind in ELIMINATIONS + ORDERINGS
-                                        + ("lu",) else ())
+                                        + ("lu", "qr") else ())
+
+    @property
+    def work(self) -> int:
+        """The elements of the scratch line ``W``."""
+        if self.kind == "qr":
+            return self.m * self.n + self.n
+        return 2 * self.n if self.kind in ORDERINGS else self.n * self.n
 
     def ir(self, name: str, t: str) -> tuple:
         """``(lines, declarations)``: ``define internal void @<name>(ptr...)`` in float
@@ -92,7 +103,8 @@ class Routine(NamedTuple):
         sfx = "f64" if t == "double" else "f32"
         head = [f"define internal void @{name}({params}) nounwind {{", "entry:"]
         return (head + w.allocas + w.lines + ["  ret void", "}", ""],
-                {f"declare {t} @llvm.fabs.{sfx}({t})", f"declare {t} @llvm.sqrt.{sfx}({t})"})
+                {f"declare {t} @llvm.fabs.{sfx}({t})", f"declare {t} @llvm.sqrt.{sfx}({t})",
+                 f"declare {t} @llvm.copysign.{sfx}({t}, {t})"})
 
     def c(self, name: str, ctype: str) -> list:
         """``static void <name>(...)``: the same steps in C."""
@@ -110,6 +122,8 @@ class Routine(NamedTuple):
             return self._bisect(w)
         if self.kind == "lu":
             return self._lu(w)
+        if self.kind == "qr":
+            return self._qr(w)
         if self.kind == "cholesky":
             return self._cholesky(w)
         if self.kind in ("forward", "backward"):
@@ -256,6 +270,144 @@ class Routine(NamedTuple):
             w.store("X", lu, 2 * n, 0, w.get(sign))
 
         w.branch(w.differ(w.get(bad), 0), spoilt, factor)
+
+    def _qr(self, w) -> None:
+        """LAPACK's unblocked Householder QR (``dgeqr2``, then ``dorg2r`` for ``q``), as
+        numpy's ``qr`` computes matrices of fewer than 128 columns: column ``i``'s reflector
+        has ``beta = -sign(alpha) hypot(alpha, |x|)`` (``|x|`` scaled by its largest
+        element; no reflection where ``x`` is zero), applied to the columns on its right;
+        ``q`` (``m x m`` when ``full``, else ``m x min(m, n)``) accumulated from the last
+        reflector back. Into ``X`` (a line at stride ``out[0]``): ``q``, then ``r``. The
+        factored matrix and the ``tau``s are in ``W``. Values agree with LAPACK's to
+        rounding (its norms are scaled otherwise), not bit for bit; a matrix with a nan or
+        an infinity has nan factors, as eager values."""
+        m, n, s = self.m, self.n, self.out[0]
+        k = min(m, n)
+        kq = m if self.full else k
+        f, line = (n, 1), (s, 0)  # the factored matrix (row-major in W), X as a line
+
+        def q_at(i, j):
+            return w.plus(w.times(i, kq), j)
+
+        def r_at(i, j):
+            return w.plus(w.plus(w.times(i, n), j), m * kq)
+
+        bad = w.var("bad", 0)
+        w.each(0, m, lambda i: w.each(0, n, lambda j: w.set(bad, w.select_index(
+            w.finite(w.load("A", self.a, i, j)), w.get(bad), 1))))
+
+        def spoilt():
+            w.each(0, m * kq + kq * n, lambda e: w.store("X", line, e, 0, w.nan()))
+
+        def reflect(mat, at, i, cols_from, cols_to, tau):
+            """``I - tau v v^T`` (``v = (1, mat[i+1:, i])``) applied to the columns
+            ``cols_from..cols_to`` of ``mat``'s rows ``i..m``: ``dlarf``'s ``w = C^T v``,
+            then ``C -= tau v w^T``."""
+            def column(j):
+                acc = w.var("w", w.number(0.0))
+                w.set(acc, w.add(w.get(acc), w.load(mat, at, i, j)))
+                w.each(w.plus(i, 1), m, lambda r: w.set(acc, w.add(w.get(acc), w.mul(
+                    w.load(mat, at, r, j), w.load(mat, at, r, i)))))
+                t = w.mul(w.neg(tau), w.get(acc))
+                w.store(mat, at, i, j, w.add(w.load(mat, at, i, j), t))
+                w.each(w.plus(i, 1), m, lambda r: w.store(mat, at, r, j, w.add(
+                    w.load(mat, at, r, j), w.mul(w.load(mat, at, r, i), t))))
+
+            w.each(cols_from, cols_to, column)
+
+        def factor():
+            w.each(0, m, lambda i: w.each(0, n, lambda j: w.store(
+                "W", f, i, j, w.load("A", self.a, i, j))))
+
+            def column(i):
+                alpha = w.load("W", f, i, i)
+                big = w.var("big", w.number(0.0))
+                w.each(w.plus(i, 1), m, lambda r: w.set(big, w.select(
+                    w.wins(w.fabs(w.load("W", f, r, i)), w.get(big)),
+                    w.fabs(w.load("W", f, r, i)), w.get(big))))
+                tau = w.var("tau", w.number(0.0))
+
+                def reflector():
+                    a, beta = w.var("alpha", alpha), w.var("beta")
+                    knt = w.var("knt", 0)
+                    w.set(beta, self._beta(w, f, i, m, w.get(big), a))
+
+                    def rescale(_):  # (dlarfg: a beta below safmin is scaled up, 20 times at most)
+                        def up():
+                            w.each(w.plus(i, 1), m, lambda r: w.store(
+                                "W", f, r, i, w.mul(w.load("W", f, r, i), big_up)))
+                            w.set(beta, w.mul(w.get(beta), big_up))
+                            w.set(a, w.mul(w.get(a), big_up))
+                            w.set(knt, w.plus(w.get(knt), 1))
+
+                        w.when(w.less(w.fabs(w.get(beta)), safmin), up)
+
+                    safmin = w.exact(2.0 ** -969 if w.t == "double" else 2.0 ** -102)
+                    big_up = w.exact(2.0 ** 969 if w.t == "double" else 2.0 ** 102)
+                    w.each(0, 20, rescale)
+
+                    def again():
+                        most = w.var("most", w.number(0.0))
+                        w.each(w.plus(i, 1), m, lambda r: w.set(most, w.select(
+                            w.wins(w.fabs(w.load("W", f, r, i)), w.get(most)),
+                            w.fabs(w.load("W", f, r, i)), w.get(most))))
+                        w.set(beta, self._beta(w, f, i, m, w.get(most), a))
+
+                    w.when(w.differ(w.get(knt), 0), again)
+                    b, al = w.get(beta), w.get(a)
+                    w.set(tau, w.div(w.sub(b, al), b))
+                    scal = w.div(w.number(1.0), w.sub(al, b))
+                    w.each(w.plus(i, 1), m, lambda r: w.store(
+                        "W", f, r, i, w.mul(w.load("W", f, r, i), scal)))
+                    w.each(0, w.get(knt), lambda _: w.set(beta, w.mul(w.get(beta), safmin)))
+                    w.store("W", f, i, i, w.get(beta))
+
+                w.when(w.negate(w.is_zero(w.get(big))), reflector)
+                t = w.get(tau)
+                w.store("W", f, m, i, t)
+                w.when(w.negate(w.is_zero(t)), lambda: reflect("W", f, i, w.plus(i, 1), n, t))
+
+            w.each(0, k, column)
+            # q: the reflectors' vectors copied below its diagonal, unit columns beyond k
+            w.each(0, m, lambda r: w.each(0, kq, lambda j: w.store(
+                "X", line, q_at(r, j), 0, w.number(0.0))))
+            w.each(0, k, lambda j: w.each(w.plus(j, 1), m, lambda r: w.store(
+                "X", line, q_at(r, j), 0, w.load("W", f, r, j))))
+            w.each(k, kq, lambda j: w.store("X", line, q_at(j, j), 0, w.number(1.0)))
+            qm = (kq * s, s)
+
+            def back(i):
+                t = w.load("W", f, m, i)
+                w.store("X", qm, i, i, w.number(1.0))
+                w.when(w.negate(w.is_zero(t)), lambda: reflect("X", qm, i, w.plus(i, 1), kq, t))
+                w.each(w.plus(i, 1), m, lambda r: w.store("X", qm, r, i, w.mul(
+                    w.neg(t), w.load("X", qm, r, i))))
+                w.store("X", qm, i, i, w.sub(w.number(1.0), t))
+                w.each(0, i, lambda r: w.store("X", qm, r, i, w.number(0.0)))
+
+            w.each(0, k, back, down=True)
+            w.each(0, kq, lambda i: w.each(0, n, lambda j: w.store(
+                "X", line, r_at(i, j), 0, w.number(0.0))))
+            w.each(0, k, lambda i: w.each(i, n, lambda j: w.store(
+                "X", line, r_at(i, j), 0, w.load("W", f, i, j))))
+
+        w.branch(w.differ(w.get(bad), 0), spoilt, factor)
+
+    @staticmethod
+    def _beta(w, f: tuple, i, m: int, scale: str, alpha_var) -> str:
+        """dlarfg's ``beta = -sign(alpha) hypot(alpha, |x|)`` of column ``i`` below its
+        diagonal (``|x|`` summed in units of its largest magnitude ``scale``, > 0)."""
+        ss = w.var("ss", w.number(0.0))
+        w.each(w.plus(i, 1), m, lambda r: w.set(ss, w.add(w.get(ss), w.mul(
+            w.div(w.load("W", f, r, i), scale), w.div(w.load("W", f, r, i), scale)))))
+        xnorm = w.mul(scale, w.sqrt(w.get(ss)))
+        alpha = w.get(alpha_var)
+        a_abs = w.fabs(alpha)
+        top = w.select(w.wins(a_abs, xnorm), a_abs, xnorm)
+        low = w.select(w.wins(a_abs, xnorm), xnorm, a_abs)
+        ratio = w.div(low, top)
+        hyp = w.mul(top, w.sqrt(w.add(w.number(1.0), w.mul(ratio, ratio))))
+        return w.neg(w.copysign(hyp, alpha))
 
     def _cholesky(self, w) -> None:
         """Cholesky-Banachiewicz, row by row: ``l_ij = (a_ij - sum_{k<j} l_ik l_jk) / l_jj``,
@@ -435,6 +587,13 @@ class _Ir:
     def _op(self, op: str, a: str, b: str) -> str:
         return self.emit("v", f"{op} {self.t} {a}, {b}")
 
+    def add(self, a, b):
+        return self._op("fadd", a, b)
+
+    def copysign(self, mag, sign):
+        return self.emit("v", f"call {self.t} @llvm.copysign.{self.sfx}({self.t} {mag}, "
+                              f"{self.t} {sign})")
+
     def sub(self, a, b):
         return self._op("fsub", a, b)
 
@@ -512,6 +671,10 @@ class _Ir:
 
     def nan(self) -> str:
         return "0x7FF8000000000000"
+
+    def exact(self, x: float) -> str:
+        """A constant spelled exactly (LLVM's hexadecimal double)."""
+        return "0x%016X" % struct.unpack("<Q", struct.pack("<d", float(x)))[0]
 
     def negate(self, c: str) -> str:
         return self.emit("b", f"xor i1 {c}, true")
@@ -636,6 +799,12 @@ class _C:
     def sqrt(self, v: str) -> str:
         return self.emit("v", f"sqrt{'f' if self.t == 'float' else ''}({v})")
 
+    def add(self, a, b):
+        return self.emit("v", f"{a} + {b}")
+
+    def copysign(self, mag, sign):
+        return self.emit("v", f"copysign{'f' if self.t == 'float' else ''}({mag}, {sign})")
+
     def sub(self, a, b):
         return self.emit("v", f"{a} - {b}")
 
@@ -707,6 +876,10 @@ class _C:
 
     def nan(self) -> str:
         return f"(({self.t})NAN)"
+
+    def exact(self, x: float) -> str:
+        """A constant spelled exactly (C99's hexadecimal floating constant)."""
+        return f"(({self.t}){float(x).hex()})"
 
     def negate(self, c: str) -> str:
         return self.emit("c", f"!{c}", "int")

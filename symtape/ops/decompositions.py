@@ -427,7 +427,8 @@ class Svd(Decomposition):
 
 class Qr(Decomposition):
     """``(q, r)``: ``q`` with orthonormal columns and upper triangular ``r``, ``a = q r``
-    (Householder, LAPACK's signs); ``full_matrices`` makes ``q`` square."""
+    (Householder, LAPACK's signs); ``full_matrices`` makes ``q`` square. Compiled, the
+    native routine ``qr`` (the same reflections; no formula)."""
 
     why = "Householder reflections divide by norms chosen per value"
 
@@ -440,6 +441,12 @@ class Qr(Decomposition):
     @staticmethod
     def lapack(x, params):
         return list(np.linalg.qr(x, mode="complete" if params["full_matrices"] else "reduced"))
+
+    def loop(self, planner, node):
+        """One block over the batch whose body is the native routine ``qr`` (LAPACK's
+        unblocked Householder steps: values within rounding of eager ones)."""
+        m, n = node.inputs[0].shape[-2:]
+        return per_matrix(planner, node, "qr", m=m, full=node.params["full_matrices"])
 
     @staticmethod
     def vjp_of(gs, parts, x, params):

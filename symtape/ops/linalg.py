@@ -262,12 +262,14 @@ def _core(strides: tuple, shape: tuple) -> tuple:
     return tuple(int(k) for k in offsets.reshape(-1))
 
 
-def per_matrix(planner, node, kind: str | None = None, transpose: bool = False) -> tuple:
+def per_matrix(planner, node, kind: str | None = None, transpose: bool = False,
+               **fields) -> tuple:
     """``node``, an op on (batches of) matrices whose arguments and result share their
     leading batch axes, as one block over the points and the batch. Its body: the native
     routine ``kind`` (``codegen.routines.KINDS``; the matrix, the first argument, read
-    transposed when ``transpose``) or, without ``kind``, the element view of one matrix
-    (the closed forms of small ones). Returns ``node``'s location."""
+    transposed when ``transpose``; ``fields``: the routine's others) or, without ``kind``,
+    the element view of one matrix (the closed forms of small ones). Returns ``node``'s
+    location."""
     lead = len(node.inputs[0].shape) - 2
     locs, batched = planner.arguments(node)
     reads = [planner.access(loc, x.shape, batched) for x, loc in zip(node.inputs, locs)]
@@ -290,9 +292,11 @@ def per_matrix(planner, node, kind: str | None = None, transpose: bool = False) 
             mats[0] = mats[0][::-1]
         result = out.strides[outer:] + (0, 0)[:2 - len(node.shape[lead:])]
         k = node.shape[-1] if len(node.inputs) > 1 else 0
-        body = planner.routine(kind, n, k, mats[0], mats[1] if k else (0, 0), result)
-        if "W" in body.args:  # the routine's scratch copy of the matrix
-            outs.append(planner.at(planner.temp(n * n), 0, (0,) * outer, tuple(range(n * n))))
+        body = planner.routine(kind, n, k, mats[0], mats[1] if k else (0, 0), result,
+                               **fields)
+        if "W" in body.args:  # the routine's scratch (a copy of the matrix)
+            size = body.work
+            outs.append(planner.at(planner.temp(size), 0, (0,) * outer, tuple(range(size))))
     planner.block(node.shape[:lead], body, ins, outs, batched=batched)
     return loc
 

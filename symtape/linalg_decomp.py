@@ -43,8 +43,10 @@ def _c(value, x):
 def eigh(tensor, name=None):
     """Eigen-decomposition of symmetric matrices: ``(e, v)`` with ``tensor = v diag(e) v^T``,
     ``e`` ascending, ``v``'s columns orthonormal eigenvectors. Only the lower triangle is
-    read (as TensorFlow). Gradients divide by differences of eigenvalues; an exactly repeated
-    pair contributes 0 to the eigenvectors' gradient (TensorFlow's safe reciprocal).
+    read (as TensorFlow). Beyond 2x2 each eigenvector is signed so that its first component
+    of largest magnitude is positive (eager LAPACK values and compiled Jacobi rotations
+    alike). Gradients divide by differences of eigenvalues; an exactly repeated pair
+    contributes 0 to the eigenvectors' gradient (TensorFlow's safe reciprocal).
 
     >>> import symtape as st
     >>> e, v = st.linalg.eigh([[2.0, 1.0], [1.0, 2.0]])

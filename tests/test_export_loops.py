@@ -165,6 +165,10 @@ CASES = {
     # the QR routine (Householder reflections): q of a 20x12 matrix, and r
     "qr": (lambda a: st.reduce_sum(st.linalg.qr(a)[0], axis=0) + st.linalg.qr(a)[1][0],
            [st.TensorSpec((20, 12), name="a")], 1e-14),
+    # the eigh routine (Jacobi rotations): eigenvalues and signed vectors of a 10x10
+    "eigh": (lambda a: st.linalg.eigh(a + st.transpose(a))[1] * 10.0
+             + st.linalg.eigvalsh(a + st.transpose(a)),
+             [st.TensorSpec((10, 10), name="a")], 1e-13),
     # elimination routines: a 30x30 system read transposed, an inverse, a determinant
     "solve": (lambda a, b: st.linalg.solve(a, b, adjoint=True) + st.linalg.inv(a)[:, :3]
               * st.linalg.det(a[:5, :5]),

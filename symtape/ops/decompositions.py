@@ -308,10 +308,25 @@ class _AtomOps:
         return G.lincomb(terms)
 
 
+def signed_vectors(v: np.ndarray) -> np.ndarray:
+    """Eigenvectors (the columns of ``v``) each signed so that its first component of
+    largest magnitude is positive: one sign whatever computed them (LAPACK eagerly, Jacobi
+    rotations compiled; both are unique up to sign).
+
+    >>> signed_vectors(np.array([[0.6, -0.8], [-0.8, -0.6]])).tolist()
+    [[-0.6, 0.8], [0.8, 0.6]]
+    """
+    if v.size == 0:
+        return v
+    lead = np.take_along_axis(v, np.argmax(np.abs(v), axis=-2)[..., None, :], axis=-2)
+    return np.where(lead < 0, -v, v)
+
+
 class Eigh(Decomposition):
     """``(e, v)``: ascending eigenvalues and orthonormal eigenvectors (columns) of the
     symmetric matrices whose lower triangle is the input. Up to :data:`EIGH_VIEW_MAX` the
-    closed form (eager, printed and compiled alike); beyond, LAPACK's, eager only."""
+    closed form (eager, printed and compiled alike); beyond, LAPACK's eagerly and Jacobi
+    rotations compiled, the vectors signed alike (:func:`signed_vectors`)."""
 
     why = "eigenvalues are roots of the characteristic polynomial"
 
@@ -326,7 +341,8 @@ class Eigh(Decomposition):
         if n == 2:
             e, v = eigh_closed(x[..., 0, 0], x[..., 1, 0], x[..., 1, 1], _NumpyOps)
             return [np.stack(e, axis=-1), np.stack([np.stack(r, axis=-1) for r in v], axis=-2)]
-        return list(np.linalg.eigh(x, UPLO="L"))
+        e, v = np.linalg.eigh(x, UPLO="L")
+        return [e, signed_vectors(v)]
 
     def structure(self, args, params, shape):
         """Small matrices settle through their closed form (it is the eager value)."""
@@ -352,11 +368,12 @@ class Eigh(Decomposition):
         return out
 
     def loop(self, planner, node):
-        """While small, one block over the batch whose body is one matrix's closed form;
-        else refused at once, naming the op and the size."""
+        """One block over the batch whose body is, while small, one matrix's closed form,
+        beyond the native routine ``eigh`` (cyclic Jacobi rotations: values within
+        rounding of LAPACK's, vectors signed alike)."""
         if node.inputs[0].shape[-1] <= EIGH_VIEW_MAX:
             return per_matrix(planner, node)
-        return super().loop(planner, node)
+        return per_matrix(planner, node, "eigh")
 
     def dependencies(self, deps, params, shape):
         n = int(round(math.sqrt(shape[-1] + 0.25) - 0.5))  # size n + n*n

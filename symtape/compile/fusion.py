@@ -178,13 +178,14 @@ FOLD_MAX = 2 ** 22
 
 
 def constant_folds(order: list, roots: Sequence[N.Node], least: int, share: int) -> dict:
-    """``id(node) -> (node, flat values)`` for the float64 nodes, not ``roots``, computed by
-    ops from constants alone (the node fact ``constant``) that have at least ``least``
-    elements, at most one in ``share`` of them non-zero: their values, evaluated now by the
-    ops' numeric rules (the eager values of large tensors), are placed as constants built
-    from their non-zeros, and the blocks that would compute them at every call are not
-    planned (:func:`cut`). Their zeros are then known where the plan is made: a sum's term
-    with such a factor is not computed (:mod:`~symtape.compile.sparse_terms`)."""
+    """``id(node) -> (node, flat values as a SparseFlat)`` for the float64 nodes, not
+    ``roots``, computed by ops from constants alone (the node fact ``constant``) that have
+    at least ``least`` elements, at most one in ``share`` of them non-zero: their values,
+    evaluated now by the ops' numeric rules (the eager values of large tensors), are placed
+    as constants built from their non-zeros, and the blocks that would compute them at
+    every call are not planned (:func:`cut`). Their zeros are then known where the plan is
+    made: a sum's term with such a factor is not computed
+    (:mod:`~symtape.compile.sparse_terms`)."""
     outs = {id(r) for r in roots}
     left: dict = {}  # id(node) -> readers of it among the constants still to evaluate
     for node in order:
@@ -208,10 +209,44 @@ def constant_folds(order: list, roots: Sequence[N.Node], least: int, share: int)
                     values.pop(id(a), None)
         flat = value.reshape(-1)
         if candidate and np.count_nonzero(flat) * share <= node.size:
-            found[id(node)] = (node, flat)
+            found[id(node)] = (node, SparseFlat(flat))
         if left.get(id(node)):
             values[id(node)] = value
     return found
+
+
+class SparseFlat:
+    """A flat float64 array held by its elements that are not +0.0 (``nz``, ascending, and
+    their ``values``; a -0.0 is kept): a folded constant that is mostly zeros (a one-hot
+    seed of 2e6 elements is one element here, not 16 MB). Indexing with an array of places
+    gives their values, zeros included.
+
+    >>> s = SparseFlat(np.array([0.0, 2.0, 0.0, -0.0]))
+    >>> s.nz.tolist(), s[np.array([[3, 1], [0, 2]])].tolist()
+    ([1, 3], [[-0.0, 2.0], [0.0, 0.0]])
+    """
+
+    __slots__ = ("size", "nz", "values")
+
+    def __init__(self, flat: np.ndarray) -> None:
+        flat = np.ascontiguousarray(flat, dtype=np.float64)
+        self.size = flat.size
+        self.nz = np.flatnonzero(flat.view(np.int64))  # (-0.0's bits are not 0)
+        self.values = flat[self.nz]
+
+    def __getitem__(self, places) -> np.ndarray:
+        places = np.asarray(places, dtype=np.int64)
+        out = np.zeros(places.shape)
+        if len(self.nz):
+            at = np.minimum(np.searchsorted(self.nz, places), len(self.nz) - 1)
+            hit = self.nz[at] == places
+            out[hit] = self.values[at[hit]]
+        return out
+
+    def dense(self) -> np.ndarray:
+        out = np.zeros(self.size)
+        out[self.nz] = self.values
+        return out
 
 
 def _constant_value(node: N.Node, values: dict) -> np.ndarray | None:

@@ -44,7 +44,7 @@ from symtape.codegen.plan import Instr, OutLayout, Plan, build_plan
 from symtape.codegen.routines import Routine
 from symtape.base.errors import UnboundLeafError
 from symtape.compile.fusion import (
-    constant_folds, cut, destinations, fused, holey, numeric, pointwise, through,
+    SparseFlat, constant_folds, cut, destinations, fused, holey, numeric, pointwise, through,
 )
 from symtape.compile.offsets import (
     affine, box_of, chains, composed, cuts_along, finer_affine, finer_pair, flat_places,
@@ -225,7 +225,7 @@ class _Planner:
         self.negative_zero: int | None = None  # one of -0.0 (sums' start)
         self.per_point: set = set()  # buffers holding a slice per point of the chunk
         self.index_arrays: dict = {}  # (shape, bytes) -> its 'indices' buffer
-        self.known: dict = {}  # buffer -> the values (flat) of a constant folded at plan time
+        self.known: dict = {}  # buffer -> the values (SparseFlat) of a constant folded now
         self.users: dict = {}  # id(node) -> the nodes reading it (None: an output)
 
     # -- what loop rules share (``Primitive.loop``'s protocol) ------------------------------
@@ -417,6 +417,10 @@ class _Planner:
         point (the plan's prologue): zeros, then its other elements written by an index
         array (the module holds those only)."""
         dtype = bool if node.dtype.kind == "b" else float
+        if isinstance(values, SparseFlat):  # (a folded constant: its non-zeros only)
+            if len(values.nz) * SPARSE_SHARE <= values.size:
+                return self.sparse_constant(node, values, values.nz)
+            values = values.dense()
         flat = np.asarray(values, dtype=dtype).reshape(-1)
         if dtype is float and flat.size >= SPARSE_CONSTANT:
             nz = np.flatnonzero(flat.view(np.int64))  # (-0.0 is not the zero filled in)

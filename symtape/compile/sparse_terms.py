@@ -36,7 +36,7 @@ SKIP_SHARE = 2
 
 def skip_zero_terms(planner) -> None:
     """Rewrites ``planner.blocks`` in place: each accumulating block whose term has a factor
-    read from a buffer of ``planner.known`` values (buffer -> flat float array: the folded
+    read from a buffer of ``planner.known`` values (buffer -> ``fusion.SparseFlat``: the folded
     constants) iterates over that factor's non-zeros only (see the module docstring)."""
     if not planner.known:
         return

@@ -244,16 +244,7 @@ class Routine(NamedTuple):
             sign = w.var("sign", w.number(1.0))
 
             def column(k):
-                piv, babs = w.var("p", k), w.var("babs", w.fabs(w.load("X", lu, k, k)))
-
-                def candidate(i):
-                    cabs = w.fabs(w.load("X", lu, i, k))
-                    take = w.wins(cabs, w.get(babs))
-                    w.set(babs, w.select(take, cabs, w.get(babs)))
-                    w.set(piv, w.select_index(take, i, w.get(piv)))
-
-                w.each(w.plus(k, 1), n, candidate)
-                p = w.get(piv)
+                p = _first_best(w, k, n, lambda i: w.fabs(w.load("X", lu, i, k)), w.wins)
 
                 def exchange():
                     w.each(0, n, lambda j: w.swap("X", lu, k, p, j))
@@ -500,16 +491,7 @@ class Routine(NamedTuple):
         n = self.n
 
         def place(i):
-            at, low = w.var("at", i), w.var("low", w.load("W", f, i, i))
-
-            def look(j):
-                e = w.load("W", f, j, j)
-                take = w.less(e, w.get(low))
-                w.set(low, w.select(take, e, w.get(low)))
-                w.set(at, w.select_index(take, j, w.get(at)))
-
-            w.each(w.plus(i, 1), n, look)
-            k = w.get(at)
+            k = _first_best(w, i, n, lambda j: w.load("W", f, j, j), w.less)
 
             def exchange():
                 e_i = w.load("W", f, i, i)
@@ -653,3 +635,18 @@ class Routine(NamedTuple):
             return
 
         self._solved(w, "W", wn, forward=False)
+
+
+def _first_best(w, first, end: int, key, beats) -> str:
+    """The index in ``first..end-1`` whose ``key`` beats (``beats(candidate, best)``) every
+    earlier one's: a pivot's row, the least eigenvalue left (the first on ties)."""
+    at, best = w.var("at", first), w.var("best", key(first))
+
+    def look(i):
+        value = key(i)
+        take = beats(value, w.get(best))
+        w.set(best, w.select(take, value, w.get(best)))
+        w.set(at, w.select_index(take, i, w.get(at)))
+
+    w.each(w.plus(first, 1), end, look)
+    return w.get(at)

@@ -75,7 +75,8 @@ def svd(tensor, full_matrices=False, compute_uv=True, name=None):
     """Singular value decomposition ``tensor = u diag(s) v^T``: ``(s, u, v)`` with ``s``
     descending (TensorFlow's order: ``s`` first, and ``v``, not ``v^T``); only ``s`` when not
     ``compute_uv``. ``full_matrices`` makes ``u`` and ``v`` square (no gradient then for a
-    non-square matrix).
+    non-square matrix). Each pair ``(u_j, v_j)`` is signed so that ``v_j``'s first
+    component of largest magnitude is positive.
 
     >>> import symtape as st
     >>> s, u, v = st.linalg.svd([[3.0, 0.0], [0.0, -4.0], [0.0, 0.0]])

@@ -169,6 +169,10 @@ CASES = {
     "eigh": (lambda a: st.linalg.eigh(a + st.transpose(a))[1] * 10.0
              + st.linalg.eigvalsh(a + st.transpose(a)),
              [st.TensorSpec((10, 10), name="a")], 1e-13),
+    # the svd routine (one-sided Jacobi) of a wide 8x12 matrix: values and signed vectors
+    "svd": (lambda a: st.linalg.svd(a)[0] + st.linalg.svd(a)[1][0] * 10.0
+            + st.linalg.svd(a)[2][:8, 0],
+            [st.TensorSpec((8, 12), name="a")], 1e-13),
     # elimination routines: a 30x30 system read transposed, an inverse, a determinant
     "solve": (lambda a, b: st.linalg.solve(a, b, adjoint=True) + st.linalg.inv(a)[:, :3]
               * st.linalg.det(a[:5, :5]),

@@ -7,8 +7,9 @@ included (the first row of largest magnitude; a number replaces a nan pivot), so
 code gives the same bits whether a matrix was unrolled or looped. Its cost is that of the
 algorithm, ``n**3 / 3`` multiply-adds, not the ``n**3`` selects and atoms of an unrolled
 view: an 80x80 solve plans in milliseconds. The LU (``lu``) is ``lu_factor``'s elimination
-(eager values' bits); ``qr`` is LAPACK's unblocked Householder steps and ``eigh`` cyclic
-Jacobi rotations (both within rounding of LAPACK's eager values); the orderings sort lines
+(eager values' bits); ``qr`` is LAPACK's unblocked Householder steps, ``eigh`` cyclic
+Jacobi rotations and ``svd`` one-sided Jacobi rotations (within rounding of LAPACK's eager
+values); the orderings sort lines
 by a stable merge sort, and ``lower_bound``/``upper_bound`` bisect sorted lines.
 
 A routine reads and writes through plain pointers, each matrix at compile-time row and
@@ -39,6 +40,7 @@ KINDS = {
     "lu": "the packed LU of A with partial pivoting, the permutation matrix and its sign",
     "qr": "q and r of A (m x n) by Householder reflections, packed (LAPACK's signs)",
     "eigh": "the ascending eigenvalues and eigenvectors of A's lower triangle, packed",
+    "svd": "the descending singular values and singular vectors of A (m x n), packed",
     "lower_bound": "for each of the k values B, how many of the sorted line A are below it",
     "upper_bound": "for each of the k values B, how many of the sorted line A are not above it",
 }
@@ -91,13 +93,16 @@ class Routine(NamedTuple):
         rhs = ("B",) if self.kind in ("solve", "forward", "backward", "permute",
                                       "unpermute") + BOUNDS else ()
         return ("A",) + rhs + ("X",) + (("W",) if self.kind in ELIMINATIONS + ORDERINGS
-                                        + ("lu", "qr", "eigh") else ())
+                                        + ("lu", "qr", "eigh", "svd") else ())
 
     @property
     def work(self) -> int:
         """The elements of the scratch line ``W``."""
         if self.kind == "qr":
             return self.m * self.n + self.n
+        if self.kind == "svd":  # G (rows x cols), V (cols x cols), a column
+            rows, cols = max(self.m, self.n), min(self.m, self.n)
+            return rows * cols + cols * cols + rows
         return 2 * self.n if self.kind in ORDERINGS else self.n * self.n
 
     def ir(self, name: str, t: str) -> tuple:
@@ -132,6 +137,8 @@ class Routine(NamedTuple):
             return self._qr(w)
         if self.kind == "eigh":
             return self._jacobi(w)
+        if self.kind == "svd":
+            return self._svd(w)
         if self.kind == "cholesky":
             return self._cholesky(w)
         if self.kind in ("forward", "backward"):
@@ -514,6 +521,207 @@ class Routine(NamedTuple):
                 "X", vm, *v_at(r, i), w.neg(w.load("X", vm, *v_at(r, i))))))
 
         w.each(0, n, place)
+
+    def _svd(self, w) -> None:
+        """One-sided Jacobi (Hestenes): the columns of ``G`` (``A``, or ``A^T`` when it is
+        wide, scaled by a power of two near 1) rotated pairwise until every pair is
+        orthogonal to rounding, the rotations accumulated in ``V``; the singular values are
+        the column norms, ``u`` the normalised columns (a zero column completed from the
+        unit vectors), descending with their vectors, each pair signed so that ``v``'s
+        first component of largest magnitude is positive (eager values' convention).
+        Into ``X`` (a line at stride ``out[0]``): ``s``, ``u`` (m x k), ``v`` (n x k).
+        ``W`` holds ``G`` (rows x cols), ``V`` (cols x cols) and a scratch column."""
+        m0, n0, s = self.m, self.n, self.out[0]
+        wide = n0 > m0
+        rows, cols = (n0, m0) if wide else (m0, n0)  # G: rows x cols, cols <= rows
+        k = cols
+        g, vv, line = (cols, 1), (cols, 1), (s, 0)
+        v_base = rows  # V's rows follow G's in W (row stride cols)
+        spare = rows + cols  # then one column of rows (as a row of W, stride 1)
+        bad = w.var("bad", 0)
+        w.each(0, m0, lambda i: w.each(0, n0, lambda j: w.set(bad, w.select_index(
+            w.finite(w.load("A", self.a, i, j)), w.get(bad), 1))))
+        size = k + m0 * k + n0 * k
+
+        def spoilt():
+            w.each(0, size, lambda e: w.store("X", line, e, 0, w.nan()))
+
+        def a_at(r, c):  # G[r, c] from A
+            return w.load("A", self.a, c, r) if wide else w.load("A", self.a, r, c)
+
+        def solve():
+            most = w.var("most", w.number(0.0))
+            w.each(0, rows, lambda r: w.each(0, cols, lambda c: w.set(most, w.select(
+                w.wins(w.fabs(a_at(r, c)), w.get(most)), w.fabs(a_at(r, c)), w.get(most)))))
+            scale = w.var("scale", w.number(1.0))  # a power of two: exact
+
+            def rescale(_):  # (11 steps of 2**100 reach any double)
+                w.when(w.less(w.exact(2.0 ** 100), w.mul(w.get(most), w.get(scale))),
+                       lambda: w.set(scale, w.mul(w.get(scale), w.exact(2.0 ** -100))))
+                w.when(w.both(w.less(w.mul(w.get(most), w.get(scale)), w.exact(2.0 ** -100)),
+                              w.negate(w.is_zero(w.get(most)))),
+                       lambda: w.set(scale, w.mul(w.get(scale), w.exact(2.0 ** 100))))
+
+            w.each(0, 11, rescale)
+            w.each(0, rows, lambda r: w.each(0, cols, lambda c: w.store(
+                "W", g, r, c, w.mul(a_at(r, c), w.get(scale)))))
+            w.each(0, cols, lambda i: w.each(0, cols, lambda j: w.store(
+                "W", vv, w.plus(i, v_base), j, w.identity(i, j))))
+            more = w.var("more", 1)
+
+            def sweep(_):
+                def pairs():
+                    w.set(more, 0)
+                    w.each(0, cols, lambda p: w.each(w.plus(p, 1), cols, lambda q: self._orth(
+                        w, g, vv, v_base, rows, cols, p, q, more)))
+
+                w.when(w.differ(w.get(more), 0), pairs)
+
+            w.each(0, self.SWEEPS, sweep)
+            self._singular(w, g, vv, v_base, spare, rows, cols, scale, wide)
+
+        w.branch(w.differ(w.get(bad), 0), spoilt, solve)
+
+    def _orth(self, w, g, vv, v_base, rows, cols, p, q, more) -> None:
+        """The Jacobi rotation making columns ``p`` and ``q`` of ``G`` orthogonal, unless
+        they are to rounding (``|g_p . g_q| <= eps |g_p| |g_q|``)."""
+        sums = [w.var(t, w.number(0.0)) for t in ("al", "be", "ga")]
+
+        def dot(r):
+            a, b = w.load("W", g, r, p), w.load("W", g, r, q)
+            for var, x in zip(sums, (w.mul(a, a), w.mul(b, b), w.mul(a, b))):
+                w.set(var, w.add(w.get(var), x))
+
+        w.each(0, rows, dot)
+        al, be, ga = (w.get(v) for v in sums)
+        eps = w.exact(2.0 ** -52 if w.t == "double" else 2.0 ** -23)
+        done = w.either(w.is_zero(ga), w.less(w.fabs(ga), w.mul(eps, w.mul(
+            w.sqrt(al), w.sqrt(be)))))
+
+        def turn():
+            w.set(more, 1)
+            zeta = w.div(w.sub(be, al), w.mul(w.number(2.0), ga))
+            za = w.fabs(zeta)
+            big = w.less(w.number(1.0), za)
+            inv = w.div(w.number(1.0), zeta)
+            hyp = w.select(big, w.mul(za, w.sqrt(w.add(w.number(1.0), w.mul(inv, inv)))),
+                           w.sqrt(w.add(w.number(1.0), w.mul(zeta, zeta))))
+            t = w.copysign(w.div(w.number(1.0), w.add(za, hyp)), zeta)
+            c = w.div(w.number(1.0), w.sqrt(w.add(w.number(1.0), w.mul(t, t))))
+            sn = w.mul(c, t)
+
+            def rotate(r, base):
+                a, b = w.load("W", g, w.plus(r, base), p), w.load("W", g, w.plus(r, base), q)
+                w.store("W", g, w.plus(r, base), p, w.sub(w.mul(c, a), w.mul(sn, b)))
+                w.store("W", g, w.plus(r, base), q, w.add(w.mul(sn, a), w.mul(c, b)))
+
+            w.each(0, rows, lambda r: rotate(r, 0))
+            w.each(0, cols, lambda r: rotate(r, v_base))
+
+        w.when(w.negate(done), turn)
+
+    def _singular(self, w, g, vv, v_base, spare, rows, cols, scale, wide) -> None:
+        """The column norms (unscaled), the normalised columns, zero ones completed, all
+        in descending order, signed, written to ``X``."""
+        k, s = cols, self.out[0]
+        line = (s, 0)
+        m0, n0 = self.m, self.n
+        # X: s at [0, k), u (m0 x k) at k, v (n0 x k) at k + m0 * k
+        x_u = (lambda r, j: w.plus(w.plus(w.times(r, k), j), k))
+        x_v = (lambda r, j: w.plus(w.plus(w.times(r, k), j), k + m0 * k))
+        left, right = (x_v, x_u) if wide else (x_u, x_v)  # G's columns, V's columns
+
+        def norm(j):
+            ss = w.var("ss", w.number(0.0))
+            w.each(0, rows, lambda r: w.set(ss, w.add(w.get(ss), w.mul(
+                w.load("W", g, r, j), w.load("W", g, r, j)))))
+            w.store("X", line, j, 0, w.sqrt(w.get(ss)))
+
+        w.each(0, k, norm)
+
+        def place(i):  # (descending, a selection sort: the columns of G and V follow)
+            at = _first_best(w, i, k, lambda j: w.load("X", line, j, 0),
+                             lambda a, b: w.less(b, a))
+
+            def exchange():
+                si = w.load("X", line, i, 0)
+                w.store("X", line, i, 0, w.load("X", line, at, 0))
+                w.store("X", line, at, 0, si)
+                w.each(0, rows + cols, lambda r: w.swap("W", (1, cols), i, at, r))
+
+            w.when(w.differ(at, i), exchange)
+
+        w.each(0, k, place)
+
+        def unit(j):  # u_j = g_j / s_j, or a unit vector orthogonal to the others
+            sj = w.load("X", line, j, 0)
+
+            def scaled():
+                w.each(0, rows, lambda r: w.store("X", line, left(r, j), 0, w.div(
+                    w.load("W", g, r, j), sj)))
+
+            def complete():
+                found = w.var("found", 0)
+
+                def candidate(c):
+                    def attempt():
+                        w.each(0, rows, lambda r: w.store("W", (1, 0), w.plus(
+                            w.times(spare, cols), r), 0, w.identity(r, c)))
+                        w.each(0, 2, lambda _: w.each(0, j, lambda i: self._project(
+                            w, line, left, spare, cols, rows, i)))  # (twice: to rounding)
+                        nn = w.var("nn", w.number(0.0))
+                        w.each(0, rows, lambda r: w.set(nn, w.add(w.get(nn), w.mul(
+                            self._spare(w, spare, cols, r), self._spare(w, spare, cols, r)))))
+                        good = w.less(w.number(0.25), w.get(nn))
+
+                        def take():
+                            w.set(found, 1)
+                            root = w.sqrt(w.get(nn))
+                            w.each(0, rows, lambda r: w.store("X", line, left(r, j), 0, w.div(
+                                self._spare(w, spare, cols, r), root)))
+
+                        w.when(good, take)
+
+                    w.when(w.negate(w.differ(w.get(found), 0)), attempt)
+
+                w.each(0, rows, candidate)
+
+            w.branch(w.is_zero(sj), complete, scaled)
+            w.store("X", line, j, 0, w.div(sj, w.get(scale)))
+            w.each(0, cols, lambda r: w.store("X", line, right(r, j), 0, w.load(
+                "W", g, w.plus(r, v_base), j)))
+            big, lead = w.var("big", w.number(0.0)), w.var("lead", w.number(0.0))
+
+            def scan(r):
+                v = w.load("X", line, (x_v(r, j)), 0)
+                take = w.wins(w.fabs(v), w.get(big))
+                w.set(big, w.select(take, w.fabs(v), w.get(big)))
+                w.set(lead, w.select(take, v, w.get(lead)))
+
+            w.each(0, n0, scan)
+
+            def flip():
+                w.each(0, n0, lambda r: w.store("X", line, x_v(r, j), 0, w.neg(
+                    w.load("X", line, x_v(r, j), 0))))
+                w.each(0, m0, lambda r: w.store("X", line, x_u(r, j), 0, w.neg(
+                    w.load("X", line, x_u(r, j), 0))))
+
+            w.when(w.less(w.get(lead), w.number(0.0)), flip)
+
+        w.each(0, k, unit)
+
+    @staticmethod
+    def _spare(w, spare, cols, r) -> str:
+        return w.load("W", (1, 0), w.plus(w.times(spare, cols), r), 0)
+
+    def _project(self, w, line, left, spare, cols, rows, i) -> None:
+        """The scratch column minus its part along ``u_i`` (``X``'s column ``i``)."""
+        d = w.var("d", w.number(0.0))
+        w.each(0, rows, lambda r: w.set(d, w.add(w.get(d), w.mul(
+            w.load("X", line, left(r, i), 0), self._spare(w, spare, cols, r)))))
+        w.each(0, rows, lambda r: w.store("W", (1, 0), w.plus(w.times(spare, cols), r), 0,
+                                          w.sub(self._spare(w, spare, cols, r), w.mul(
+                                              w.get(d), w.load("X", line, left(r, i), 0)))))
 
     @staticmethod
     def _beta(w, f: tuple, i, m: int, scale: str, alpha_var) -> str:

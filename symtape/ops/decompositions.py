@@ -395,7 +395,8 @@ class Eigh(Decomposition):
 class Svd(Decomposition):
     """``(s, u, v)``: descending singular values and the singular vectors (columns), ``a = u
     diag(s) v^T``; ``full_matrices`` completes ``u`` and ``v`` to square orthogonal
-    matrices."""
+    matrices. Each pair ``(u_j, v_j)`` is signed so that ``v_j``'s first component of
+    largest magnitude is positive (eager LAPACK values and compiled Jacobi rotations)."""
 
     why = "singular values are roots of a polynomial"
 
@@ -408,7 +409,26 @@ class Svd(Decomposition):
     @staticmethod
     def lapack(x, params):
         u, s, vh = np.linalg.svd(x, full_matrices=params["full_matrices"])
-        return [s, u, np.swapaxes(vh, -1, -2)]
+        v = np.swapaxes(vh, -1, -2)
+        k = s.shape[-1]
+        flip = signed_vectors(v[..., :, :k]) != v[..., :, :k]  # (the pairs' signs, v's rule)
+        sign = np.where(flip.any(axis=-2, keepdims=True), -1.0, 1.0)
+        u, v = u.copy(), v.copy()
+        u[..., :, :k] *= sign
+        v[..., :, :k] *= sign
+        return [s, u, v]
+
+    def loop(self, planner, node):
+        """One block over the batch whose body is the native routine ``svd`` (one-sided
+        Jacobi rotations: values within rounding of LAPACK's, the vectors' pairs signed
+        alike); refused for ``full_matrices`` of a non-square matrix (its completing
+        columns are any basis of a complement, which no rule fixes)."""
+        m, n = node.inputs[0].shape[-2:]
+        if node.params["full_matrices"] and m != n:
+            raise Unplannable(f"st.linalg.svd with full_matrices=True of a {m}x{n} matrix has "
+                              "no loop form (its completing columns are not unique); use "
+                              "full_matrices=False, or call it eagerly")
+        return per_matrix(planner, node, "svd", m=m)
 
     @staticmethod
     def vjp_of(gs, parts, x, params):

@@ -8,8 +8,14 @@
    LLVM; cold caches) and microseconds per point against ``numpy.linalg.solve`` on the same
    batch; then the same for the gradient in ``A`` of ``w . solve(A, b)``.
 
+3. Factorizations (``--factorizations``): ``st.function`` of ``lu``, ``qr``, ``eigh`` and
+   ``svd`` (native routines) over a batch of 2,000 matrices of 20x20 in one call, beside
+   ``numpy.linalg`` on the same batch: setup seconds (cold cache) and microseconds per
+   matrix, best and median.
+
     python benchmarks/linalg.py                       # eager only
     python benchmarks/linalg.py --compiled            # and the compiled 80x80 solve
+    python benchmarks/linalg.py --factorizations      # and the compiled factorizations
 
 On a loaded machine with few cores, multithreaded BLAS spins against other processes; compare
 with ``OPENBLAS_NUM_THREADS=1`` (both sides share it).
@@ -129,6 +135,33 @@ def compiled(n: int, points: int, repeat: int, setups: int) -> None:
               f"{s_best / n_best:.2f}x best, {s_med / n_med:.2f}x median")
 
 
+def factorizations(n: int, batch: int, repeat: int) -> None:
+    """Compiled factorizations of a batch of ``n x n`` matrices beside numpy's."""
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((batch, n, n))
+    sym = a + np.swapaxes(a, -1, -2)
+    cases = {"lu": (lambda x: st.linalg.lu(x)[0], a, None),
+             "qr": (lambda x: st.linalg.qr(x)[1], a, lambda: np.linalg.qr(a)),
+             "eigh": (lambda x: st.linalg.eigh(x)[1], sym, lambda: np.linalg.eigh(sym)),
+             "svd": (lambda x: st.linalg.svd(x)[0], a, lambda: np.linalg.svd(a))}
+    print(f"\ncompiled factorizations of {batch} matrices {n}x{n}, one call (us a matrix)")
+    for name, (fn, x, ref) in cases.items():
+        with tempfile.TemporaryDirectory() as cache:
+            os.environ["SYMTAPE_CACHE_DIR"] = cache
+            f = st.function(fn)
+            t = time.perf_counter()
+            f(x)
+            setup = time.perf_counter() - t
+        s_best, s_med = timings(lambda: f(x), repeat)
+        line = (f"  {name:5s} setup {setup:.2f} s; symtape {s_best / batch * 1e6:.1f} / "
+                f"{s_med / batch * 1e6:.1f}")
+        if ref is not None:
+            n_best, n_med = timings(ref, repeat)
+            line += (f", numpy {n_best / batch * 1e6:.1f} / {n_med / batch * 1e6:.1f}; "
+                     f"ratio {s_best / n_best:.2f}x best, {s_med / n_med:.2f}x median")
+        print(line)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
@@ -136,10 +169,13 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=80)
     parser.add_argument("--points", type=int, default=1000)
     parser.add_argument("--setups", type=int, default=3)
+    parser.add_argument("--factorizations", action="store_true")
     args = parser.parse_args()
     eager(args.repeat)
     if args.compiled:
         compiled(args.n, args.points, args.repeat, args.setups)
+    if args.factorizations:
+        factorizations(20, 2000, args.repeat)
 
 
 if __name__ == "__main__":

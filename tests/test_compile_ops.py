@@ -96,6 +96,12 @@ def _alike(got: np.ndarray, want: np.ndarray, rtol: float = 1e-13) -> np.ndarray
 #: zero (i1e' = i0e - i1e (sign + 1/x) vanishes near 1.5) amplify that relatively.
 FEW_ULP = {"bessel_i0e": 1e-10, "bessel_i1e": 1e-10, "erfc": 1e-12, "zeta": 1e-12}
 
+#: Factorizations whose compiled routines (Householder, Jacobi rotations) agree with LAPACK's
+#: eager values within rounding, not bit for bit (tests/test_decompositions.py checks them
+#: at their own special matrices): compared at finite points, to 1e-12 of the output's
+#: largest magnitude (a residue of a cancellation is ~1e-16 either side).
+ROUNDING_ROWS = ("eigh", "qr", "svd")
+
 
 def _compiled_rows():
     return sorted(n for n, r in ROWS.items() if r.args and not r.eager_only and all(
@@ -112,7 +118,7 @@ def test_compiled_equals_eager(name, lanes, monkeypatch):
     syms = _symbols(r)
     outs = _outputs(r, syms, order=2)
     f = st.compile(outs, syms)
-    assert "<8 x " in f.llvm_ir or not lanes
+    assert "<8 x " in f.llvm_ir or not lanes or name in ROUNDING_ROWS  # (loop nests)
     points = _points(r)
     eager = []
     for pt in points:
@@ -127,8 +133,15 @@ def test_compiled_equals_eager(name, lanes, monkeypatch):
         for j, g in enumerate(got):
             assert g.shape == (batch,) + outs[j].shape
             for row, k in enumerate(picks):
-                ok = _alike(g[row], eager[k][j], FEW_ULP.get(name, 1e-13))
-                assert ok.all(), (name, j, points[k], g[row], eager[k][j])
+                want = eager[k][j]
+                if name in ROUNDING_ROWS:
+                    if not all(np.isfinite(a).all() for a in points[k]):
+                        continue
+                    scale = np.abs(want).max(initial=0.0)
+                    ok = np.abs(g[row] - want) <= 1e-12 * scale
+                else:
+                    ok = _alike(g[row], want, FEW_ULP.get(name, 1e-13))
+                assert ok.all(), (name, j, points[k], g[row], want)
 
 
 def _scalar_rows():
@@ -165,5 +178,5 @@ def test_third_derivatives_lower(name):
 def test_eager_only_rows_refuse_to_compile_naming_the_op(name):
     r = ROWS[name]
     syms = _symbols(r)
-    with pytest.raises(SymtapeError, match=f"st.linalg.{name} of a"):
+    with pytest.raises(SymtapeError, match=f"st.linalg.{name.split('_')[0]} of a"):
         st.compile(_outputs(r, syms, order=1), syms)

@@ -135,7 +135,7 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
         order = cut(order, roots, folds)
         for node in order:
             if id(node) in folds:
-                p.loc[id(node)] = p.constant(node, folds[id(node)][1])
+                p.loc[id(node)] = p.folded(node, folds[id(node)][1])
                 p.known[p.loc[id(node)][0]] = folds[id(node)][1]
         order = [node for node in order if id(node) not in folds]
     users = p.users = readers(order, roots)
@@ -417,16 +417,18 @@ class _Planner:
         point (the plan's prologue): zeros, then its other elements written by an index
         array (the module holds those only)."""
         dtype = bool if node.dtype.kind == "b" else float
-        if isinstance(values, SparseFlat):  # (a folded constant: its non-zeros only)
-            if len(values.nz) * SPARSE_SHARE <= values.size:
-                return self.sparse_constant(node, values, values.nz)
-            values = values.dense()
         flat = np.asarray(values, dtype=dtype).reshape(-1)
         if dtype is float and flat.size >= SPARSE_CONSTANT:
             nz = np.flatnonzero(flat.view(np.int64))  # (-0.0 is not the zero filled in)
             if len(nz) * SPARSE_SHARE <= flat.size:
                 return self.sparse_constant(node, flat, nz)
         return self.buffer("const", -1, node, flat.tolist()), flat_places(node.shape)
+
+    def folded(self, node: N.Node, values: SparseFlat) -> tuple:
+        """A constant folded when the plan is made, held by its non-zeros (``values``)."""
+        if len(values.nz) * SPARSE_SHARE <= values.size:
+            return self.sparse_constant(node, values, values.nz)
+        return self.constant(node, values.dense())
 
     def sparse_constant(self, node: N.Node, flat: np.ndarray, nz: np.ndarray) -> tuple:
         loc = self.fresh(node)

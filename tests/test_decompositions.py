@@ -369,15 +369,7 @@ def test_svd_compiles_to_one_sided_jacobi_signed_as_eager_vectors(shape):
     np.testing.assert_allclose((u[4] * s[4][None]) @ v[4].T, a[4], atol=1e-12)
     loss = lambda x: st.reduce_sum(st.linalg.svd(x, compute_uv=False) ** 3) + \
         st.reduce_sum(st.abs(st.linalg.svd(x)[2][:, 0]))
-    grad = st.grad(loss, input_signature=[st.TensorSpec((m, n))])
-    x = rng.normal(size=(2, m, n))
-    for k in range(2):
-        v_ = st.constant(x[k])
-        with st.GradientTape() as t:
-            t.watch(v_)
-            y = loss(v_)
-        np.testing.assert_allclose(np.asarray(grad(x))[k], t.gradient(y, v_).numpy(),
-                                   rtol=1e-8, atol=1e-9)
+    _compiled_gradient_is_eagers(loss, rng.normal(size=(2, m, n)))
 
 
 def test_small_lu_and_slogdet_compile_and_print_exactly():
@@ -462,15 +454,7 @@ def test_qr_compiles_to_lapacks_householder_steps(shape, full):
         return  # (no gradient: the completing columns are not unique)
     loss = lambda x: st.reduce_sum(st.linalg.qr(x, full_matrices=full)[0] * np.arange(
         q.shape[-1], dtype=float)) + st.reduce_sum(st.linalg.qr(x, full_matrices=full)[1] ** 2)
-    grad = st.grad(loss, input_signature=[st.TensorSpec((m, n))])
-    x = rng.normal(size=(2, m, n))
-    for k in range(2):
-        with st.GradientTape() as t:
-            v = st.constant(x[k])
-            t.watch(v)
-            y = loss(v)
-        np.testing.assert_allclose(np.asarray(grad(x))[k], t.gradient(y, v).numpy(),
-                                   rtol=1e-10, atol=1e-11)
+    _compiled_gradient_is_eagers(loss, rng.normal(size=(2, m, n)))
 
 
 @pytest.mark.parametrize("n", [3, 5, 12, 40])
@@ -501,15 +485,19 @@ def test_eigh_compiles_to_jacobi_rotations_signed_as_eager_vectors(n):
     assert np.isnan(e[2]).all() and np.isnan(v[2]).all()
     loss = lambda x: st.reduce_sum(st.linalg.eigvalsh(x) ** 2) + \
         st.reduce_sum(st.abs(st.linalg.eigh(x)[1][0]))
-    grad = st.grad(loss, input_signature=[st.TensorSpec((n, n))])
-    x = _sym(rng.normal(size=(2, n, n)))
-    for k in range(2):
-        v_ = st.constant(x[k])
+    _compiled_gradient_is_eagers(loss, _sym(rng.normal(size=(2, n, n))))
+
+
+def _compiled_gradient_is_eagers(loss, x: np.ndarray) -> None:
+    """``st.grad(loss)`` over the points ``x`` equals each point's eager tape gradient."""
+    grad = st.grad(loss, input_signature=[st.TensorSpec(x.shape[1:])])
+    got = np.asarray(grad(x))
+    for k in range(len(x)):
+        v = st.constant(x[k])
         with st.GradientTape() as t:
-            t.watch(v_)
-            y = loss(v_)
-        np.testing.assert_allclose(np.asarray(grad(x))[k], t.gradient(y, v_).numpy(),
-                                   rtol=1e-8, atol=1e-9)
+            t.watch(v)
+            y = loss(v)
+        np.testing.assert_allclose(got[k], t.gradient(y, v).numpy(), rtol=1e-8, atol=1e-9)
 
 
 def test_compiling_factors_computed_eagerly_is_refused_not_baked_in():

@@ -237,12 +237,6 @@ class Routine(NamedTuple):
         permutation is kept in ``W`` (indices as floats, exact)."""
         n, s = self.n, self.out[0]
         lu, line = (n * s, s), (1, 0)
-        bad = w.var("bad", 0)
-        w.each(0, n, lambda i: w.each(0, n, lambda j: w.set(bad, w.select_index(
-            w.finite(w.load("A", self.a, i, j)), w.get(bad), 1))))
-
-        def spoilt():
-            w.each(0, 2 * n * n + 1, lambda e: w.store("X", (s, 0), e, 0, w.nan()))
 
         def factor():
             w.each(0, n, lambda i: w.each(0, n, lambda j: w.store(
@@ -275,7 +269,7 @@ class Routine(NamedTuple):
                 "X", lu, w.plus(i, n), j, w.identity(w.to_int(w.load("W", line, i, 0)), j))))
             w.store("X", lu, 2 * n, 0, w.get(sign))
 
-        w.branch(w.differ(w.get(bad), 0), spoilt, factor)
+        self._finite_or_nan(w, n, lambda i: n, 2 * n * n + 1, factor)
 
     def _qr(self, w) -> None:
         """LAPACK's unblocked Householder QR (``dgeqr2``, then ``dorg2r`` for ``q``), as
@@ -297,13 +291,6 @@ class Routine(NamedTuple):
 
         def r_at(i, j):
             return w.plus(w.plus(w.times(i, n), j), m * kq)
-
-        bad = w.var("bad", 0)
-        w.each(0, m, lambda i: w.each(0, n, lambda j: w.set(bad, w.select_index(
-            w.finite(w.load("A", self.a, i, j)), w.get(bad), 1))))
-
-        def spoilt():
-            w.each(0, m * kq + kq * n, lambda e: w.store("X", line, e, 0, w.nan()))
 
         def reflect(mat, at, i, cols_from, cols_to, tau):
             """``I - tau v v^T`` (``v = (1, mat[i+1:, i])``) applied to the columns
@@ -327,16 +314,13 @@ class Routine(NamedTuple):
 
             def column(i):
                 alpha = w.load("W", f, i, i)
-                big = w.var("big", w.number(0.0))
-                w.each(w.plus(i, 1), m, lambda r: w.set(big, w.select(
-                    w.wins(w.fabs(w.load("W", f, r, i)), w.get(big)),
-                    w.fabs(w.load("W", f, r, i)), w.get(big))))
+                big = _largest(w, w.plus(i, 1), m, lambda r: w.load("W", f, r, i))
                 tau = w.var("tau", w.number(0.0))
 
                 def reflector():
                     a, beta = w.var("alpha", alpha), w.var("beta")
                     knt = w.var("knt", 0)
-                    w.set(beta, self._beta(w, f, i, m, w.get(big), a))
+                    w.set(beta, self._beta(w, f, i, m, big, a))
 
                     def rescale(_):  # (dlarfg: a beta below safmin is scaled up, 20 times at most)
                         def up():
@@ -353,11 +337,8 @@ class Routine(NamedTuple):
                     w.each(0, 20, rescale)
 
                     def again():
-                        most = w.var("most", w.number(0.0))
-                        w.each(w.plus(i, 1), m, lambda r: w.set(most, w.select(
-                            w.wins(w.fabs(w.load("W", f, r, i)), w.get(most)),
-                            w.fabs(w.load("W", f, r, i)), w.get(most))))
-                        w.set(beta, self._beta(w, f, i, m, w.get(most), a))
+                        most = _largest(w, w.plus(i, 1), m, lambda r: w.load("W", f, r, i))
+                        w.set(beta, self._beta(w, f, i, m, most, a))
 
                     w.when(w.differ(w.get(knt), 0), again)
                     b, al = w.get(beta), w.get(a)
@@ -368,7 +349,7 @@ class Routine(NamedTuple):
                     w.each(0, w.get(knt), lambda _: w.set(beta, w.mul(w.get(beta), safmin)))
                     w.store("W", f, i, i, w.get(beta))
 
-                w.when(w.negate(w.is_zero(w.get(big))), reflector)
+                w.when(w.negate(w.is_zero(big)), reflector)
                 t = w.get(tau)
                 w.store("W", f, m, i, t)
                 w.when(w.negate(w.is_zero(t)), lambda: reflect("W", f, i, w.plus(i, 1), n, t))
@@ -397,7 +378,7 @@ class Routine(NamedTuple):
             w.each(0, k, lambda i: w.each(i, n, lambda j: w.store(
                 "X", line, r_at(i, j), 0, w.load("W", f, i, j))))
 
-        w.branch(w.differ(w.get(bad), 0), spoilt, factor)
+        self._finite_or_nan(w, m, lambda i: n, m * kq + kq * n, factor)
 
     #: Jacobi sweeps at most (a symmetric matrix converges in some 6-10).
     SWEEPS = 50
@@ -412,13 +393,7 @@ class Routine(NamedTuple):
         Into ``X`` (a line at stride ``out[0]``): the eigenvalues, then the vectors as the
         columns of a row-major matrix. A matrix with a nan or an infinity gives nan."""
         n, s = self.n, self.out[0]
-        f, vm, line = (n, 1), (n * s, s), (s, 0)
-        bad = w.var("bad", 0)
-        w.each(0, n, lambda i: w.each(0, w.plus(i, 1), lambda j: w.set(bad, w.select_index(
-            w.finite(w.load("A", self.a, i, j)), w.get(bad), 1))))
-
-        def spoilt():
-            w.each(0, n + n * n, lambda e: w.store("X", line, e, 0, w.nan()))
+        f, vm = (n, 1), (n * s, s)
 
         def v_at(i, j):  # (the vectors' rows follow the eigenvalues' row of X)
             return w.plus(i, 1), j
@@ -443,7 +418,7 @@ class Routine(NamedTuple):
             w.each(0, self.SWEEPS, sweep)
             self._ascending(w, f, vm, v_at)
 
-        w.branch(w.differ(w.get(bad), 0), spoilt, solve)
+        self._finite_or_nan(w, n, lambda i: w.plus(i, 1), n + n * n, solve)  # (lower)
 
     def _rotate(self, w, f, vm, v_at, k, p, q) -> None:
         """The Jacobi rotation zeroing ``W[p, q]`` (and its mirror)."""
@@ -508,17 +483,9 @@ class Routine(NamedTuple):
 
             w.when(w.differ(k, i), exchange)
             w.store("X", vm, 0, i, w.load("W", f, i, i))
-            big, lead = w.var("big", w.number(0.0)), w.var("lead", w.number(0.0))
-
-            def scan(r):
-                v = w.load("X", vm, *v_at(r, i))
-                take = w.wins(w.fabs(v), w.get(big))
-                w.set(big, w.select(take, w.fabs(v), w.get(big)))
-                w.set(lead, w.select(take, v, w.get(lead)))
-
-            w.each(0, n, scan)
-            w.when(w.less(w.get(lead), w.number(0.0)), lambda: w.each(0, n, lambda r: w.store(
-                "X", vm, *v_at(r, i), w.neg(w.load("X", vm, *v_at(r, i))))))
+            w.when(_leads_negative(w, n, lambda r: w.load("X", vm, *v_at(r, i))),
+                   lambda: w.each(0, n, lambda r: w.store(
+                       "X", vm, *v_at(r, i), w.neg(w.load("X", vm, *v_at(r, i))))))
 
         w.each(0, n, place)
 
@@ -531,20 +498,13 @@ class Routine(NamedTuple):
         first component of largest magnitude is positive (eager values' convention).
         Into ``X`` (a line at stride ``out[0]``): ``s``, ``u`` (m x k), ``v`` (n x k).
         ``W`` holds ``G`` (rows x cols), ``V`` (cols x cols) and a scratch column."""
-        m0, n0, s = self.m, self.n, self.out[0]
+        m0, n0 = self.m, self.n
         wide = n0 > m0
         rows, cols = (n0, m0) if wide else (m0, n0)  # G: rows x cols, cols <= rows
         k = cols
-        g, vv, line = (cols, 1), (cols, 1), (s, 0)
+        g, vv = (cols, 1), (cols, 1)
         v_base = rows  # V's rows follow G's in W (row stride cols)
         spare = rows + cols  # then one column of rows (as a row of W, stride 1)
-        bad = w.var("bad", 0)
-        w.each(0, m0, lambda i: w.each(0, n0, lambda j: w.set(bad, w.select_index(
-            w.finite(w.load("A", self.a, i, j)), w.get(bad), 1))))
-        size = k + m0 * k + n0 * k
-
-        def spoilt():
-            w.each(0, size, lambda e: w.store("X", line, e, 0, w.nan()))
 
         def a_at(r, c):  # G[r, c] from A
             return w.load("A", self.a, c, r) if wide else w.load("A", self.a, r, c)
@@ -580,7 +540,7 @@ class Routine(NamedTuple):
             w.each(0, self.SWEEPS, sweep)
             self._singular(w, g, vv, v_base, spare, rows, cols, scale, wide)
 
-        w.branch(w.differ(w.get(bad), 0), spoilt, solve)
+        self._finite_or_nan(w, m0, lambda i: n0, k + m0 * k + n0 * k, solve)
 
     def _orth(self, w, g, vv, v_base, rows, cols, p, q, more) -> None:
         """The Jacobi rotation making columns ``p`` and ``q`` of ``G`` orthogonal, unless
@@ -690,23 +650,13 @@ class Routine(NamedTuple):
             w.store("X", line, j, 0, w.div(sj, w.get(scale)))
             w.each(0, cols, lambda r: w.store("X", line, right(r, j), 0, w.load(
                 "W", g, w.plus(r, v_base), j)))
-            big, lead = w.var("big", w.number(0.0)), w.var("lead", w.number(0.0))
-
-            def scan(r):
-                v = w.load("X", line, (x_v(r, j)), 0)
-                take = w.wins(w.fabs(v), w.get(big))
-                w.set(big, w.select(take, w.fabs(v), w.get(big)))
-                w.set(lead, w.select(take, v, w.get(lead)))
-
-            w.each(0, n0, scan)
-
             def flip():
                 w.each(0, n0, lambda r: w.store("X", line, x_v(r, j), 0, w.neg(
                     w.load("X", line, x_v(r, j), 0))))
                 w.each(0, m0, lambda r: w.store("X", line, x_u(r, j), 0, w.neg(
                     w.load("X", line, x_u(r, j), 0))))
 
-            w.when(w.less(w.get(lead), w.number(0.0)), flip)
+            w.when(_leads_negative(w, n0, lambda r: w.load("X", line, x_v(r, j), 0)), flip)
 
         w.each(0, k, unit)
 
@@ -722,6 +672,16 @@ class Routine(NamedTuple):
         w.each(0, rows, lambda r: w.store("W", (1, 0), w.plus(w.times(spare, cols), r), 0,
                                           w.sub(self._spare(w, spare, cols, r), w.mul(
                                               w.get(d), w.load("X", line, left(r, i), 0)))))
+
+    def _finite_or_nan(self, w, rows: int, cols_of, size: int, solve) -> None:
+        """``solve()`` when the elements of ``A`` read (row ``i``'s first ``cols_of(i)``)
+        are all finite, else ``X`` (``size`` elements at stride ``out[0]``) all nan -- the
+        factors ``Decomposition.numeric`` gives such a matrix (TensorFlow's)."""
+        bad = w.var("bad", 0)
+        w.each(0, rows, lambda i: w.each(0, cols_of(i), lambda j: w.set(bad, w.select_index(
+            w.finite(w.load("A", self.a, i, j)), w.get(bad), 1))))
+        w.branch(w.differ(w.get(bad), 0), lambda: w.each(0, size, lambda e: w.store(
+            "X", (self.out[0], 0), e, 0, w.nan())), solve)
 
     @staticmethod
     def _beta(w, f: tuple, i, m: int, scale: str, alpha_var) -> str:
@@ -858,3 +818,23 @@ def _first_best(w, first, end: int, key, beats) -> str:
 
     w.each(w.plus(first, 1), end, look)
     return w.get(at)
+
+
+def _largest(w, first, end: int, value_of) -> str:
+    """The largest magnitude among ``value_of(i)`` for ``i`` in ``first..end-1`` (0 for
+    none; a nan wins, as numpy's ``argmax`` has it)."""
+    most = w.var("most", w.number(0.0))
+
+    def look(i):
+        size = w.fabs(value_of(i))
+        w.set(most, w.select(w.wins(size, w.get(most)), size, w.get(most)))
+
+    w.each(first, end, look)
+    return w.get(most)
+
+
+def _leads_negative(w, count: int, value_of) -> str:
+    """Whether the first of ``value_of(0..count-1)`` of largest magnitude is negative: a
+    vector's sign to turn (``ops.decompositions.signed_vectors``' rule)."""
+    lead = _first_best(w, 0, count, lambda r: w.fabs(value_of(r)), w.wins)
+    return w.less(value_of(lead), w.number(0.0))

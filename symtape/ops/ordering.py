@@ -356,28 +356,32 @@ class _Ordering(Primitive):
         return None
 
 
+def _split_line(planner, acc, at: int, size: int) -> tuple:
+    """``acc`` without its loop dimension ``at``, that dimension's ``size`` places listed as
+    the access's core instead (a line a routine reads or writes); and the line's stride."""
+    strides = list(acc.strides)
+    step = strides.pop(at)
+    return planner.at(acc.buffer, acc.offset, tuple(strides),
+                      tuple(i * step for i in range(size))), step
+
+
 def _line_block(planner, node, kind: str) -> tuple:
     """``node`` as one block over every axis but its ordering axis, whose body is the
     ordering routine ``kind`` on one line: keys (the last argument) and values (the first,
     for a permutation) read along the axis at their strides, the result written along it."""
     axis, n = node.params["axis"], node.shape[node.params["axis"]]
     locs, batched = planner.arguments(node)
-    lead = int(batched)
-
-    def split(acc):  # (the block's strides, the line's stride)
-        strides = list(acc.strides)
-        step = strides.pop(lead + axis)
-        return planner.at(acc.buffer, acc.offset, tuple(strides),
-                          tuple(i * step for i in range(n))), step
-
-    reads = [split(planner.access(loc, x.shape, batched)) for x, loc in zip(node.inputs, locs)]
+    at = int(batched) + axis
+    reads = [_split_line(planner, planner.access(loc, x.shape, batched), at, n)
+             for x, loc in zip(node.inputs, locs)]
     loc = planner.fresh(node, batched)
-    out, o_step = split(planner.access(loc, node.shape, batched))
+    out, o_step = _split_line(planner, planner.access(loc, node.shape, batched), at, n)
     (keys, k_step), (values, v_step) = reads[-1], reads[0]
     routine = planner.routine(kind, n, 0, (k_step, 0), (v_step, 0), (o_step, 0),
                               node.params["descending"])
     ins = [keys] + ([values] if "B" in routine.args else [])
-    work = planner.at(planner.temp(2 * n), 0, (0,) * len(out.strides), tuple(range(2 * n)))
+    work = planner.at(planner.temp(routine.work), 0, (0,) * len(out.strides),
+                      tuple(range(routine.work)))
     space = tuple(d for k, d in enumerate(node.shape) if k != axis)
     planner.block(space, routine, ins, [out, work], batched=batched)
     return loc
@@ -392,17 +396,10 @@ def _bounds_block(planner, node) -> tuple:
     n, k = s.shape[-1], v.shape[-1]
     locs, batched = planner.arguments(node)
     last = int(batched) + len(node.shape) - 1
-
-    def split(acc, size):  # (the block's strides, the line's stride)
-        strides = list(acc.strides)
-        step = strides.pop(last)
-        return planner.at(acc.buffer, acc.offset, tuple(strides),
-                          tuple(i * step for i in range(size))), step
-
-    keys, k_step = split(planner.access(locs[0], s.shape, batched), n)
-    values, v_step = split(planner.access(locs[1], v.shape, batched), k)
+    keys, k_step = _split_line(planner, planner.access(locs[0], s.shape, batched), last, n)
+    values, v_step = _split_line(planner, planner.access(locs[1], v.shape, batched), last, k)
     loc = planner.fresh(node, batched)
-    out, o_step = split(planner.access(loc, node.shape, batched), k)
+    out, o_step = _split_line(planner, planner.access(loc, node.shape, batched), last, k)
     kind = "lower_bound" if node.params["side"] == "left" else "upper_bound"
     routine = planner.routine(kind, n, k, (k_step, 0), (v_step, 0), (o_step, 0))
     planner.block(tuple(node.shape[:-1]), routine, [keys, values], [out], batched=batched)

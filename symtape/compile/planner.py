@@ -419,23 +419,26 @@ class _Planner:
         dtype = bool if node.dtype.kind == "b" else float
         flat = np.asarray(values, dtype=dtype).reshape(-1)
         if dtype is float and flat.size >= SPARSE_CONSTANT:
-            nz = np.flatnonzero(flat.view(np.int64))  # (-0.0 is not the zero filled in)
-            if len(nz) * SPARSE_SHARE <= flat.size:
-                return self.sparse_constant(node, flat, nz)
+            return self.folded(node, SparseFlat(flat), flat)
         return self.buffer("const", -1, node, flat.tolist()), flat_places(node.shape)
 
-    def folded(self, node: N.Node, values: SparseFlat) -> tuple:
-        """A constant folded when the plan is made, held by its non-zeros (``values``)."""
+    def folded(self, node: N.Node, values: SparseFlat, flat: np.ndarray | None = None
+               ) -> tuple:
+        """A float constant held by its non-zeros (``values``; -0.0 is not the zero filled
+        in; ``flat``: its elements, when at hand): one with at most one in SPARSE_SHARE of
+        them is built by two blocks of the prologue (:meth:`sparse_constant`), another
+        spelled out."""
         if len(values.nz) * SPARSE_SHARE <= values.size:
-            return self.sparse_constant(node, values, values.nz)
-        return self.constant(node, values.dense())
+            return self.sparse_constant(node, values)
+        flat = values.dense() if flat is None else flat
+        return self.buffer("const", -1, node, flat.tolist()), flat_places(node.shape)
 
-    def sparse_constant(self, node: N.Node, flat: np.ndarray, nz: np.ndarray) -> tuple:
+    def sparse_constant(self, node: N.Node, values: SparseFlat) -> tuple:
         loc = self.fresh(node)
         self.fill(loc, node.shape, 0.0)
+        nz, vals = values.nz, values.values
         if not len(nz):
             return loc
-        vals = flat[nz]
         out = self.indexed(loc[0], nz.reshape(-1))
         if (vals == vals[0]).all() and np.signbit(vals).all() == np.signbit(vals[0]):
             self.block((len(nz),), build_plan([np.asarray(G.number(float(vals[0])),

@@ -38,7 +38,6 @@ from symtape.base import recording
 from symtape.derivatives import sparsity
 from symtape.core.apply import exact_constant
 from symtape.ops.contraction import MatMul
-from symtape.ops.elementwise import Elementwise
 from symtape.ops.reductions import Reduction
 from symtape.core.variables import Tensor, symbol
 
@@ -385,7 +384,7 @@ class _Splitter:
         op = getattr(arg.prim, "live_op", None)
         if op is not None and arg.prim.makes_select(arg.inputs):
             return op.bind(*[self.new[id(a)] for a in arg.inputs])
-        zeros = arg.prim.zero_args if isinstance(arg.prim, Elementwise) else ()
+        zeros = getattr(arg.prim, "zero_args", ())  # (elementwise ops say which)
         out = None
         for i in zeros:
             live = self._live_of(arg.inputs[i], dtype, depth + 1)

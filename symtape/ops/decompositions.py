@@ -318,8 +318,13 @@ def signed_vectors(v: np.ndarray) -> np.ndarray:
     """
     if v.size == 0:
         return v
-    lead = np.take_along_axis(v, np.argmax(np.abs(v), axis=-2)[..., None, :], axis=-2)
-    return np.where(lead < 0, -v, v)
+    return np.where(_leads_negative(v), -v, v)
+
+
+def _leads_negative(v: np.ndarray) -> np.ndarray:
+    """Per column of ``v`` (shape ``(..., 1, k)``), whether its first component of largest
+    magnitude is negative: the vectors :func:`signed_vectors` turns."""
+    return np.take_along_axis(v, np.argmax(np.abs(v), axis=-2)[..., None, :], axis=-2) < 0
 
 
 class Eigh(Decomposition):
@@ -411,11 +416,11 @@ class Svd(Decomposition):
         u, s, vh = np.linalg.svd(x, full_matrices=params["full_matrices"])
         v = np.swapaxes(vh, -1, -2)
         k = s.shape[-1]
-        flip = signed_vectors(v[..., :, :k]) != v[..., :, :k]  # (the pairs' signs, v's rule)
-        sign = np.where(flip.any(axis=-2, keepdims=True), -1.0, 1.0)
-        u, v = u.copy(), v.copy()
-        u[..., :, :k] *= sign
-        v[..., :, :k] *= sign
+        if k:  # each pair turned by v's rule (signed_vectors)
+            sign = np.where(_leads_negative(v[..., :, :k]), -1.0, 1.0)
+            u, v = u.copy(), v.copy()
+            u[..., :, :k] *= sign
+            v[..., :, :k] *= sign
         return [s, u, v]
 
     def loop(self, planner, node):

@@ -52,6 +52,7 @@ from symtape.compile.offsets import (
 )
 from symtape.compile import liveness
 from symtape.compile.liveness import used as _used
+from symtape.compile.compaction import compact
 from symtape.compile.sparse_terms import skip_zero_terms
 from symtape.core.primitive import Unplannable
 from symtape.base.lazy import LazyModule
@@ -157,6 +158,7 @@ def plan_loops(outputs: Sequence[N.Node], inputs: Sequence[N.Node],
         else:
             p.output(o, node)
     skip_zero_terms(p)
+    compact(p)
     ins, outs = layouts([n.shape for n in inputs],
                         [(n.shape, n.dtype.kind == "b") for n in outputs])
     return LoopPlan(tuple(p.buffers), tuple(p.blocks), ins, outs,

@@ -24,6 +24,7 @@ import numpy as np
 
 from symtape.codegen.loops import Access, Block
 from symtape.codegen.plan import Plan
+from symtape.compile.compaction import access_places
 
 __all__ = ["skip_zero_terms", "SKIP_MAX_ITERATIONS", "SKIP_SHARE"]
 
@@ -54,7 +55,7 @@ def _skipping(planner, block: Block) -> Block | None:
 
     def placed(acc: Access) -> np.ndarray:
         if acc not in places:
-            places[acc] = _places(planner, acc, block.space)
+            places[acc] = access_places(planner.buffers, acc, block.space)
         return places[acc]
 
     zero = None
@@ -117,16 +118,3 @@ def _zero_factors(block: Block) -> list:
             if src.op == "input" and block.ins[src.attr[0]] == out and src.attr[1] == 0:
                 found.append(i)
     return found
-
-
-def _places(planner, acc: Access, space: tuple) -> np.ndarray:
-    """The place ``acc``'s core offsets are added to, at every iteration of ``space``."""
-    idx = np.indices(space, dtype=np.int64, sparse=True)
-    places = acc.offset + sum((i * s for i, s in zip(idx, acc.strides)), np.zeros(
-        (1,) * len(space), dtype=np.int64))
-    if acc.index:
-        ibuf, ioff, istrides = acc.index
-        table = np.asarray(planner.buffers[ibuf].values, dtype=np.int64)
-        places = places + table[ioff + sum((i * s for i, s in zip(idx, istrides)),
-                                           np.zeros((1,) * len(space), dtype=np.int64))]
-    return np.broadcast_to(places, space)

@@ -1,0 +1,260 @@
+"""A loop plan's intermediates kept to the places that are read: the last passes of the
+planner, after :func:`~symtape.compile.sparse_terms.skip_zero_terms`.
+
+- **Gathers read their producer's places only.** A temporary one block writes (one element
+  an iteration) and one copy reads at a few of its places (a sparse Jacobian's non-zeros
+  taken from its compressed form) is not made: the producing block runs over the copy's
+  iterations, reading its arguments at the places it read them for those elements, and
+  writes the copy's destination itself.
+- **Blocks nothing reads are dropped** (what only a dropped block read, too).
+- **Buffers read at a few places are compacted to them**: a constant or temporary of which
+  every access but plain fills (one value written everywhere) reaches at most one place in
+  :data:`COMPACT_SHARE` keeps only those places, in order, its accesses reading and
+  writing them through index arrays (affine where the compacted places step evenly), its
+  fills writing the compacted places alone -- values nobody reads are not made.
+- Buffers no block reaches any more are dropped and the rest renumbered.
+
+Each pass leaves every value that is read as it was: the same operations on the same
+operands, in the same order (a sum's terms too), at other places.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from symtape.codegen.loops import Access, Block
+from symtape.codegen.plan import Plan
+
+__all__ = ["compact", "access_places", "COMPACT_SHARE"]
+
+#: A buffer is compacted (and a copy's producer restricted) when at most one in this many of
+#: its places is reached.
+COMPACT_SHARE = 2
+
+
+def compact(planner) -> None:
+    """Rewrites ``planner.blocks`` and ``planner.buffers`` in place (see the module
+    docstring); the planner's other records of buffers are stale afterwards.
+
+    >>> import numpy as np, symtape as st
+    >>> import importlib; P = importlib.import_module("symtape.compile.planner")
+    >>> x = st.symbol("x", shape=(40, 50))
+    >>> y = st.gather(st.reshape(st.exp(x) * st.sin(x), (-1,)), [3, 500, 1999])
+    >>> plan = P.plan_loops([y._node], [x._node])  # exp and sin at the places read only
+    >>> [b.space for b in plan.blocks], [(b.kind, b.size) for b in plan.buffers]
+    ([(3,)], [('input', 2000), ('output', 3), ('indices', 3)])
+    """
+    _restrict_copies(planner)
+    _drop_unread(planner)
+    _compact_buffers(planner)
+    _drop_unread(planner)
+    _renumber(planner)
+
+
+def access_places(buffers, acc: Access, space: tuple) -> np.ndarray:
+    """The place ``acc``'s core offsets are added to, at every iteration of ``space``
+    (``buffers``: the plan's, for the values of an index array).
+
+    >>> access_places([], Access(0, 5, (10, 1)), (2, 3)).tolist()
+    [[5, 6, 7], [15, 16, 17]]
+    """
+    idx = np.indices(space, dtype=np.int64, sparse=True)
+    places = acc.offset + sum((i * s for i, s in zip(idx, acc.strides)), np.zeros(
+        (1,) * len(space), dtype=np.int64))
+    if acc.index:
+        ibuf, ioff, istrides = acc.index
+        table = np.asarray(buffers[ibuf].values, dtype=np.int64)
+        places = places + table[ioff + sum((i * s for i, s in zip(idx, istrides)),
+                                           np.zeros((1,) * len(space), dtype=np.int64))]
+    return np.broadcast_to(places, space)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _uses(blocks) -> tuple:
+    """``(writers, readers)``: buffer -> the blocks writing / reading it (in order)."""
+    writers: dict = {}
+    readers: dict = {}
+    for k, block in enumerate(blocks):
+        for acc in block.outs:
+            writers.setdefault(acc.buffer, []).append(k)
+        for acc in block.ins:
+            readers.setdefault(acc.buffer, []).append(k)
+    return writers, readers
+
+
+def _plain(block: Block) -> bool:
+    """A block of one-point arithmetic whose iterations are independent of their order (at
+    most one point an iteration)."""
+    return isinstance(block.body, Plan) and block.count < 0 and block.runs < 0 \
+        and block.points <= 1
+
+
+def _is_copy(block: Block) -> bool:
+    """Element ``c`` of the core read, written to element ``c`` of the core written."""
+    if not (_plain(block) and not block.accumulate and len(block.ins) == 1
+            and len(block.outs) == 1 and len(block.ins[0].core) == len(block.outs[0].core)):
+        return False
+    body, n = block.body, len(block.ins[0].core)
+    return (len(body.instrs) == n and len(body.outputs) == 1
+            and body.outputs[0].refs == tuple(range(n))
+            and all(ins.op == "input" and ins.attr == (0, c) for c, ins in enumerate(body.instrs)))
+
+
+def _core_places(buffers, acc: Access, space: tuple) -> np.ndarray:
+    """The places of ``acc``'s core elements over ``space`` plus one last axis (the core)."""
+    return access_places(buffers, acc, space)[..., None] + np.asarray(acc.core, dtype=np.int64)
+
+
+def _restrict_copies(planner) -> None:
+    blocks, buffers = planner.blocks, planner.buffers
+    writers, readers = _uses(blocks)
+    gone: set = set()
+    for g, copy in enumerate(blocks):
+        if not _is_copy(copy):
+            continue
+        src = copy.ins[0]
+        t = src.buffer
+        if buffers[t].kind != "temp" or readers.get(t) != [g] or len(writers.get(t, ())) != 1:
+            continue
+        b = writers[t][0]
+        made = blocks[b]
+        if b >= g or b in gone or not _plain(made) or made.accumulate or len(made.outs) != 1 \
+                or made.outs[0].core != (0,) or made.points != copy.points \
+                or math.prod(copy.space) * COMPACT_SHARE > math.prod(made.space):
+            continue
+        read = {a.buffer for a in made.ins}
+        if t in read or any(a.buffer in read for k in range(b + 1, g) for a in blocks[k].outs):
+            continue  # (an argument changes before the copy: made where it is)
+        wrote = access_places(buffers, made.outs[0], made.space).reshape(-1)
+        step = np.full(buffers[t].size, -1, dtype=np.int64)
+        step[wrote] = np.arange(wrote.size)
+        if np.count_nonzero(step >= 0) != wrote.size:
+            continue  # (a place written twice)
+        at = step[_core_places(buffers, src, copy.space).reshape(-1)]
+        if (at < 0).any():
+            continue
+        space = copy.space + (len(src.core),)
+        ins = tuple(planner.indexed(a.buffer, access_places(buffers, a, made.space)
+                                    .reshape(-1)[at].reshape(space))._replace(core=a.core)
+                    for a in made.ins)
+        out = planner.indexed(copy.outs[0].buffer, _core_places(buffers, copy.outs[0],
+                                                                copy.space))
+        blocks[g] = copy._replace(space=space, body=made.body, ins=ins, outs=(out,),
+                                  contract=made.contract)
+        gone.add(b)
+    if gone:
+        planner.blocks[:] = [blk for k, blk in enumerate(blocks) if k not in gone]
+
+
+def _drop_unread(planner) -> None:
+    """Drops the blocks whose outputs are temporaries nothing after them reads."""
+    buffers = planner.buffers
+    needed = {b for b, buf in enumerate(buffers) if buf.kind == "output"}
+    keep = []
+    for k in range(len(planner.blocks) - 1, -1, -1):
+        block = planner.blocks[k]
+        if any(a.buffer in needed or buffers[a.buffer].kind != "temp" for a in block.outs):
+            keep.append(k)
+            needed |= {a.buffer for a in block.ins}
+    if len(keep) < len(planner.blocks):
+        planner.blocks[:] = [planner.blocks[k] for k in reversed(keep)]
+
+
+def _is_fill(block: Block) -> bool:
+    """One value written at every iteration (arguments read at one place)."""
+    return (_plain(block) and not block.accumulate and len(block.outs) == 1
+            and block.outs[0].core == (0,) and block.outs[0].index == ()
+            and all(not a.index and not any(a.strides) for a in block.ins))
+
+
+def _compact_buffers(planner) -> None:
+    blocks, buffers = planner.blocks, planner.buffers
+    touching: dict = {}
+    for k, block in enumerate(blocks):
+        for acc in block.ins + block.outs:
+            touching.setdefault(acc.buffer, set()).add(k)
+    for c, ks in touching.items():
+        buf = buffers[c]
+        if buf.kind not in ("temp", "const") or buf.size < 2 * COMPACT_SHARE:
+            continue
+        ks = sorted(ks)
+        if any(not _plain(blocks[k]) or any(a.core != (0,) for a in blocks[k].ins +
+                                             blocks[k].outs if a.buffer == c) for k in ks):
+            continue
+        fills = [k for k in ks if _is_fill(blocks[k]) and blocks[k].outs[0].buffer == c]
+        reached = [(k, i, access_places(buffers, a, blocks[k].space))
+                   for k in ks if k not in fills
+                   for i, a in enumerate(blocks[k].ins + blocks[k].outs) if a.buffer == c]
+        if not reached:
+            continue
+        kept = np.unique(np.concatenate([p.reshape(-1) for _, _, p in reached]))
+        if kept.size * COMPACT_SHARE > buf.size:
+            continue
+        refills = _refills(blocks, fills, kept)
+        if refills is None:
+            continue
+        values = buf.values and tuple(np.asarray(buf.values)[kept].tolist())
+        new = planner.add_buffer(buf._replace(size=int(kept.size), values=values))
+        for k, i, p in reached:
+            block = blocks[k]
+            n = len(block.ins)
+            old = block.ins[i] if i < n else block.outs[i - n]
+            acc = planner.indexed(new, np.searchsorted(kept, p))._replace(core=old.core)
+            ins = block.ins[:i] + (acc,) + block.ins[i + 1:] if i < n else block.ins
+            outs = block.outs if i < n else \
+                block.outs[:i - n] + (acc,) + block.outs[i - n + 1:]
+            blocks[k] = block._replace(ins=ins, outs=outs)
+        for k, space, strides in refills:
+            block = blocks[k]
+            dims = len(space)
+            blocks[k] = block._replace(
+                space=space, outs=(Access(new, 0, strides),),
+                ins=tuple(a._replace(strides=(0,) * dims) for a in block.ins))
+
+
+def _refills(blocks, fills: list, kept: np.ndarray) -> list | None:
+    """How each fill of ``fills`` writes the compacted places ``kept`` (sorted) alone:
+    ``(block, space, strides)`` -- over the chunk's points and the places of one point when
+    it runs over points (those must then be the same for every point), else over all of
+    them; None where they are not."""
+    out = []
+    for k in fills:
+        block = blocks[k]
+        if not block.points:
+            out.append((k, (int(kept.size),), (1,)))
+            continue
+        per = block.outs[0].strides[0]
+        n = block.space[0]
+        first = kept[kept < per]
+        if per <= 0 or first.size * n != kept.size or not np.array_equal(
+                kept, (np.arange(n, dtype=np.int64)[:, None] * per + first).reshape(-1)):
+            return None
+        out.append((k, (n, int(first.size)), (int(first.size), 1)))
+    return out
+
+
+def _renumber(planner) -> None:
+    """Drops the temporaries, constants and index arrays no block reaches; the others keep
+    their order."""
+    used = {b for b, buf in enumerate(planner.buffers) if buf.kind in ("input", "output")}
+    for block in planner.blocks:
+        for acc in block.ins + block.outs:
+            used.add(acc.buffer)
+            if acc.index:
+                used.add(acc.index[0])
+    if len(used) == len(planner.buffers):
+        return
+    order = sorted(used)
+    number = {b: i for i, b in enumerate(order)}
+
+    def moved(acc: Access) -> Access:
+        index = (number[acc.index[0]],) + tuple(acc.index[1:]) if acc.index else ()
+        return acc._replace(buffer=number[acc.buffer], index=index)
+
+    planner.buffers[:] = [planner.buffers[b] for b in order]
+    planner.blocks[:] = [b._replace(ins=tuple(map(moved, b.ins)), outs=tuple(map(moved, b.outs)))
+                         for b in planner.blocks]

@@ -186,12 +186,15 @@ def _compact_buffers(planner) -> None:
                                              blocks[k].outs if a.buffer == c) for k in ks):
             continue
         fills = [k for k in ks if _is_fill(blocks[k]) and blocks[k].outs[0].buffer == c]
-        reached = [(k, i, access_places(buffers, a, blocks[k].space))
-                   for k in ks if k not in fills
+        reached = [(k, i) for k in ks if k not in fills
                    for i, a in enumerate(blocks[k].ins + blocks[k].outs) if a.buffer == c]
-        if not reached:
+        if not reached or any(_spans(_access(blocks, k, i), blocks[k].space) * COMPACT_SHARE
+                              > buf.size for k, i in reached):
             continue
-        kept = np.unique(np.concatenate([p.reshape(-1) for _, _, p in reached]))
+        mask = np.zeros(buf.size, dtype=bool)
+        for k, i in reached:
+            mask[_distinct(buffers, _access(blocks, k, i), blocks[k].space).reshape(-1)] = True
+        kept = np.flatnonzero(mask)
         if kept.size * COMPACT_SHARE > buf.size:
             continue
         refills = _refills(blocks, fills, kept)
@@ -199,11 +202,12 @@ def _compact_buffers(planner) -> None:
             continue
         values = buf.values and tuple(np.asarray(buf.values)[kept].tolist())
         new = planner.add_buffer(buf._replace(size=int(kept.size), values=values))
-        for k, i, p in reached:
+        for k, i in reached:
             block = blocks[k]
             n = len(block.ins)
-            old = block.ins[i] if i < n else block.outs[i - n]
-            acc = planner.indexed(new, np.searchsorted(kept, p))._replace(core=old.core)
+            old = _access(blocks, k, i)
+            places = access_places(buffers, old, block.space)
+            acc = planner.indexed(new, np.searchsorted(kept, places))._replace(core=old.core)
             ins = block.ins[:i] + (acc,) + block.ins[i + 1:] if i < n else block.ins
             outs = block.outs if i < n else \
                 block.outs[:i - n] + (acc,) + block.outs[i - n + 1:]
@@ -214,6 +218,38 @@ def _compact_buffers(planner) -> None:
             blocks[k] = block._replace(
                 space=space, outs=(Access(new, 0, strides),),
                 ins=tuple(a._replace(strides=(0,) * dims) for a in block.ins))
+
+
+def _access(blocks, k: int, i: int) -> Access:
+    """Access ``i`` of block ``k``, its reads first."""
+    block = blocks[k]
+    return block.ins[i] if i < len(block.ins) else block.outs[i - len(block.ins)]
+
+
+def _moving(acc: Access, space: tuple) -> tuple:
+    """``space`` with 1 along the axes ``acc`` does not move along."""
+    istrides = acc.index[2] if acc.index else (0,) * len(space)
+    return tuple(n if s or t else 1 for n, s, t in zip(space, acc.strides, istrides))
+
+
+def _distinct(buffers, acc: Access, space: tuple) -> np.ndarray:
+    """Every place ``acc`` reaches over ``space`` (each at least once)."""
+    return access_places(buffers, acc, _moving(acc, space))
+
+
+def _spans(acc: Access, space: tuple) -> int:
+    """How many places ``acc`` surely reaches over ``space`` without an index array: the
+    iterations along the axes it moves along when no two of them meet (0 for an indexed
+    access)."""
+    if acc.index:
+        return 0
+    axes = sorted((abs(s), n) for s, n in zip(acc.strides, space) if s and n > 1)
+    reach = 0
+    for stride, n in axes:
+        if stride <= reach:
+            return 0  # (two iterations may meet: not counted)
+        reach += (n - 1) * stride
+    return math.prod(n for _, n in axes)
 
 
 def _refills(blocks, fills: list, kept: np.ndarray) -> list | None:

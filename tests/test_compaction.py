@@ -68,3 +68,39 @@ def test_a_sparse_jacobians_intermediates_are_at_most_its_non_zeros(monkeypatch)
         dense = np.zeros((300, 300))
         dense[rows, cols] = np.asarray(got.values)[p]
         np.testing.assert_allclose(dense, jac(x[p]), rtol=1e-13, atol=1e-14)
+
+
+def test_a_sparse_hessians_intermediates_are_at_most_its_non_zeros(monkeypatch):
+    """A star-coloured Hessian of gathers, a segment sum and their products (300 inputs,
+    900 terms): the forward sweep's tangents (colours x terms) are computed at their
+    non-zeros only -- zeros carried from the seeds through products, sums, selects of
+    counts and copies --, so no temporary holds more than the Hessian's non-zeros a point
+    (they were 8x); values equal the dense Hessian's, nan where it has nan (an infinite
+    input)."""
+    monkeypatch.setattr(strategy, "POINT_LOOP_MIN_ATOMS", 0)
+    rng = np.random.default_rng(0)
+    n, m = 300, 900
+    a, b = rng.integers(0, n, m), rng.integers(0, n, m)
+    k = st.constant(rng.uniform(0.5, 2.0, m))
+
+    def f(c):
+        e = st.gather(c, a) * st.gather(c, b)
+        spread = st.math.unsorted_segment_sum(st.exp(st.gather(c, a)), b, n)
+        return st.reduce_sum(k * st.sin(e)) + st.reduce_sum(spread ** 2)
+
+    sparse = st.hessian(f, sparse=True, input_signature=[st.TensorSpec((n,))])
+    dense = st.hessian(f, input_signature=[st.TensorSpec((n,))])
+    x = rng.uniform(0.1, 1.0, (8, n))
+    x[3, 7] = np.inf
+    got = sparse(x)
+    want = np.asarray(dense(x))
+    nnz = np.asarray(got.values).shape[-1]
+    plan = sparse.compiled.plan
+    assert plan.points and max(_sizes(plan, "temp", "const")) <= plan.points * nnz
+    rows, cols = np.asarray(got.indices).T
+    for p in range(8):
+        full = np.zeros((n, n))
+        full[rows, cols] = np.asarray(got.values)[p]
+        np.testing.assert_allclose(full, want[p], rtol=1e-13, atol=1e-13 * np.nanmax(
+            np.abs(np.where(np.isinf(want[p]), np.nan, want[p]))))
+    assert np.isnan(want[3]).any()

@@ -27,7 +27,7 @@ import numpy as np
 from symtape.codegen.loops import Access, Block
 from symtape.codegen.plan import Plan
 
-__all__ = ["compact", "access_places", "COMPACT_SHARE"]
+__all__ = ["compact", "access_places", "restricted", "COMPACT_SHARE"]
 
 #: A buffer is compacted (and a copy's producer restricted) when at most one in this many of
 #: its places is reached.
@@ -48,6 +48,7 @@ def compact(planner) -> None:
     """
     _restrict_copies(planner)
     _drop_unread(planner)
+    _restrict_to_reads(planner)
     _compact_buffers(planner)
     _drop_unread(planner)
     _renumber(planner)
@@ -69,6 +70,49 @@ def access_places(buffers, acc: Access, space: tuple) -> np.ndarray:
         places = places + table[ioff + sum((i * s for i, s in zip(idx, istrides)),
                                            np.zeros((1,) * len(space), dtype=np.int64))]
     return np.broadcast_to(places, space)
+
+
+def restricted(planner, block: Block, dead: np.ndarray, share: int = COMPACT_SHARE
+               ) -> Block | None:
+    """``block`` run over the iterations where ``dead`` (a boolean array over its space) is
+    False only, in their order: the axes along which ``dead`` varies become one axis over
+    the live iterations, each access reading or writing through an index array where it
+    no longer steps evenly. None when more than one in ``share`` of those iterations live,
+    or ``dead`` varies along the chunk's points or a count's axis.
+
+    >>> import importlib; P = importlib.import_module("symtape.compile.planner")
+    >>> from symtape.codegen.loops import Buffer
+    >>> p = P._Planner(0); p.buffers[:] = [Buffer("temp", -1, 12)]
+    >>> b = Block((3, 4), None, (), (Access(0, 0, (4, 1)),))
+    >>> dead = np.ones((3, 4), dtype=bool); dead[1, 2] = False
+    >>> r = restricted(p, b, dead); r.space, r.outs[0].offset
+    ((1,), 6)
+    """
+    dims = [d for d in range(len(block.space))
+            if block.space[d] > 1 and not (dead == dead.take([0], axis=d)).all()]
+    if not dims:
+        return None
+    lo, hi = dims[0], dims[-1] + 1
+    if (block.points and lo == 0) or lo <= block.count < hi or lo <= block.runs < hi:
+        return None  # (the points' dimension and totals' counts stay as they are)
+    run = block.space[lo:hi]
+    live = ~dead[(0,) * lo + (slice(None),) * (hi - lo) + (0,) * (len(block.space) - hi)]
+    nz = np.flatnonzero(live.reshape(-1))
+    if len(nz) * share > math.prod(run):
+        return None
+    space = block.space[:lo] + (len(nz),) + block.space[hi:]
+
+    def moved(acc: Access) -> Access:
+        over = access_places(planner.buffers, acc, block.space).reshape(
+            block.space[:lo] + (-1,) + block.space[hi:])
+        return planner.indexed(acc.buffer, over.take(nz, axis=lo))._replace(core=acc.core)
+
+    shift = hi - lo - 1
+    return block._replace(
+        space=space, ins=tuple(moved(a) for a in block.ins),
+        outs=tuple(moved(a) for a in block.outs),
+        count=block.count - shift if block.count >= hi else block.count,
+        runs=block.runs - shift if block.runs >= hi else block.runs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -113,15 +157,21 @@ def _restrict_copies(planner) -> None:
     blocks, buffers = planner.blocks, planner.buffers
     writers, readers = _uses(blocks)
     gone: set = set()
+    put: dict = {}  # copy -> the blocks replacing it
     for g, copy in enumerate(blocks):
         if not _is_copy(copy):
             continue
         src = copy.ins[0]
         t = src.buffer
-        if buffers[t].kind != "temp" or readers.get(t) != [g] or len(writers.get(t, ())) != 1:
+        wrote_t = writers.get(t, [])
+        if buffers[t].kind != "temp" or readers.get(t) != [g] or len(wrote_t) not in (1, 2):
             continue
-        b = writers[t][0]
+        fill = wrote_t[0] if len(wrote_t) == 2 else None
+        b = wrote_t[-1]
         made = blocks[b]
+        if fill is not None and not (_is_fill(blocks[fill]) and blocks[fill].points ==
+                                     copy.points):
+            continue
         if b >= g or b in gone or not _plain(made) or made.accumulate or len(made.outs) != 1 \
                 or made.outs[0].core != (0,) or made.points != copy.points \
                 or math.prod(copy.space) * COMPACT_SHARE > math.prod(made.space):
@@ -135,19 +185,64 @@ def _restrict_copies(planner) -> None:
         if np.count_nonzero(step >= 0) != wrote.size:
             continue  # (a place written twice)
         at = step[_core_places(buffers, src, copy.space).reshape(-1)]
-        if (at < 0).any():
+        missed = at < 0  # (read from the fill)
+        if missed.any() and fill is None:
             continue
         space = copy.space + (len(src.core),)
-        ins = tuple(planner.indexed(a.buffer, access_places(buffers, a, made.space)
-                                    .reshape(-1)[at].reshape(space))._replace(core=a.core)
-                    for a in made.ins)
         out = planner.indexed(copy.outs[0].buffer, _core_places(buffers, copy.outs[0],
                                                                 copy.space))
-        blocks[g] = copy._replace(space=space, body=made.body, ins=ins, outs=(out,),
-                                  contract=made.contract)
+        new = None
+        if not missed.all():
+            at = np.where(missed, 0, at)
+            ins = tuple(planner.indexed(a.buffer, access_places(buffers, a, made.space)
+                                        .reshape(-1)[at].reshape(space))._replace(core=a.core)
+                        for a in made.ins)
+            new = copy._replace(space=space, body=made.body, ins=ins, outs=(out,),
+                                contract=made.contract)
+            if missed.any():
+                new = restricted(planner, new, missed.reshape(space), 1)
+                if new is None:
+                    continue
+        now = [] if new is None else [new]
+        if fill is not None:
+            filled = blocks[fill]
+            now.insert(0, filled._replace(space=space, outs=(out,), ins=tuple(
+                a._replace(strides=(0,) * len(space)) for a in filled.ins)))
+            gone.add(fill)
+        put[g] = now
         gone.add(b)
     if gone:
-        planner.blocks[:] = [blk for k, blk in enumerate(blocks) if k not in gone]
+        planner.blocks[:] = [new for k, blk in enumerate(blocks) if k not in gone
+                             for new in put.get(k, [blk])]
+
+
+def _restrict_to_reads(planner) -> None:
+    """Each block writing one temporary that later blocks read at a few of the places it
+    writes (and no block before it reads) runs over the iterations writing those places
+    alone; last blocks first, so what they no longer read is not made either."""
+    blocks, buffers = planner.blocks, planner.buffers
+    for k in range(len(blocks) - 1, -1, -1):
+        block = blocks[k]
+        if not (_plain(block) and len(block.outs) == 1 and block.outs[0].core == (0,)):
+            continue
+        t = block.outs[0].buffer
+        if buffers[t].kind != "temp" or any(
+                a.buffer == t for j in range(k) for a in blocks[j].ins):
+            continue
+        reads = [(j, a) for j in range(k + 1, len(blocks)) for a in blocks[j].ins
+                 if a.buffer == t]
+        if any(not _plain(blocks[j]) for j, _ in reads):
+            continue
+        read = np.zeros(buffers[t].size, dtype=bool)
+        for j, a in reads:
+            core = _core_places(buffers, a, _moving(a, blocks[j].space))
+            read[core.reshape(-1)] = True
+        if read.all():
+            continue
+        dead = ~read[access_places(buffers, block.outs[0], block.space)]
+        new = restricted(planner, block, dead) if dead.any() else None
+        if new is not None:
+            blocks[k] = new
 
 
 def _drop_unread(planner) -> None:

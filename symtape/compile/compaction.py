@@ -27,11 +27,17 @@ import numpy as np
 from symtape.codegen.loops import Access, Block
 from symtape.codegen.plan import Plan
 
-__all__ = ["compact", "access_places", "restricted", "COMPACT_SHARE"]
+__all__ = ["compact", "access_places", "restricted", "COMPACT_SHARE", "COMPACT_MAX_INDEX"]
 
 #: A buffer is compacted (and a copy's producer restricted) when at most one in this many of
 #: its places is reached.
 COMPACT_SHARE = 2
+#: ... and no access of a rewritten block runs over more than this many places a point: its
+#: index array is a constant of the compiled module (a million elements take about a second
+#: to build and compile; a larger intermediate is cheaper kept dense).
+COMPACT_MAX_INDEX = 1 << 20
+#: Blocks of more iterations are left as they are (their places are not listed).
+COMPACT_MAX_ITERATIONS = 1 << 22
 
 
 def compact(planner) -> None:
@@ -98,9 +104,9 @@ def restricted(planner, block: Block, dead: np.ndarray, share: int = COMPACT_SHA
     run = block.space[lo:hi]
     live = ~dead[(0,) * lo + (slice(None),) * (hi - lo) + (0,) * (len(block.space) - hi)]
     nz = np.flatnonzero(live.reshape(-1))
-    if len(nz) * share > math.prod(run):
-        return None
     space = block.space[:lo] + (len(nz),) + block.space[hi:]
+    if len(nz) * share > math.prod(run) or _per_point(block, space) > COMPACT_MAX_INDEX:
+        return None
 
     def moved(acc: Access) -> Access:
         over = access_places(planner.buffers, acc, block.space).reshape(
@@ -118,6 +124,11 @@ def restricted(planner, block: Block, dead: np.ndarray, share: int = COMPACT_SHA
 # --------------------------------------------------------------------------------------------
 
 
+def _per_point(block: Block, space: tuple) -> int:
+    """The iterations of ``space`` for one point of ``block``'s chunk."""
+    return math.prod(space[1:] if block.points else space)
+
+
 def _uses(blocks) -> tuple:
     """``(writers, readers)``: buffer -> the blocks writing / reading it (in order)."""
     writers: dict = {}
@@ -132,9 +143,9 @@ def _uses(blocks) -> tuple:
 
 def _plain(block: Block) -> bool:
     """A block of one-point arithmetic whose iterations are independent of their order (at
-    most one point an iteration)."""
+    most one point an iteration), of at most COMPACT_MAX_ITERATIONS."""
     return isinstance(block.body, Plan) and block.count < 0 and block.runs < 0 \
-        and block.points <= 1
+        and block.points <= 1 and math.prod(block.space) <= COMPACT_MAX_ITERATIONS
 
 
 def _is_copy(block: Block) -> bool:
@@ -173,8 +184,7 @@ def _restrict_copies(planner) -> None:
                                      copy.points):
             continue
         if b >= g or b in gone or not _plain(made) or made.accumulate or len(made.outs) != 1 \
-                or made.outs[0].core != (0,) or made.points != copy.points \
-                or math.prod(copy.space) * COMPACT_SHARE > math.prod(made.space):
+                or made.outs[0].core != (0,) or made.points != copy.points:
             continue
         read = {a.buffer for a in made.ins}
         if t in read or any(a.buffer in read for k in range(b + 1, g) for a in blocks[k].outs):
@@ -186,9 +196,11 @@ def _restrict_copies(planner) -> None:
             continue  # (a place written twice)
         at = step[_core_places(buffers, src, copy.space).reshape(-1)]
         missed = at < 0  # (read from the fill)
-        if missed.any() and fill is None:
-            continue
+        if (missed.any() and fill is None) or np.count_nonzero(~missed) > wrote.size:
+            continue  # (no fill to read, or more work than the block made)
         space = copy.space + (len(src.core),)
+        if _per_point(copy, space) > COMPACT_MAX_INDEX:
+            continue
         out = planner.indexed(copy.outs[0].buffer, _core_places(buffers, copy.outs[0],
                                                                 copy.space))
         new = None
@@ -284,7 +296,8 @@ def _compact_buffers(planner) -> None:
         reached = [(k, i) for k in ks if k not in fills
                    for i, a in enumerate(blocks[k].ins + blocks[k].outs) if a.buffer == c]
         if not reached or any(_spans(_access(blocks, k, i), blocks[k].space) * COMPACT_SHARE
-                              > buf.size for k, i in reached):
+                              > buf.size or _per_point(blocks[k], blocks[k].space) >
+                              COMPACT_MAX_INDEX for k, i in reached):
             continue
         mask = np.zeros(buf.size, dtype=bool)
         for k, i in reached:

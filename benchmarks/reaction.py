@@ -12,7 +12,12 @@ evaluation: per point, over a batch of points, best and median of several calls.
 are checked against a hand-written Jacobian. Targets: 2,000 species / 6,000 reactions:
 setup <= 2 s, peak RSS <= 2 GB, evaluation <= 1 ms a point; 20,000 / 60,000: setup <= 20 s.
 
-    python benchmarks/reaction.py [--sizes 2000:6000,20000:60000] [--points 16]
+    python benchmarks/reaction.py [--sizes 2000:6000,20000:60000] [--points 16] [--hessian]
+
+``--hessian``: instead, the sparse Hessian of the steady-state residual ``0.5 * |dc|^2``
+(Newton's method on it), its products with three random vectors checked against central
+differences of the gradient; JAX's dense ``jit(vmap(hessian))`` beside it. Both report the
+largest temporary of symtape's plan a point, in units of the derivative's non-zeros.
 """
 
 from __future__ import annotations
@@ -88,7 +93,8 @@ def run_symtape(net: dict, points: np.ndarray) -> dict:
         return dict(error=f"{type(e).__name__}: {e}", setup=time.perf_counter() - t,
                     rss=rss_mb())
     setup = time.perf_counter() - t
-    out = dict(setup=setup, rss=rss_mb(), nnz=first.values.shape[-1],
+    nnz = first.values.shape[-1]
+    out = dict(setup=setup, rss=rss_mb(), nnz=nnz, largest=largest_temporary(jac, nnz),
                strategies=[s.name for s in jac.strategies])
     best, median = timed_calls(lambda: jac(points))
     out.update(best=best / len(points), median=median / len(points))
@@ -99,6 +105,75 @@ def run_symtape(net: dict, points: np.ndarray) -> dict:
     got = dict(zip(zip(rows.tolist(), cols.tolist()), np.asarray(first.values)[0].tolist()))
     out["max_error"] = max(abs(got.get(key, 0.0) - v) for key, v in want.items())
     out["pattern_ok"] = set(want) <= set(got)
+    return out
+
+
+def largest_temporary(fn, nnz: int) -> float:
+    """The largest temporary or constant of ``fn``'s loop plan a point, over ``nnz``."""
+    plan = fn.compiled.plan
+    sizes = [b.size for b in getattr(plan, "buffers", ()) if b.kind in ("temp", "const")]
+    return max(sizes, default=0) / max(1, getattr(plan, "points", 0)) / nnz
+
+
+def run_symtape_hessian(net: dict, points: np.ndarray) -> dict:
+    import sympy  # noqa: F401 - as in run_symtape
+    rhs = symtape_rhs(net)
+
+    def residual(conc):
+        return 0.5 * st.reduce_sum(rhs(conc) ** 2)
+
+    spec = [st.TensorSpec((net["ns"],))]
+    t = time.perf_counter()
+    hess = st.hessian(residual, sparse=True, input_signature=spec)
+    first = hess(points[:1])
+    setup = time.perf_counter() - t
+    nnz = first.values.shape[-1]
+    out = dict(setup=setup, rss=rss_mb(), nnz=nnz, largest=largest_temporary(hess, nnz))
+    best, median = timed_calls(lambda: hess(points))
+    out.update(best=best / len(points), median=median / len(points))
+    grad = st.grad(residual, input_signature=spec)
+    rows, cols = np.asarray(first.indices).T
+    vals = np.asarray(first.values)[0]
+    rng = np.random.default_rng(2)
+    err = 0.0
+    for _ in range(3):
+        v = rng.standard_normal(net["ns"])
+        hv = np.zeros(net["ns"])
+        np.add.at(hv, rows, vals * v[cols])
+        eps = 1e-5
+        fd = (np.asarray(grad(points[:1] + eps * v))[0] -
+              np.asarray(grad(points[:1] - eps * v))[0]) / (2 * eps)
+        err = max(err, float(np.abs(hv - fd).max() / np.abs(fd).max()))
+    out["max_error"] = err
+    return out
+
+
+def run_jax_hessian(net: dict, points: np.ndarray) -> dict | None:
+    try:
+        import jax
+        import jax.numpy as jnp
+    except ImportError:
+        return None
+    jax.config.update("jax_enable_x64", True)
+    ns = net["ns"]
+    if ns * ns * 8 * len(points) > 2 ** 31:
+        return dict(error=f"dense Hessians of {len(points)} points take "
+                          f"{ns * ns * 8 * len(points) / 2 ** 30:.1f} GiB: skipped")
+    a, b, k = jnp.asarray(net["a"]), jnp.asarray(net["b"]), jnp.asarray(net["k"])
+    stoich, reaction = jnp.asarray(net["stoich"]), jnp.asarray(net["reaction"])
+    species = jnp.asarray(net["species"])
+
+    def residual(c):
+        r = k * c[a] * c[b]
+        dc = jax.ops.segment_sum(stoich * r[reaction], species, num_segments=ns)
+        return 0.5 * jnp.sum(dc ** 2)
+
+    t = time.perf_counter()
+    hess = jax.jit(jax.vmap(jax.hessian(residual)))
+    hess(jnp.asarray(points[:1])).block_until_ready()
+    out = dict(setup=time.perf_counter() - t, rss=rss_mb(), max_error=0.0)
+    best, median = timed_calls(lambda: hess(jnp.asarray(points)).block_until_ready())
+    out.update(best=best / len(points), median=median / len(points))
     return out
 
 
@@ -134,20 +209,25 @@ def run_jax(net: dict, points: np.ndarray) -> dict | None:
     return out
 
 
-def child(tool: str, ns: int, nr: int, n_points: int) -> None:
+def child(tool: str, ns: int, nr: int, n_points: int, hessian: bool = False) -> None:
     """Run in a child process: one tool at one size; print a JSON line of its numbers."""
     net = network(ns, nr)
     points = np.random.default_rng(1).uniform(0.1, 1.0, (n_points, ns))
-    out = run_symtape(net, points) if tool == "symtape" else run_jax(net, points)
+    if hessian:
+        out = run_symtape_hessian(net, points) if tool == "symtape" else \
+            run_jax_hessian(net, points)
+    else:
+        out = run_symtape(net, points) if tool == "symtape" else run_jax(net, points)
     print(json.dumps(None if out is None else
                      {k: v if isinstance(v, (str, list, bool)) else float(v)
                       for k, v in out.items()}))
 
 
-def in_child(tool: str, ns: int, nr: int, n_points: int) -> dict | None:
+def in_child(tool: str, ns: int, nr: int, n_points: int, hessian: bool = False
+             ) -> dict | None:
     """``child`` in a fresh process (so each peak RSS is that tool's own)."""
     cmd = [sys.executable, __file__, "--child", tool, "--sizes", f"{ns}:{nr}",
-           "--points", str(n_points)]
+           "--points", str(n_points)] + (["--hessian"] if hessian else [])
     run = subprocess.run(cmd, capture_output=True, text=True)
     if run.returncode:
         return dict(error=f"child exited with {run.returncode}: {run.stderr[-300:]}",
@@ -160,14 +240,19 @@ def main() -> None:
     parser.add_argument("--sizes", default="2000:6000",
                         help="species:reactions pairs, comma-separated")
     parser.add_argument("--points", type=int, default=16)
+    parser.add_argument("--hessian", action="store_true",
+                        help="the sparse Hessian of 0.5 |dc|^2 instead of the Jacobian")
     parser.add_argument("--child", choices=("symtape", "jax"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     for pair in args.sizes.split(","):
         ns, nr = (int(v) for v in pair.split(":"))
         if args.child:
-            child(args.child, ns, nr, args.points)
+            child(args.child, ns, nr, args.points, args.hessian)
             continue
         print(f"== {ns} species, {nr} reactions, {3 * nr} terms ==")
+        if args.hessian:
+            hessian_rows(ns, nr, args.points)
+            continue
         s = in_child("symtape", ns, nr, args.points)
         if "error" in s:
             print(f"symtape sparse: refused after {s['setup']:.1f} s ({s['error']}), "
@@ -175,7 +260,8 @@ def main() -> None:
         else:
             print(f"symtape sparse: setup {s['setup']:.2f} s, peak RSS {s['rss']:.0f} MB, "
                   f"{s['nnz']:.0f} non-zeros, eval best {s['best'] * 1e3:.3f} ms / median "
-                  f"{s['median'] * 1e3:.3f} ms a point; paths {s['strategies']}; "
+                  f"{s['median'] * 1e3:.3f} ms a point; largest temporary "
+                  f"{s['largest']:.2f}x the non-zeros a point; paths {s['strategies']}; "
                   f"max error vs hand {s['max_error']:.1e}, pattern ok {s['pattern_ok']}")
         j = in_child("jax", ns, nr, args.points)
         if j is None:
@@ -186,6 +272,26 @@ def main() -> None:
             print(f"jax dense jacfwd: setup {j['setup']:.2f} s, peak RSS {j['rss']:.0f} MB, "
                   f"eval best {j['best'] * 1e3:.3f} ms / median {j['median'] * 1e3:.3f} ms "
                   f"a point; max error vs hand {j['max_error']:.1e}")
+
+
+def hessian_rows(ns: int, nr: int, n_points: int) -> None:
+    s = in_child("symtape", ns, nr, n_points, True)
+    if "error" in s:
+        print(f"symtape sparse Hessian: {s['error']}")
+    else:
+        print(f"symtape sparse Hessian: setup {s['setup']:.2f} s, peak RSS {s['rss']:.0f} MB, "
+              f"{s['nnz']:.0f} non-zeros, eval best {s['best'] * 1e3:.3f} ms / median "
+              f"{s['median'] * 1e3:.3f} ms a point; largest temporary "
+              f"{s['largest']:.2f}x the non-zeros a point; Hessian-vector products vs "
+              f"central differences {s['max_error']:.1e}")
+    j = in_child("jax", ns, nr, n_points, True)
+    if j is None:
+        print("jax: not installed")
+    elif "error" in j:
+        print(f"jax dense hessian: {j['error']}")
+    else:
+        print(f"jax dense hessian: setup {j['setup']:.2f} s, peak RSS {j['rss']:.0f} MB, "
+              f"eval best {j['best'] * 1e3:.3f} ms / median {j['median'] * 1e3:.3f} ms a point")
 
 
 if __name__ == "__main__":

@@ -148,7 +148,9 @@ def run_symtape_hessian(net: dict, points: np.ndarray) -> dict:
     return out
 
 
-def run_jax_hessian(net: dict, points: np.ndarray) -> dict | None:
+def run_jax(net: dict, points: np.ndarray, hessian: bool = False) -> dict | None:
+    """JAX's dense ``jacfwd`` of the species changes (checked against the hand Jacobian),
+    or with ``hessian`` its dense ``hessian`` of ``0.5 |dc|^2``, jitted and vmapped."""
     try:
         import jax
         import jax.numpy as jnp
@@ -156,37 +158,9 @@ def run_jax_hessian(net: dict, points: np.ndarray) -> dict | None:
         return None
     jax.config.update("jax_enable_x64", True)
     ns = net["ns"]
+    what = "Hessians" if hessian else "Jacobians"
     if ns * ns * 8 * len(points) > 2 ** 31:
-        return dict(error=f"dense Hessians of {len(points)} points take "
-                          f"{ns * ns * 8 * len(points) / 2 ** 30:.1f} GiB: skipped")
-    a, b, k = jnp.asarray(net["a"]), jnp.asarray(net["b"]), jnp.asarray(net["k"])
-    stoich, reaction = jnp.asarray(net["stoich"]), jnp.asarray(net["reaction"])
-    species = jnp.asarray(net["species"])
-
-    def residual(c):
-        r = k * c[a] * c[b]
-        dc = jax.ops.segment_sum(stoich * r[reaction], species, num_segments=ns)
-        return 0.5 * jnp.sum(dc ** 2)
-
-    t = time.perf_counter()
-    hess = jax.jit(jax.vmap(jax.hessian(residual)))
-    hess(jnp.asarray(points[:1])).block_until_ready()
-    out = dict(setup=time.perf_counter() - t, rss=rss_mb(), max_error=0.0)
-    best, median = timed_calls(lambda: hess(jnp.asarray(points)).block_until_ready())
-    out.update(best=best / len(points), median=median / len(points))
-    return out
-
-
-def run_jax(net: dict, points: np.ndarray) -> dict | None:
-    try:
-        import jax
-        import jax.numpy as jnp
-    except ImportError:
-        return None
-    jax.config.update("jax_enable_x64", True)
-    ns = net["ns"]
-    if ns * ns * 8 * len(points) > 2 ** 31:
-        return dict(error=f"dense Jacobians of {len(points)} points take "
+        return dict(error=f"dense {what} of {len(points)} points take "
                           f"{ns * ns * 8 * len(points) / 2 ** 30:.1f} GiB: skipped")
     a, b, k = jnp.asarray(net["a"]), jnp.asarray(net["b"]), jnp.asarray(net["k"])
     stoich, reaction = jnp.asarray(net["stoich"]), jnp.asarray(net["reaction"])
@@ -197,14 +171,16 @@ def run_jax(net: dict, points: np.ndarray) -> dict | None:
         return jax.ops.segment_sum(stoich * r[reaction], species, num_segments=ns)
 
     t = time.perf_counter()
-    jac = jax.jit(jax.vmap(jax.jacfwd(f)))
-    first = jac(jnp.asarray(points[:1])).block_until_ready()
-    setup = time.perf_counter() - t
-    rows, cols, vals = hand_jacobian(net, points[0])
-    want = np.zeros((ns, ns))
-    np.add.at(want, (rows, cols), vals)
-    out = dict(setup=setup, rss=rss_mb(), max_error=float(np.abs(first[0] - want).max()))
-    best, median = timed_calls(lambda: jac(jnp.asarray(points)).block_until_ready())
+    fn = jax.hessian(lambda c: 0.5 * jnp.sum(f(c) ** 2)) if hessian else jax.jacfwd(f)
+    derivative = jax.jit(jax.vmap(fn))
+    first = derivative(jnp.asarray(points[:1])).block_until_ready()
+    out = dict(setup=time.perf_counter() - t, rss=rss_mb())
+    if not hessian:
+        rows, cols, vals = hand_jacobian(net, points[0])
+        want = np.zeros((ns, ns))
+        np.add.at(want, (rows, cols), vals)
+        out["max_error"] = float(np.abs(first[0] - want).max())
+    best, median = timed_calls(lambda: derivative(jnp.asarray(points)).block_until_ready())
     out.update(best=best / len(points), median=median / len(points))
     return out
 
@@ -213,11 +189,10 @@ def child(tool: str, ns: int, nr: int, n_points: int, hessian: bool = False) -> 
     """Run in a child process: one tool at one size; print a JSON line of its numbers."""
     net = network(ns, nr)
     points = np.random.default_rng(1).uniform(0.1, 1.0, (n_points, ns))
-    if hessian:
-        out = run_symtape_hessian(net, points) if tool == "symtape" else \
-            run_jax_hessian(net, points)
+    if tool == "jax":
+        out = run_jax(net, points, hessian)
     else:
-        out = run_symtape(net, points) if tool == "symtape" else run_jax(net, points)
+        out = run_symtape_hessian(net, points) if hessian else run_symtape(net, points)
     print(json.dumps(None if out is None else
                      {k: v if isinstance(v, (str, list, bool)) else float(v)
                       for k, v in out.items()}))

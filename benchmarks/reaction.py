@@ -225,48 +225,35 @@ def main() -> None:
             child(args.child, ns, nr, args.points, args.hessian)
             continue
         print(f"== {ns} species, {nr} reactions, {3 * nr} terms ==")
-        if args.hessian:
-            hessian_rows(ns, nr, args.points)
-            continue
-        s = in_child("symtape", ns, nr, args.points)
-        if "error" in s:
-            print(f"symtape sparse: refused after {s['setup']:.1f} s ({s['error']}), "
-                  f"peak RSS {s['rss']:.0f} MB")
-        else:
-            print(f"symtape sparse: setup {s['setup']:.2f} s, peak RSS {s['rss']:.0f} MB, "
-                  f"{s['nnz']:.0f} non-zeros, eval best {s['best'] * 1e3:.3f} ms / median "
-                  f"{s['median'] * 1e3:.3f} ms a point; largest temporary "
-                  f"{s['largest']:.2f}x the non-zeros a point; paths {s['strategies']}; "
-                  f"max error vs hand {s['max_error']:.1e}, pattern ok {s['pattern_ok']}")
-        j = in_child("jax", ns, nr, args.points)
-        if j is None:
-            print("jax: not installed")
-        elif "error" in j:
-            print(f"jax dense jacfwd: {j['error']}")
-        else:
-            print(f"jax dense jacfwd: setup {j['setup']:.2f} s, peak RSS {j['rss']:.0f} MB, "
-                  f"eval best {j['best'] * 1e3:.3f} ms / median {j['median'] * 1e3:.3f} ms "
-                  f"a point; max error vs hand {j['max_error']:.1e}")
+        rows(ns, nr, args.points, args.hessian)
 
 
-def hessian_rows(ns: int, nr: int, n_points: int) -> None:
-    s = in_child("symtape", ns, nr, n_points, True)
+def rows(ns: int, nr: int, n_points: int, hessian: bool) -> None:
+    """Print symtape's row and JAX's for one size (each measured in a child process)."""
+    what, check = (" Hessian", "Hessian-vector products vs central differences") if hessian \
+        else ("", "max error vs hand")
+    s = in_child("symtape", ns, nr, n_points, hessian)
     if "error" in s:
-        print(f"symtape sparse Hessian: {s['error']}")
+        print(f"symtape sparse{what}: refused after {s['setup']:.1f} s ({s['error']}), "
+              f"peak RSS {s['rss']:.0f} MB")
     else:
-        print(f"symtape sparse Hessian: setup {s['setup']:.2f} s, peak RSS {s['rss']:.0f} MB, "
+        print(f"symtape sparse{what}: setup {s['setup']:.2f} s, peak RSS {s['rss']:.0f} MB, "
               f"{s['nnz']:.0f} non-zeros, eval best {s['best'] * 1e3:.3f} ms / median "
               f"{s['median'] * 1e3:.3f} ms a point; largest temporary "
-              f"{s['largest']:.2f}x the non-zeros a point; Hessian-vector products vs "
-              f"central differences {s['max_error']:.1e}")
-    j = in_child("jax", ns, nr, n_points, True)
+              f"{s['largest']:.2f}x the non-zeros a point; "
+              + ("" if hessian else f"paths {s['strategies']}; ")
+              + f"{check} {s['max_error']:.1e}"
+              + ("" if hessian else f", pattern ok {s['pattern_ok']}"))
+    j = in_child("jax", ns, nr, n_points, hessian)
+    name = "jax dense " + ("hessian" if hessian else "jacfwd")
     if j is None:
         print("jax: not installed")
     elif "error" in j:
-        print(f"jax dense hessian: {j['error']}")
+        print(f"{name}: {j['error']}")
     else:
-        print(f"jax dense hessian: setup {j['setup']:.2f} s, peak RSS {j['rss']:.0f} MB, "
-              f"eval best {j['best'] * 1e3:.3f} ms / median {j['median'] * 1e3:.3f} ms a point")
+        print(f"{name}: setup {j['setup']:.2f} s, peak RSS {j['rss']:.0f} MB, eval best "
+              f"{j['best'] * 1e3:.3f} ms / median {j['median'] * 1e3:.3f} ms a point"
+              + ("" if hessian else f"; max error vs hand {j['max_error']:.1e}"))
 
 
 if __name__ == "__main__":

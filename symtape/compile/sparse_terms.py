@@ -11,8 +11,9 @@ constant 0 times anything is 0, also at inf and nan: docs, "One rule for values"
 blocks are walked in order, each buffer carrying where it is known to be a structural zero:
 the folded constants' zeros, what a block computes from them (a product with a zero
 factor, a sum of zeros, a select whose chosen branch is zero -- ``select(count != 0, v,
-0)`` at a count that is exactly 0 --, a copy of a zero), a zero fill, and the places of an
-accumulated sum no live term reaches. An accumulating block iterates over its non-zero
+0)`` at a count that is exactly 0 --, a copy of a zero), a zero fill (a sum's -0.0 start
+too), and the places of an accumulated sum no live term reaches (the DAG's sum of no terms
+is its 0). An accumulating block iterates over its non-zero
 terms only; any other block computes its non-zero elements only, after a fill of zeros
 (which :mod:`~symtape.compile.compaction` keeps to the places read). The axes along which
 the zeros vary become one axis over the rest, in the same order (each sum's remaining
@@ -93,6 +94,9 @@ def _through(planner, block: Block, zeros: dict, exact: dict) -> tuple:
         elif z is not None:
             structural[i] = z[access_places(buffers, acc, block.space)]
     zero = _zero_where(block, structural, known)
+    if zero is None and not block.accumulate and len(block.ins) == 1 and 0 in known and \
+            known[0].all() and not any(block.ins[0].strides) and len(block.body.instrs) == 1:
+        zero = np.True_  # (a sum's -0.0 start: where no live term lands, the DAG's 0)
     written = None
     if zero is not None and zero.ndim:
         written = access_places(buffers, out, block.space)

@@ -284,6 +284,7 @@ def _compact_buffers(planner) -> None:
     for k, block in enumerate(blocks):
         for acc in block.ins + block.outs:
             touching.setdefault(acc.buffer, set()).add(k)
+    dropped: set = set()  # fills writing no place that is read
     for c, ks in touching.items():
         buf = buffers[c]
         if buf.kind not in ("temp", "const") or buf.size < 2 * COMPACT_SHARE:
@@ -305,8 +306,16 @@ def _compact_buffers(planner) -> None:
         kept = np.flatnonzero(mask)
         if kept.size * COMPACT_SHARE > buf.size:
             continue
-        refills = _refills(blocks, fills, kept)
-        if refills is None:
+        refills, whole = [], True  # each fill over the kept places it writes (None: none)
+        for k in fills:
+            keep = np.isin(access_places(buffers, blocks[k].outs[0], blocks[k].space), kept)
+            fill = blocks[k] if keep.all() else None if not keep.any() else \
+                restricted(planner, blocks[k], ~keep, 1)
+            if fill is None and keep.any():
+                whole = False  # (a fill that cannot be kept to the places read)
+                break
+            refills.append((k, fill))
+        if not whole:
             continue
         values = buf.values and tuple(np.asarray(buf.values)[kept].tolist())
         new = planner.add_buffer(buf._replace(size=int(kept.size), values=values))
@@ -320,12 +329,14 @@ def _compact_buffers(planner) -> None:
             outs = block.outs if i < n else \
                 block.outs[:i - n] + (acc,) + block.outs[i - n + 1:]
             blocks[k] = block._replace(ins=ins, outs=outs)
-        for k, space, strides in refills:
-            block = blocks[k]
-            dims = len(space)
-            blocks[k] = block._replace(
-                space=space, outs=(Access(new, 0, strides),),
-                ins=tuple(a._replace(strides=(0,) * dims) for a in block.ins))
+        for k, fill in refills:
+            if fill is None:
+                dropped.add(k)
+                continue
+            places = access_places(buffers, fill.outs[0], fill.space)
+            blocks[k] = fill._replace(outs=(planner.indexed(new, np.searchsorted(kept, places)),))
+    if dropped:
+        blocks[:] = [b for k, b in enumerate(blocks) if k not in dropped]
 
 
 def _access(blocks, k: int, i: int) -> Access:
@@ -358,27 +369,6 @@ def _spans(acc: Access, space: tuple) -> int:
             return 0  # (two iterations may meet: not counted)
         reach += (n - 1) * stride
     return math.prod(n for _, n in axes)
-
-
-def _refills(blocks, fills: list, kept: np.ndarray) -> list | None:
-    """How each fill of ``fills`` writes the compacted places ``kept`` (sorted) alone:
-    ``(block, space, strides)`` -- over the chunk's points and the places of one point when
-    it runs over points (those must then be the same for every point), else over all of
-    them; None where they are not."""
-    out = []
-    for k in fills:
-        block = blocks[k]
-        if not block.points:
-            out.append((k, (int(kept.size),), (1,)))
-            continue
-        per = block.outs[0].strides[0]
-        n = block.space[0]
-        first = kept[kept < per]
-        if per <= 0 or first.size * n != kept.size or not np.array_equal(
-                kept, (np.arange(n, dtype=np.int64)[:, None] * per + first).reshape(-1)):
-            return None
-        out.append((k, (n, int(first.size)), (int(first.size), 1)))
-    return out
 
 
 def _renumber(planner) -> None:

@@ -124,11 +124,16 @@ def run_symtape_hessian(net: dict, points: np.ndarray) -> dict:
 
     spec = [st.TensorSpec((net["ns"],))]
     t = time.perf_counter()
-    hess = st.hessian(residual, sparse=True, input_signature=spec)
-    first = hess(points[:1])
+    try:
+        hess = st.hessian(residual, sparse=True, input_signature=spec)
+        first = hess(points[:1])
+    except (st.errors.SymtapeError, MemoryError) as e:
+        return dict(error=f"{type(e).__name__}: {e}", setup=time.perf_counter() - t,
+                    rss=rss_mb())
     setup = time.perf_counter() - t
     nnz = first.values.shape[-1]
-    out = dict(setup=setup, rss=rss_mb(), nnz=nnz, largest=largest_temporary(hess, nnz))
+    out = dict(setup=setup, rss=rss_mb(), nnz=nnz, largest=largest_temporary(hess, nnz),
+               strategies=[s.name for s in hess.strategies])
     best, median = timed_calls(lambda: hess(points))
     out.update(best=best / len(points), median=median / len(points))
     grad = st.grad(residual, input_signature=spec)
@@ -241,7 +246,7 @@ def rows(ns: int, nr: int, n_points: int, hessian: bool) -> None:
               f"{s['nnz']:.0f} non-zeros, eval best {s['best'] * 1e3:.3f} ms / median "
               f"{s['median'] * 1e3:.3f} ms a point; largest temporary "
               f"{s['largest']:.2f}x the non-zeros a point; "
-              + ("" if hessian else f"paths {s['strategies']}; ")
+              + f"paths {s['strategies']}; "
               + f"{check} {s['max_error']:.1e}"
               + ("" if hessian else f", pattern ok {s['pattern_ok']}"))
     j = in_child("jax", ns, nr, n_points, hessian)

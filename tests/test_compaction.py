@@ -122,6 +122,7 @@ def test_the_sparse_hessian_of_a_residual_keeps_its_sums_zeros(monkeypatch):
     dense = st.hessian(residual, input_signature=[st.TensorSpec((300,))])
     x = np.random.default_rng(3).uniform(0.1, 1.0, (4, 300))
     got = sparse(x)
+    assert sparse.strategies[0].name == "coloured-hessian"
     nnz = np.asarray(got.values).shape[-1]
     plan = sparse.compiled.plan
     assert plan.points and max(_sizes(plan, "temp", "const")) <= 2 * plan.points * nnz

@@ -16,7 +16,8 @@ it is chosen. The paths:
   argument), ``mixed-directions`` (mixed partials interpolated from Taylor series along
   directions), ``taylor-directional``, ``reverse-over-reverse`` (Hessian-vector products),
   ``coloured-jacobian``, ``coloured-hessian`` and ``star-coloured-hessian`` (sparse: one
-  sweep per colour);
+  sweep per colour), ``accumulated-jacobian`` and ``accumulated-hessian`` (sparse, where
+  colouring gains little: every cotangent kept as its non-zeros);
 - how an ``st.function`` with a ``None`` batch dimension runs: ``batch-split`` (one trace
   for every batch size, :mod:`~.batching`) or ``per-size-traces``.
 
@@ -53,7 +54,10 @@ __all__ = ["Strategy", "StrategyLog", "POINT_CHUNK", "TAYLOR_MIN_ORDER", "MIXED_
            "MIXED_DIRECTIONS", "MIXED_MAX_DIRECTIONS", "kernel", "unplannable",
            "sparse_elements", "elements_only", "summing_pass", "batch_split", "per_size_traces",
            "sweeps", "derivative", "mixed_worth", "taylor_fallback", "directional",
-           "reverse_over_reverse", "colouring", "LOOP_MIN_ATOMS", "LOOP_MAX_BLOCKS",
+           "reverse_over_reverse", "colouring", "try_accumulation", "accumulation",
+           "sweep_refused", "ACCUMULATE_SHARE", "ACCUMULATE_MIN", "ACCUMULATE_SWEEP_ELEMENTS",
+           "MAX_SWEEP_ELEMENTS",
+           "LOOP_MIN_ATOMS", "LOOP_MAX_BLOCKS",
            "LOOP_ALWAYS_ATOMS", "POINT_LOOP_MIN_ATOMS", "POINT_LOOP_MATMUL_TERMS",
            "POINT_LOOP_MAX_ELEMENTS",
            "POINT_LOOP_MAX_BLOCKS", "FOLD_PROBE_ATOMS", "FOLD_PROBE_SHARE", "CHUNK_ELEMENTS",
@@ -476,6 +480,81 @@ def reverse_over_reverse() -> Strategy:
     """``st.hvp``: the gradient of ``<grad f, v>``."""
     return Strategy("reverse-over-reverse", "the gradient of <grad f(x), v>: two reverse "
                     "sweeps, whatever the size of x")
+
+
+#: Sparse derivatives try accumulation (:mod:`symtape.derivatives.accumulation`) when a
+#: colouring needs more than this share of the columns' count as colours ...
+ACCUMULATE_SHARE = 0.25
+#: ... there are at least this many columns ...
+ACCUMULATE_MIN = 32
+#: ... and the coloured sweep would carry more than this many elements a point (colours x
+#: the largest tensor on its path): below it, the plan's zero analysis
+#: (:mod:`~symtape.compile.sparse_terms`, which looks at up to 2^22 iterations a block)
+#: computes a sweep's non-zeros alone, and runs faster than accumulation's gathers
+#: (``python benchmarks/reaction.py --hessian --sizes 300:900,2000:6000``: at 300 species
+#: 0.28 ms a point coloured, 0.69 ms accumulated; at 2,000, 170 ms and 6 GB coloured, 4.3
+#: ms and 0.7 GB accumulated).
+ACCUMULATE_SWEEP_ELEMENTS = 1 << 22
+
+
+def try_accumulation(colours: int, cols: int, largest: int) -> bool:
+    """Whether a sparse derivative of ``cols`` columns whose colouring takes ``colours``
+    colours, through tensors of at most ``largest`` elements, should be accumulated
+    instead: colouring gains little over a dense sweep, and the sweep is too large for its
+    zeros to be found element by element.
+
+    >>> try_accumulation(2000, 2000, 18000), try_accumulation(300, 300, 2700)
+    (True, False)
+    >>> try_accumulation(3, 2000, 18000), try_accumulation(8, 8, 10 ** 7)
+    (False, False)
+    """
+    return (cols >= ACCUMULATE_MIN and colours > ACCUMULATE_SHARE * cols
+            and colours * largest > ACCUMULATE_SWEEP_ELEMENTS)
+
+
+def accumulation(hessian: bool, rows: int, colours: int, products: int) -> Strategy:
+    """A sparse Jacobian (or ``hessian``) accumulated as its non-zeros, where a colouring
+    took ``colours`` colours.
+
+    >>> accumulation(True, 300, 290, 45_000).name
+    'accumulated-hessian'
+    """
+    kind = "hessian" if hessian else "jacobian"
+    return Strategy(f"accumulated-{kind}", f"{colours} colours for {rows:,} rows: every "
+                    f"op's cotangents for all rows kept as their non-zeros ({products:,} "
+                    "products) instead of one dense sweep per colour")
+
+
+#: A coloured sweep carries a cotangent per colour of each tensor on its path: refused
+#: beyond this many elements (colours x the largest such tensor; 2 GiB of float64).
+MAX_SWEEP_ELEMENTS = 1 << 28
+
+
+def sweep_refused(colours: int, largest: int) -> str | None:
+    """Why a coloured sweep of ``colours`` seeds through tensors of at most ``largest``
+    elements is refused, or None.
+
+    >>> sweep_refused(100, 10_000) is None, sweep_refused(20_000, 180_000)[:40]
+    (True, '20,000 colours x 180,000 elements = 3,60')
+    """
+    if colours * largest <= MAX_SWEEP_ELEMENTS:
+        return None
+    return (f"{colours:,} colours x {largest:,} elements = {colours * largest:,} > "
+            f"MAX_SWEEP_ELEMENTS={MAX_SWEEP_ELEMENTS:,}, and accumulating the non-zeros "
+            "refused too (see symtape.derivatives.accumulation)")
+
+
+def accumulation(hessian: bool, rows: int, colours: int, products: int) -> Strategy:
+    """A sparse Jacobian (or ``hessian``) accumulated as its non-zeros, where a colouring
+    took ``colours`` colours.
+
+    >>> accumulation(True, 300, 290, 45_000).name
+    'accumulated-hessian'
+    """
+    kind = "hessian" if hessian else "jacobian"
+    return Strategy(f"accumulated-{kind}", f"{colours} colours for {rows:,} rows: every "
+                    f"op's cotangents for all rows kept as their non-zeros ({products:,} "
+                    "products) instead of one dense sweep per colour")
 
 
 def colouring(hessian: bool, rows: int, colours: int, star: int | None = None,

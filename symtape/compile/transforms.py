@@ -18,7 +18,7 @@ import numpy as np
 
 from symtape import ops
 from symtape.base import progress
-from symtape.base.errors import InvalidArgumentError, ShapeError
+from symtape.base.errors import CompileError, InvalidArgumentError, ShapeError
 from symtape.base.lazy import LazyModule
 from symtape.codegen import (
     CompiledFunction, TensorSpec, c99, c_loops, casadi_abi, compile_atoms,
@@ -28,6 +28,7 @@ from symtape.compile.function import (
     Function, SparseFunction, common_dtype, compile_options, compile_with, fn_name,
     input_atoms, placeholders, signature_specs, traced_code,
 )
+from symtape.core import node as N
 from symtape.core.variables import Tensor, symbol
 from symtape.derivatives import sparsity
 from symtape.derivatives.tape import GradientTape, UnconnectedGradients, symmetric
@@ -181,21 +182,35 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
     tape = outer if hessian else inner
     rows = sparsity.dependency_rows(target._node, w._node)
     colour = sparsity.colour_rows(rows, w.size)
+    n = _colours(colour)
+    star = sparsity.star_colour(rows, w.size) if hessian and len(colour) else None
+    fewest = n if star is None else min(n, _colours(star))
+    largest = max((node.size for node in N.ancestry(target._node)), default=0)
+    acc = None
+    if strategy.try_accumulation(fewest, w.size, largest):
+        with traced_code(what):
+            acc = tape._accumulated(target, w)
+    if acc is not None:
+        log.add(strategy.accumulation(hessian, len(rows), fewest, acc.products),
+                kw.get("name"))
+        return _sparse_function(acc.values, acc.rows, acc.cols, target, w, xs, log, kw)
     # element (i, j) is entry j of colour i's product (or, of a star-coloured Hessian,
     # perhaps entry i of colour j's); taken in that order (colour by colour), they are a
     # few runs of the products
     positions = sparsity.positions(rows, colour, w.size)
-    star = sparsity.star_colour(rows, w.size) if hessian and len(colour) else None
-    path = strategy.colouring(hessian, len(rows), _colours(colour),
-                              None if star is None else _colours(star))
+    path = strategy.colouring(hessian, len(rows), n, None if star is None else _colours(star))
     if path.name == "star-coloured-hessian":
         mirrored = sparsity.positions(rows, star, w.size, symmetric=True)
         if mirrored is None:
-            path = strategy.colouring(hessian, len(rows), _colours(colour), unseparated=True)
+            path = strategy.colouring(hessian, len(rows), n, unseparated=True)
         else:
             colour, positions = star, mirrored
-    log.add(path, kw.get("name"))
     n = _colours(colour)
+    refused = strategy.sweep_refused(n, largest)
+    if refused is not None:
+        raise CompileError(f"{what}: the sparse {'Hessian' if hessian else 'Jacobian'} is "
+                           f"too large to sweep: {refused}")
+    log.add(path, kw.get("name"))
     seeds = np.zeros((n, target.size), dtype=np.int64)
     seeds[colour, np.arange(target.size)] = 1
     with traced_code(what):
@@ -207,11 +222,18 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
     cols = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
     order = np.argsort(positions, kind="stable")
     row_of, cols, positions = row_of[order], cols[order], positions[order]
+    values = ops.gather_flat.bind(compressed, idx=positions)
+    return _sparse_function(values, row_of, cols, target, w, xs, log, kw)
+
+
+def _sparse_function(values, row_of: np.ndarray, cols: np.ndarray, target, w, xs: list,
+                     log: strategy.StrategyLog, kw: dict) -> SparseFunction:
+    """The compiled non-zeros ``values`` of ``d target / d w`` at rows ``row_of`` and
+    columns ``cols`` (flat indices), as a sparse function's output."""
+    compiled = compile_with(log, values, xs, **kw)
     indices = np.concatenate([np.stack(np.unravel_index(row_of, target.shape), axis=-1),
                               np.stack(np.unravel_index(cols, w.shape), axis=-1)], axis=1) \
         if len(cols) else np.zeros((0, target.ndim + w.ndim), dtype=np.int64)
-    values = ops.gather_flat.bind(compressed, idx=positions)
-    compiled = compile_with(log, values, xs, **kw)
     shape = tuple(target.shape) + tuple(w.shape)
     out = SparseFunction(compiled, [(indices.reshape(len(cols), len(shape)), shape)], 0,
                          [target.ndim])

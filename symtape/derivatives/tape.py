@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from symtape import ops
+from symtape.derivatives import accumulation
 from symtape.derivatives import sweep as autodiff
 from symtape.base import nest
 from symtape.base import recording
@@ -313,6 +314,15 @@ class GradientTape:
             else:
                 out.append(ct)
         return out
+
+    def _accumulated(self, target: Tensor, source: Tensor):
+        """``d target / d source`` as its non-zeros by accumulation
+        (:func:`accumulation.jacobian`), or None where that refuses."""
+        if not self._persistent:
+            recording.remove(self._rec)
+        entries = list(self._rec.entries)
+        relevant = self._relevant(entries, [source], {target._id})
+        return accumulation.jacobian(entries, target, source, relevant)
 
     @staticmethod
     def _stack_rows(rows, source, n: int):

@@ -27,7 +27,8 @@ import numpy as np
 from symtape.codegen.loops import Access, Block
 from symtape.codegen.plan import Plan
 
-__all__ = ["compact", "access_places", "restricted", "COMPACT_SHARE", "COMPACT_MAX_INDEX"]
+__all__ = ["compact", "access_places", "restricted", "is_fill", "COMPACT_SHARE",
+           "COMPACT_MAX_INDEX"]
 
 #: A buffer is compacted (and a copy's producer restricted) when at most one in this many of
 #: its places is reached.
@@ -180,7 +181,7 @@ def _restrict_copies(planner) -> None:
         fill = wrote_t[0] if len(wrote_t) == 2 else None
         b = wrote_t[-1]
         made = blocks[b]
-        if fill is not None and not (_is_fill(blocks[fill]) and blocks[fill].points ==
+        if fill is not None and not (is_fill(blocks[fill]) and blocks[fill].points ==
                                      copy.points):
             continue
         if b >= g or b in gone or not _plain(made) or made.accumulate or len(made.outs) != 1 \
@@ -271,8 +272,15 @@ def _drop_unread(planner) -> None:
         planner.blocks[:] = [planner.blocks[k] for k in reversed(keep)]
 
 
-def _is_fill(block: Block) -> bool:
-    """One value written at every iteration (arguments read at one place)."""
+def is_fill(block: Block) -> bool:
+    """One value written at every iteration (arguments read at one place).
+
+    >>> from symtape.compile.planner import Plan
+    >>> fill = Block((8,), Plan((), (), ()), (), (Access(0, 0, (1,)),))
+    >>> copy = fill._replace(ins=(Access(1, 0, (1,)),))
+    >>> is_fill(fill), is_fill(copy)
+    (True, False)
+    """
     return (_plain(block) and not block.accumulate and len(block.outs) == 1
             and block.outs[0].core == (0,) and block.outs[0].index == ()
             and all(not a.index and not any(a.strides) for a in block.ins))
@@ -293,7 +301,7 @@ def _compact_buffers(planner) -> None:
         if any(not _plain(blocks[k]) or any(a.core != (0,) for a in blocks[k].ins +
                                              blocks[k].outs if a.buffer == c) for k in ks):
             continue
-        fills = [k for k in ks if _is_fill(blocks[k]) and blocks[k].outs[0].buffer == c]
+        fills = [k for k in ks if is_fill(blocks[k]) and blocks[k].outs[0].buffer == c]
         reached = [(k, i) for k in ks if k not in fills
                    for i, a in enumerate(blocks[k].ins + blocks[k].outs) if a.buffer == c]
         if not reached or any(_spans(_access(blocks, k, i), blocks[k].space) * COMPACT_SHARE

@@ -35,7 +35,7 @@ import numpy as np
 from symtape.base.lazy import LazyModule
 from symtape.codegen.loops import Block
 from symtape.codegen.plan import Plan, build_plan
-from symtape.compile.compaction import access_places, restricted
+from symtape.compile.compaction import access_places, is_fill, restricted
 
 G = LazyModule("G", globals(), "symtape.element.graph")
 
@@ -94,8 +94,8 @@ def _through(planner, block: Block, zeros: dict, exact: dict) -> tuple:
         elif z is not None:
             structural[i] = z[access_places(buffers, acc, block.space)]
     zero = _zero_where(block, structural, known)
-    if zero is None and not block.accumulate and len(block.ins) == 1 and 0 in known and \
-            known[0].all() and not any(block.ins[0].strides) and len(block.body.instrs) == 1:
+    if zero is None and is_fill(block) and len(block.ins) == 1 and 0 in known and \
+            known[0].all() and len(block.body.instrs) == 1:
         zero = np.True_  # (a sum's -0.0 start: where no live term lands, the DAG's 0)
     written = None
     if zero is not None and zero.ndim:

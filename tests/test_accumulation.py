@@ -26,8 +26,9 @@ def _dense(got, shape) -> np.ndarray:
 def test_a_residuals_hessian_is_accumulated_at_its_non_zeros(monkeypatch):
     """The Hessian of a reaction network's steady-state residual ``0.5 |dc|^2`` (300
     species, 900 reactions): every row colouring takes about 300 colours, so (the sweep
-    threshold lowered to this size) it is accumulated -- no temporary over twice the Hessian's non-zeros a point -- and equals
-    the dense Hessian (J^T J plus the residual-weighted second derivatives)."""
+    threshold lowered to this size) it is accumulated -- no temporary over twice the
+    Hessian's non-zeros a point -- and equals the dense Hessian and the hand formula
+    ``J^T J + sum_i r_i d2 r_i``."""
     monkeypatch.setattr(strategy, "POINT_LOOP_MIN_ATOMS", 0)
     monkeypatch.setattr(strategy, "ACCUMULATE_SWEEP_ELEMENTS", 0)
     f, jac = _network()
@@ -49,10 +50,19 @@ def test_a_residuals_hessian_is_accumulated_at_its_non_zeros(monkeypatch):
     for p in range(4):
         np.testing.assert_allclose(full[p], want[p], rtol=1e-12,
                                    atol=1e-12 * np.abs(want[p]).max())
-    # J^T J is the Gauss-Newton part: the Hessian minus it is the residual-weighted part,
-    # zero where the residual vanishes -- checked on the hand Jacobian at one point
-    j = jac(x[0])
-    assert np.abs(full[0] - j.T @ j).max() < np.abs(full[0]).max()
+    # by hand: r = dc, d2 r_i / dc_a dc_b = stoich * k of each reaction of species i
+    rng = np.random.default_rng(0)  # (_network's draws)
+    a, b, c = (rng.integers(0, 300, 900) for _ in range(3))
+    k = rng.uniform(0.5, 2.0, 900)
+    for p in (0, 3):
+        j = jac(x[p])
+        r = np.asarray(st.function(f)(x[p]))
+        w = k * (r[c] - r[a] - r[b])  # sum_i r_i * stoich_i of each reaction
+        want_p = j.T @ j
+        np.add.at(want_p, (a, b), w)
+        np.add.at(want_p, (b, a), w)
+        np.testing.assert_allclose(full[p], want_p, rtol=1e-12,
+                                   atol=1e-12 * np.abs(want_p).max())
 
 
 def _mixed(c):
@@ -66,19 +76,26 @@ def _mixed(c):
     return st.concat([s * c, st.tanh(head)], axis=0)
 
 
-def test_an_accumulated_jacobian_equals_the_dense_one(monkeypatch):
-    """A program of gathers, a segment sum, a matrix product (its local Jacobian takes
-    several seeds), broadcasting and nonlinear ops: the accumulated Jacobian equals the
-    dense one, and central differences, at several points."""
+def _mixed_jacobian(monkeypatch, x: np.ndarray, path: str):
+    """:func:`_mixed`'s sparse Jacobian at the points ``x`` (accumulation's thresholds at
+    0), taken by ``path`` and equal to the dense one."""
     monkeypatch.setattr(strategy, "ACCUMULATE_SHARE", 0.0)
     monkeypatch.setattr(strategy, "ACCUMULATE_SWEEP_ELEMENTS", 0)
     spec = [st.TensorSpec((40,))]
     sparse = st.jacobian(_mixed, sparse=True, input_signature=spec)
-    x = np.random.default_rng(1).uniform(-1.0, 1.0, (3, 40))
     got = sparse(x)
-    assert sparse.strategies[0].name == "accumulated-jacobian"
+    assert sparse.strategies[0].name == path
     want = np.asarray(st.jacobian(_mixed, input_signature=spec)(x))
     np.testing.assert_allclose(_dense(got, (45, 40)), want, rtol=1e-13, atol=1e-13)
+    return got
+
+
+def test_an_accumulated_jacobian_equals_the_dense_one(monkeypatch):
+    """A program of gathers, a segment sum, a matrix product (its local Jacobian takes
+    several seeds), broadcasting and nonlinear ops: the accumulated Jacobian equals the
+    dense one, and central differences, at several points."""
+    x = np.random.default_rng(1).uniform(-1.0, 1.0, (3, 40))
+    got = _mixed_jacobian(monkeypatch, x, "accumulated-jacobian")
     h = 1e-6
     fd = np.stack([(np.asarray(st.function(_mixed)(x[0] + h * e)) -
                     np.asarray(st.function(_mixed)(x[0] - h * e))) / (2 * h)
@@ -117,16 +134,9 @@ def test_a_hessian_with_two_inputs_per_term_matches_the_hand_formula(monkeypatch
 def test_accumulation_refusing_falls_back_to_colouring(monkeypatch):
     """A local Jacobian needing more seeds than LOCAL_COLOURS (the matrix product's):
     accumulation refuses, the coloured sweep runs, the values are the same."""
-    monkeypatch.setattr(strategy, "ACCUMULATE_SHARE", 0.0)
-    monkeypatch.setattr(strategy, "ACCUMULATE_SWEEP_ELEMENTS", 0)
     monkeypatch.setattr(accumulation, "LOCAL_COLOURS", 2)
-    spec = [st.TensorSpec((40,))]
-    sparse = st.jacobian(_mixed, sparse=True, input_signature=spec)
-    x = np.random.default_rng(4).uniform(-1.0, 1.0, (2, 40))
-    got = sparse(x)
-    assert sparse.strategies[0].name == "coloured-jacobian"
-    want = np.asarray(st.jacobian(_mixed, input_signature=spec)(x))
-    np.testing.assert_allclose(_dense(got, (45, 40)), want, rtol=1e-13, atol=1e-13)
+    _mixed_jacobian(monkeypatch, np.random.default_rng(4).uniform(-1.0, 1.0, (2, 40)),
+                    "coloured-jacobian")
 
 
 def test_a_sweep_too_large_for_either_is_refused_at_once(monkeypatch):

@@ -544,19 +544,6 @@ def sweep_refused(colours: int, largest: int) -> str | None:
             "refused too (see symtape.derivatives.accumulation)")
 
 
-def accumulation(hessian: bool, rows: int, colours: int, products: int) -> Strategy:
-    """A sparse Jacobian (or ``hessian``) accumulated as its non-zeros, where a colouring
-    took ``colours`` colours.
-
-    >>> accumulation(True, 300, 290, 45_000).name
-    'accumulated-hessian'
-    """
-    kind = "hessian" if hessian else "jacobian"
-    return Strategy(f"accumulated-{kind}", f"{colours} colours for {rows:,} rows: every "
-                    f"op's cotangents for all rows kept as their non-zeros ({products:,} "
-                    "products) instead of one dense sweep per colour")
-
-
 def colouring(hessian: bool, rows: int, colours: int, star: int | None = None,
               unseparated: bool = False) -> Strategy:
     """A sparse Jacobian (or ``hessian``) of ``rows`` rows by ``colours`` sweeps of a row

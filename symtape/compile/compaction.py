@@ -234,15 +234,16 @@ def _restrict_to_reads(planner) -> None:
     writes (and no block before it reads) runs over the iterations writing those places
     alone; last blocks first, so what they no longer read is not made either."""
     blocks, buffers = planner.blocks, planner.buffers
+    _, readers = _uses(blocks)  # (a restricted block reads the same temporaries)
     for k in range(len(blocks) - 1, -1, -1):
         block = blocks[k]
         if not (_plain(block) and len(block.outs) == 1 and block.outs[0].core == (0,)):
             continue
         t = block.outs[0].buffer
-        if buffers[t].kind != "temp" or any(
-                a.buffer == t for j in range(k) for a in blocks[j].ins):
+        at = readers.get(t, [])
+        if buffers[t].kind != "temp" or (at and at[0] < k):
             continue
-        reads = [(j, a) for j in range(k + 1, len(blocks)) for a in blocks[j].ins
+        reads = [(j, a) for j in sorted(set(at)) if j > k for a in blocks[j].ins
                  if a.buffer == t]
         if any(not _plain(blocks[j]) for j, _ in reads):
             continue

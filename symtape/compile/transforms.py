@@ -180,17 +180,22 @@ def _sparse_derivative(fn, xs: list, num: int, hessian: bool, what: str, kw: dic
             y = checked_result(fn(*xs), what, hessian)
         target = inner.gradient(y, w, unconnected_gradients="zero") if hessian else y
     tape = outer if hessian else inner
-    rows = sparsity.dependency_rows(target._node, w._node)
+    largest = max((node.size for node in N.ancestry(target._node)), default=0)
+    acc = None
+    if strategy.try_accumulation(w.size, w.size, largest):  # (were every column a colour)
+        with traced_code(what):
+            acc = tape._accumulated(target, w)
+    # the pattern: the accumulated one where there is one (a subset of the dependencies',
+    # without the paths whose rules gave structural zeros; lighter to find than the
+    # dependencies' big ints), else the dependencies'
+    rows = sparsity.dependency_rows(target._node, w._node) if acc is None else \
+        np.split(acc.cols, np.searchsorted(acc.rows, np.arange(1, target.size))) \
+        if target.size else []
     colour = sparsity.colour_rows(rows, w.size)
     n = _colours(colour)
     star = sparsity.star_colour(rows, w.size) if hessian and len(colour) else None
     fewest = n if star is None else min(n, _colours(star))
-    largest = max((node.size for node in N.ancestry(target._node)), default=0)
-    acc = None
-    if strategy.try_accumulation(fewest, w.size, largest):
-        with traced_code(what):
-            acc = tape._accumulated(target, w)
-    if acc is not None:
+    if acc is not None and strategy.try_accumulation(fewest, w.size, largest):
         log.add(strategy.accumulation(hessian, len(rows), fewest, acc.products),
                 kw.get("name"))
         return _sparse_function(acc.values, acc.rows, acc.cols, target, w, xs, log, kw)

@@ -168,3 +168,28 @@ def test_a_coloured_jacobian_may_take_the_accumulated_pattern(monkeypatch):
     want = sparsity.dependency_rows(f(c)._node, c._node)
     rows, cols = np.asarray(got.indices).T
     assert [sorted(cols[rows == i].tolist()) for i in range(300)] == [r.tolist() for r in want]
+
+
+def test_a_users_rule_is_accumulated_through_its_own_gradient(monkeypatch):
+    """A function with ``st.custom_gradient`` inside the program (its rule: a stated
+    derivative of x^2, called with the several-results convention): the accumulated
+    Hessian, float64 and float32, equals the dense one."""
+    monkeypatch.setattr(strategy, "ACCUMULATE_SHARE", 0.0)
+    monkeypatch.setattr(strategy, "ACCUMULATE_MIN", 1)
+    monkeypatch.setattr(strategy, "ACCUMULATE_SWEEP_ELEMENTS", 0)
+
+    @st.custom_gradient
+    def square(x):
+        return x * x, lambda g: g * 2.0 * x
+
+    def f(x):
+        return st.reduce_sum(square(st.sin(x)) * x[::-1])
+
+    for dtype, tol in (("float64", 1e-13), ("float32", 1e-5)):
+        spec = [st.TensorSpec((8,), dtype=dtype)]
+        sparse = st.hessian(f, sparse=True, input_signature=spec)
+        x = np.random.default_rng(8).uniform(-1.0, 1.0, (3, 8)).astype(dtype)
+        got = sparse(x)
+        assert sparse.strategies[0].name == "accumulated-hessian"
+        want = np.asarray(st.hessian(f, input_signature=spec)(x))
+        np.testing.assert_allclose(_dense(got, (8, 8)), want, rtol=tol, atol=tol)

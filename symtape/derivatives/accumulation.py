@@ -28,7 +28,9 @@ from typing import NamedTuple
 import numpy as np
 
 from symtape import ops
+from symtape.base.errors import SymtapeError
 from symtape.core import node as N
+from symtape.core.primitive import union
 from symtape.core.variables import Tensor, exact_constant
 from symtape.derivatives import sparsity
 
@@ -95,7 +97,7 @@ def jacobian(entries: Sequence, target: Tensor, source: Tensor, relevant: set
     """
     try:
         return _accumulate(list(entries), target, source, relevant)
-    except _Refused:
+    except (_Refused, SymtapeError):  # (a user's rule that reads values: the sweeps' care)
         return None
 
 
@@ -110,7 +112,7 @@ def _accumulate(entries: list, target: Tensor, source: Tensor, relevant: set) ->
         if not any(o._id in pending for o in outs):
             continue
         if len(outs) != 1:
-            raise _Refused(f"{e.prim.name} has several results")
+            raise _Refused(f"{_name(e)} has several results")
         z = outs[0]
         rows, places, vals = _merged(pending.pop(z._id), z.size)
         if z.dtype.kind != "f" or not len(rows):
@@ -172,18 +174,20 @@ def _local(e, p: int, budget: _Budget) -> tuple | None:
     colour = _row_colours(ks, js, z.size, u.size)
     n_colours = int(colour.max()) + 1 if len(colour) else 0
     if n_colours > LOCAL_COLOURS:
-        raise _Refused(f"{e.prim.name}'s local Jacobian takes {n_colours} seeds")
+        raise _Refused(f"{_name(e)}'s local Jacobian takes {n_colours} seeds")
     needed = [q == p for q in range(len(e.inputs))]
     total = None
     for c in range(n_colours):
         seed = np.zeros(z.size)
         seed[colour == c] = 1.0
-        ct = e.prim.vjp(exact_constant(seed.reshape(z.shape), z.dtype), z, e.inputs,
-                        e.params, needed)[p]
+        g = exact_constant(seed.reshape(z.shape), z.dtype)
+        listed = getattr(e.prim, "multiple_results", False)  # (a user's rule: lists)
+        ct = e.prim.vjp([g] if listed else g, [z] if listed else z, e.inputs, e.params,
+                        needed)[p]
         if ct is None or isinstance(ct, ops.Zero) or not isinstance(ct, Tensor):
             continue
         if tuple(ct.shape) != tuple(u.shape):
-            raise _Refused(f"{e.prim.name}'s rule gave a cotangent of shape "
+            raise _Refused(f"{_name(e)}'s rule gave a cotangent of shape "
                            f"{tuple(ct.shape)}")
         idx = np.where(colour[ks] == c, js, -1) if n_colours > 1 else js
         known = _constant_value(ct._node)
@@ -242,6 +246,11 @@ def _constant_value(root) -> np.ndarray | None:
     return values[id(root)]
 
 
+def _name(e) -> str:
+    """The op of entry ``e``, for a refusal's reason."""
+    return getattr(e.prim, "name", None) or type(e.prim).__name__
+
+
 def _local_pattern(e, p: int, budget: _Budget) -> tuple:
     """``(k, j)`` pairs: result element k may depend on element j of input ``p`` (the op's
     ``dependencies`` on unit bits, :data:`CHUNK` of them at a time)."""
@@ -255,8 +264,10 @@ def _local_pattern(e, p: int, budget: _Budget) -> tuple:
         bits[start:stop] = [1 << k for k in range(stop - start)]
         deps = list(zeros)
         deps[p] = bits.reshape(u.shape)
-        out = np.asarray(e.prim.dependencies(deps, e.params, tuple(z.shape)),
-                         dtype=object).reshape(-1)
+        rule = getattr(e.prim, "dependencies", None)
+        out = rule(deps, e.params, tuple(z.shape)) if rule is not None else \
+            np.full(z.shape, union(deps), dtype=object)  # (a user's rule: every element)
+        out = np.asarray(out, dtype=object).reshape(-1)
         at = np.flatnonzero(out != 0)
         bits = out[at]
         single = np.asarray(bits & (bits - 1) == 0, dtype=bool)  # one element (most)
@@ -269,7 +280,6 @@ def _local_pattern(e, p: int, budget: _Budget) -> tuple:
                 ks.append(np.array([k]))
                 js.append(np.array([start + low.bit_length() - 1]))
                 b ^= low
-        budget.spend_pairs(0)
     if not ks:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return np.concatenate(ks).astype(np.int64), np.concatenate(js).astype(np.int64)

@@ -251,21 +251,8 @@ class SparseFlat:
 
 
 def _constant_value(node: N.Node, values: dict) -> np.ndarray | None:
-    """The value of a constant, or of a node computed by an op from those in ``values``
-    (None: not such a node, or larger than :data:`FOLD_MAX`)."""
-    if node.size > FOLD_MAX:
-        return None
-    if node.kind == "const":
-        try:
-            return np.asarray(np.asarray(node._exact), dtype=node.dtype)
-        except (TypeError, ValueError):
-            return None
-    if node.kind != "op" or not node.constant or any(id(a) not in values for a in node.inputs):
-        return None
-    with np.errstate(all="ignore"):
-        value = np.asarray(node.prim.evaluator(node.inputs, node.params)(
-            [values[id(a)] for a in node.inputs]))
-    return np.broadcast_to(value, node.shape).astype(node.dtype)
+    """:func:`N.constant_value`, None above :data:`FOLD_MAX` elements."""
+    return None if node.size > FOLD_MAX else N.constant_value(node, values)
 
 
 def cut(order: list, roots: Sequence[N.Node], stop) -> list:

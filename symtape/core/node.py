@@ -35,7 +35,7 @@ sp = LazyModule("sp", globals(), "sympy")
 G = LazyModule("G", globals(), "symtape.element.graph")
 
 __all__ = ["Node", "leaf", "const", "lazy", "apply", "params_key", "ancestry",
-           "view_refused", "ELEMENT_LIMIT"]
+           "constant_value", "view_refused", "ELEMENT_LIMIT"]
 
 #: Nodes whose element view (with the unbuilt part of their ancestry) has at most this many
 #: atoms settle eagerly to the element DAG's exact folding; larger ones follow the template
@@ -383,6 +383,31 @@ def ancestry(root: Node, through=lambda node: True) -> list[Node]:
         stack.append((node, True))
         stack.extend((n, False) for n in node.inputs if through(n) and id(n) not in seen)
     return order
+
+
+def constant_value(node: Node, values: dict) -> np.ndarray | None:
+    """The value of a constant, or of a node computed by an op from the nodes whose values
+    ``values`` holds (by ``id``), by the op's numeric rule (IEEE results, no warnings);
+    None for any other node.
+
+    >>> import symtape as st
+    >>> c = st.constant([1.0, 4.0])._node
+    >>> y = st.sqrt(st.constant([1.0, 4.0]))._node
+    >>> v = {id(a): constant_value(a, {}) for a in y.inputs}
+    >>> constant_value(y, v).tolist(), constant_value(c, {}).tolist()
+    ([1.0, 2.0], [1.0, 4.0])
+    """
+    if node.kind == "const":
+        try:
+            return np.asarray(np.asarray(node._exact), dtype=node.dtype)
+        except (TypeError, ValueError):
+            return None
+    if node.kind != "op" or not node.constant or any(id(a) not in values for a in node.inputs):
+        return None
+    with np.errstate(all="ignore"):
+        value = np.asarray(node.prim.evaluator(node.inputs, node.params)(
+            [values[id(a)] for a in node.inputs]))
+    return np.broadcast_to(value, node.shape).astype(node.dtype)
 
 
 def ancestries(roots) -> list[Node]:

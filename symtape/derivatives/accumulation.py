@@ -176,12 +176,12 @@ def _local(e, p: int, budget: _Budget) -> tuple | None:
     if n_colours > LOCAL_COLOURS:
         raise _Refused(f"{_name(e)}'s local Jacobian takes {n_colours} seeds")
     needed = [q == p for q in range(len(e.inputs))]
+    listed = getattr(e.prim, "multiple_results", False)  # (a user's rule: lists)
     total = None
     for c in range(n_colours):
         seed = np.zeros(z.size)
         seed[colour == c] = 1.0
         g = exact_constant(seed.reshape(z.shape), z.dtype)
-        listed = getattr(e.prim, "multiple_results", False)  # (a user's rule: lists)
         ct = e.prim.vjp([g] if listed else g, [z] if listed else z, e.inputs, e.params,
                         needed)[p]
         if ct is None or isinstance(ct, ops.Zero) or not isinstance(ct, Tensor):
@@ -228,21 +228,15 @@ def _row_colours(ks: np.ndarray, js: np.ndarray, rows: int, cols: int) -> np.nda
 
 def _constant_value(root) -> np.ndarray | None:
     """The value of a node computed by ops from constants alone (the node fact
-    ``constant``), by the ops' numeric rules; None for any other."""
+    ``constant``; :func:`N.constant_value` along its ancestry); None for any other."""
     if not root.constant:
         return None
     values: dict = {}
     for node in N.ancestry(root):
-        if node.kind == "const":
-            values[id(node)] = np.asarray(np.asarray(node._exact), dtype=node.dtype)
-        elif node.kind == "op" and node.constant:
-            with np.errstate(all="ignore"):
-                value = node.prim.evaluator(node.inputs, node.params)(
-                    [values[id(a)] for a in node.inputs])
-            values[id(node)] = np.broadcast_to(np.asarray(value), node.shape).astype(
-                node.dtype)
-        else:
+        value = N.constant_value(node, values)
+        if value is None:
             return None
+        values[id(node)] = value
     return values[id(root)]
 
 
@@ -257,6 +251,7 @@ def _local_pattern(e, p: int, budget: _Budget) -> tuple:
     z, u = e.outputs[0], e.inputs[p]
     zeros = [np.zeros(t.shape, dtype=object) for t in e.inputs]
     ks, js = [], []
+    rule = getattr(e.prim, "dependencies", None)
     for start in range(0, u.size, CHUNK):
         budget.spend_work(z.size + sum(t.size for t in e.inputs))
         bits = np.zeros(u.size, dtype=object)
@@ -264,7 +259,6 @@ def _local_pattern(e, p: int, budget: _Budget) -> tuple:
         bits[start:stop] = [1 << k for k in range(stop - start)]
         deps = list(zeros)
         deps[p] = bits.reshape(u.shape)
-        rule = getattr(e.prim, "dependencies", None)
         out = rule(deps, e.params, tuple(z.shape)) if rule is not None else \
             np.full(z.shape, union(deps), dtype=object)  # (a user's rule: every element)
         out = np.asarray(out, dtype=object).reshape(-1)

@@ -288,10 +288,7 @@ class GradientTape:
         along a leading axis) as one tensor with that axis; None for a source never reached
         when ``mode`` says so. One batched sweep (see :func:`autodiff.batched_vjp`); one
         sweep per seed where that cannot run, or ``rowwise``."""
-        if not self._persistent:
-            recording.remove(self._rec)
-        entries = list(self._rec.entries)
-        relevant = self._relevant(entries, srcs, {target._id})
+        entries, relevant = self._swept(srcs, target)
         n = seeds.shape[0]
         per_source = None
         if n > 1 and not rowwise:
@@ -318,11 +315,16 @@ class GradientTape:
     def _accumulated(self, target: Tensor, source: Tensor):
         """``d target / d source`` as its non-zeros by accumulation
         (:func:`accumulation.jacobian`), or None where that refuses."""
+        entries, relevant = self._swept([source], target)
+        return accumulation.jacobian(entries, target, source, relevant)
+
+    def _swept(self, srcs, target: Tensor) -> tuple:
+        """``(entries, relevant ids)`` of a sweep from ``target`` to ``srcs`` (a tape that is
+        not persistent stops recording)."""
         if not self._persistent:
             recording.remove(self._rec)
         entries = list(self._rec.entries)
-        relevant = self._relevant(entries, [source], {target._id})
-        return accumulation.jacobian(entries, target, source, relevant)
+        return entries, self._relevant(entries, srcs, {target._id})
 
     @staticmethod
     def _stack_rows(rows, source, n: int):

@@ -97,6 +97,10 @@ cast = register_primitive(Cast())
 # --------------------------------------------------------------------------------------------
 
 
+#: What a rearranging function raises on arguments of shapes it does not take.
+_SHAPE_ERRORS = (ValueError, IndexError, TypeError, np.exceptions.AxisError)
+
+
 class Structural(Primitive):
     """An op that rearranges elements: ``fn`` applies to atoms and values alike.
 
@@ -119,7 +123,7 @@ class Structural(Primitive):
                for o, n, s in zip(offsets, sizes, shapes)]
         try:
             gathered = np.asarray(self.fn(*ids, **params))
-        except (ValueError, IndexError, TypeError, np.exceptions.AxisError) as e:
+        except _SHAPE_ERRORS as e:
             raise ShapeError(f"st.{self.name}: {e} (argument shapes "
                              f"{', '.join(map(fmt, shapes))})") from None
         maps = []
@@ -143,8 +147,8 @@ class Structural(Primitive):
             try:
                 return tuple(np.shape(self.fn(*[np.zeros(s, dtype=np.int8) for s in shapes],
                                               **params)))
-            except (ValueError, IndexError, TypeError, np.exceptions.AxisError):
-                pass
+            except _SHAPE_ERRORS:
+                pass  # (index_maps raises the ShapeError that names the op)
         return tuple(self.index_maps(shapes, params)[0].shape)
 
     def moves(self, shapes, params) -> tuple:

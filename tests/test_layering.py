@@ -23,7 +23,7 @@ PKG = Path(__file__).resolve().parent.parent / "symtape"
 # Levels, bottom up. A folder's modules share its level; inside a folder they may import each
 # other (without cycles).
 LEVELS = {
-    "symtape.base": 0,          # errors, lazy imports, nested structures, the tape stack
+    "symtape.base": 0,          # errors, lazy imports, nested structures, the tape stack, places
     "symtape.element": 1,       # SymPy heads, the element DAG, its numpy interpreter
     "symtape.io": 2,            # data-only encodings, bounded file reads
     "symtape.codegen": 3,       # plan -> LLVM IR -> machine code -> callable

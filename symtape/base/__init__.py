@@ -1,1 +1,2 @@
-"""Ground level: errors, lazy imports, nested structures and the tape stack."""
+"""Ground level: errors, lazy imports, nested structures, the tape stack and shared flat
+places."""

@@ -7,13 +7,14 @@ read as one move (their index maps composed). The loop-nest planner
 from __future__ import annotations
 
 import math
-import weakref
 
 import numpy as np
 
-__all__ = ["affine", "box_of", "chains", "composed", "cuts_along", "finer_affine", "finer_pair",
-           "flat_places", "fused_size", "paddings", "past_links", "readers", "runs_of",
-           "split_affine"]
+from symtape.base.places import flat_places
+
+__all__ = ["affine", "box_of", "chains", "composed", "composed_move", "cuts_along",
+           "finer_affine", "finer_pair", "flat_places", "fused_size", "moved_offsets",
+           "paddings", "past_links", "readers", "runs_of", "split_affine"]
 
 
 def cuts_along(places: np.ndarray, d: int, most: int) -> set | None:
@@ -49,29 +50,6 @@ def cuts_along(places: np.ndarray, d: int, most: int) -> set | None:
     return out
 
 
-#: The ramp every :func:`flat_places` is a view of, while any is alive (a weak reference:
-#: freed with the last view).
-_RAMP = None
-
-
-def flat_places(shape: tuple) -> np.ndarray:
-    """The offsets of a fresh buffer of ``shape``: element ``k`` at ``k`` -- a read-only view
-    of one shared ramp (a plan over 10^6 scan steps places dozens of fresh buffers of 2e6
-    elements; each held its own 16 MB of offsets).
-
-    >>> flat_places((2, 3)).tolist()
-    [[0, 1, 2], [3, 4, 5]]
-    >>> flat_places((4,)).base is flat_places((2, 2)).base
-    True
-    """
-    global _RAMP
-    n = math.prod(shape)
-    ramp = _RAMP() if _RAMP is not None else None
-    if ramp is None or ramp.size < n:
-        ramp = np.arange(max(n, 1 << 12), dtype=np.int64)
-        ramp.flags.writeable = False
-        _RAMP = weakref.ref(ramp)
-    return ramp[:n].reshape(shape)
 
 
 def affine(offsets: np.ndarray) -> tuple | None:
@@ -102,22 +80,46 @@ def affine(offsets: np.ndarray) -> tuple | None:
         return first, tuple(strides)
     # the trailing axes' offsets (a small table) against every leading index at once: one
     # pass with long inner loops, no full-size sums
-    cshape = compact.shape
+    cshape, cstrides = compact.shape, [strides[d] for d in kept]
+    if compact.ndim == 1 and compact.size > _AFFINE_BLOCK:  # as rows of a block each
+        n, c = compact.size, _AFFINE_BLOCK
+        whole = n - n % c
+        head = compact[:whole].reshape(-1, c)
+        tail = compact[whole:]
+        if not _rows_affine(head, first, (c * cstrides[0], cstrides[0]), (len(head), c), 1):
+            return None
+        start = first + whole * cstrides[0]
+        ok = np.array_equal(tail, start + cstrides[0] * np.arange(len(tail), dtype=np.int64))
+        return (first, tuple(strides)) if ok else None
     split = len(cshape) - 1
-    while split > 0 and math.prod(cshape[split:]) < 512:
+    while split > 0 and math.prod(cshape[split:]) < 512 and \
+            math.prod(cshape[split - 1:]) <= _AFFINE_BLOCK:
         split -= 1
+    ok = _rows_affine(compact, first, cstrides, cshape, split)
+    return (first, tuple(strides)) if ok else None
 
+
+#: :func:`affine` compares offsets with their progression this many at a time (no
+#: temporary of the size of 2e6 offsets).
+_AFFINE_BLOCK = 1 << 16
+
+
+def _rows_affine(compact: np.ndarray, first: int, strides: list, cshape: tuple,
+                 split: int) -> bool:
+    """Whether ``compact`` is ``first + sum(idx * strides)``: its trailing axes from
+    ``split`` on (a small table) against every leading index, a block of rows at a time."""
     def ramp(axes: range):
         out = np.zeros((), dtype=np.int64)
         for e in axes:
-            out = np.add.outer(out, np.arange(cshape[e], dtype=np.int64) * strides[kept[e]])
+            out = np.add.outer(out, np.arange(cshape[e], dtype=np.int64) * strides[e])
         return out.reshape(-1)
 
     rows = compact.reshape(-1, math.prod(cshape[split:]))
     lead = ramp(range(split)) + first
-    return (first, tuple(strides)) if np.array_equal(
-        rows - ramp(range(split, len(cshape))), np.broadcast_to(lead[:, None], rows.shape)) \
-        else None
+    table = ramp(range(split, len(cshape)))
+    step = max(1, _AFFINE_BLOCK // max(table.size, 1))
+    return all(np.array_equal(rows[r:r + step] - table, np.broadcast_to(
+        lead[r:r + step, None], rows[r:r + step].shape)) for r in range(0, len(rows), step))
 
 
 def finer_affine(offsets: np.ndarray):
@@ -240,6 +242,31 @@ def composed(inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
     return np.where(outer < 0, -1, flat[safe] if flat.size else -1)
 
 
+def moved_offsets(node, locs: list, maps: list, buf: int, shape: tuple,
+                  batched: bool) -> np.ndarray:
+    """The places in ``buf`` of a move's elements: element ``j`` at argument ``a``'s places
+    ``locs[a][1]`` read at ``maps[a][j]`` (0 where no map of ``buf``'s reaches; ``batched``:
+    rows of points first). ``node``: a one-argument move covering its result, whose op's
+    own rearrangement of the places is used (``Primitive.moved``: a view for a slice,
+    reshape or transposition) where it has one."""
+    if node is not None and len(node.inputs) == 1 and not batched:
+        via = node.prim.moved(locs[0][1], [tuple(node.inputs[0].shape)], node.params)
+        if via is not None:
+            return via
+    if len(maps) == 1 and locs[0][0] == buf and not batched and bool((maps[0] >= 0).all()):
+        return locs[0][1].reshape(-1)[maps[0]]
+    offsets = np.zeros(shape, dtype=np.int64)
+    for (b, offs), m in zip(locs, maps):
+        inside = m >= 0
+        if b != buf or not inside.any():
+            continue
+        if batched:
+            offsets[:, inside] = offs.reshape(shape[0], -1)[:, m[inside]]
+        else:
+            offsets[inside] = offs.reshape(-1)[m[inside]]
+    return offsets
+
+
 def chains(order: list, users: dict) -> dict:
     """``id(move) -> (source, map)`` for the float moves of one argument (``Primitive.places``)
     read only by other such moves (not outputs: ``users`` holds None for those): the first
@@ -265,9 +292,21 @@ def chains(order: list, users: dict) -> dict:
         m = moved(node)
         if id(arg) in out:
             arg, inner = out[id(arg)]
-            m = composed(inner, m)
+            m = composed_move(node, inner, m)
         out[id(node)] = (arg, m)
     return out
+
+
+def composed_move(node, inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
+    """:func:`composed` for the one-argument move ``node`` (``outer``: its index map): the
+    op's own rearrangement of ``inner`` where it has one (``Primitive.moved``: a slice of a
+    reshape is a view, not three arrays of the chain's size), else (or ``node`` None) the
+    gather."""
+    if node is None:
+        return composed(inner, outer)
+    shape = tuple(node.inputs[0].shape)
+    via = node.prim.moved(inner.reshape(shape), [shape], node.params)
+    return composed(inner, outer) if via is None else via
 
 
 def readers(order: list, outputs: list) -> dict:

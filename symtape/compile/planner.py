@@ -47,8 +47,8 @@ from symtape.compile.fusion import (
     SparseFlat, constant_folds, cut, destinations, fused, holey, numeric, pointwise, through,
 )
 from symtape.compile.offsets import (
-    affine, box_of, chains, composed, cuts_along, finer_affine, finer_pair, flat_places,
-    past_links, readers, runs_of, split_affine,
+    affine, box_of, chains, composed, composed_move, cuts_along, finer_affine, finer_pair,
+    flat_places, moved_offsets, past_links, readers, runs_of, split_affine,
 )
 from symtape.compile import liveness
 from symtape.compile.liveness import used as _used
@@ -454,12 +454,14 @@ class _Planner:
         """A node whose element ``j`` is element ``maps[a][j]`` of argument ``a`` (or zero
         where no map has it): the places of the argument's elements, or a copy; a link of a
         chain of moves is read as its source at the composed places (one move)."""
+        own = maps is None and args is None  # (the op's own rearrangement applies)
         args = node.inputs if args is None else args
         if maps is None:
             maps = node.prim.index_maps([a.shape for a in args], node.params)
         if len(args) == 1 and id(args[0]) in self.links:
             source, inner = self.links[id(args[0])]
-            args, maps = [source], [composed(inner, maps[0])]
+            args, maps = [source], [composed_move(node if own else None, inner, maps[0])]
+            own = False
         if len(args) == 1 and id(args[0]) in self.through:  # computed where it is read
             self.inline[id(node)] = (args[0], maps[0])
             return -1, None
@@ -475,15 +477,8 @@ class _Planner:
             return loc
         buf = next(iter(bufs)) if bufs else locs[0][0]
         batched = buf in self.per_point
-        offsets = np.zeros(self.shape(node.shape, batched), dtype=np.int64)
-        for (b, offs), m in zip(locs, maps):
-            inside = m >= 0
-            if b != buf or not inside.any():
-                continue
-            if batched:
-                offsets[:, inside] = offs.reshape(self.P, -1)[:, m[inside]]
-            else:
-                offsets[inside] = offs.reshape(-1)[m[inside]]
+        offsets = moved_offsets(node if own and covered.all() else None, locs, maps, buf,
+                                self.shape(node.shape, batched), batched)
         if holey:  # its zeros are -1 places, read by its (elementwise) users as zeros
             offsets[..., ~covered] = -1
             self.holes[id(node)] = (locs, maps, ~covered, args)
@@ -503,7 +498,7 @@ class _Planner:
         batched = any(self.batched(loc) for loc, m in zip(locs, maps) if (m >= 0).any())
         loc = self.fresh(node, batched)
         boolean = node.dtype.kind == "b"
-        out_flat = np.arange(node.size, dtype=np.int64).reshape(node.shape)
+        out_flat = flat_places(node.shape)
         if zeros is not None and zeros.any():
             self.zeroed(loc, out_flat[zeros], node.size, batched, boolean)
         for (buf, offs), m in zip(locs, maps):

@@ -403,7 +403,7 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
     if not floating or plan.regular:
         return read_only(value), fusion
     if plan.constant:
-        value = value + 0.0  # constants have no -0: -0 + 0 is +0 (the dtype stays)
+        value = positive_zeros(value)
     elif settles:
         settled = None if prim.settles_alone else prim.settle_folds(
             value, values, [t._node for t in tensors], plan.params, plan.memo)
@@ -413,6 +413,38 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
             return read_only(value), fusion
         value = _interpret(value, node.atoms(), tensors)
     return read_only(value), fusion
+
+
+#: Up to this many elements a constant's value is copied by ``+ 0.0`` without a look.
+_ZERO_LOOK = 1 << 12
+
+
+def positive_zeros(value: np.ndarray) -> np.ndarray:
+    """``value`` with its -0.0 made +0.0 (constants have no -0: -0 + 0 is +0, the dtype
+    stays); a large one without a -0.0 is not copied (a slice of a 2e6-element constant
+    stays a view).
+
+    >>> big = np.full(5000, -0.0)
+    >>> positive_zeros(np.array([-0.0, 1.0])).tolist(), bool(np.signbit(positive_zeros(big)).any())
+    ([0.0, 1.0], False)
+    """
+    if value.size <= _ZERO_LOOK or (np.signbit(value) & (value == 0)).any():
+        return value + 0.0
+    return value
+
+
+def _moved_or(value: np.ndarray, v: np.ndarray, t, where: np.ndarray) -> np.ndarray:
+    """A fused argument ``t``'s recipe array ``v`` moved as a moving op moves ``t`` to its
+    result ``value``: ``value`` itself where ``v`` is ``t``'s value (the copies are the
+    result's elements wherever the map reaches: no gather of the size of the result)."""
+    return value if _same_array(v, t._value) else _moved(v, where, t.shape)
+
+
+def _same_array(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``a`` and ``b`` are the same elements of the same memory (one array, or two
+    views alike)."""
+    return a is b or (a.dtype == b.dtype and a.shape == b.shape and a.strides == b.strides
+                      and a.__array_interface__["data"][0] == b.__array_interface__["data"][0])
 
 
 def _moved(v: np.ndarray, where: np.ndarray, shape: tuple) -> np.ndarray:
@@ -521,6 +553,12 @@ def _moved_fusion(prim: Primitive, plan: _Plan, tensors: list, value: np.ndarray
     if prim.sums:  # a sum of structural zeros only is one
         zero = np.asarray(prim.numeric([_live(t) for t in tensors], plan.params)) == 0
         return _where_recipe(~zero, (None, (value,)), None) if zero.any() else None
+    if len(tensors) == 1 and tensors[0]._fusion is not None:  # a pure move: the same select
+        recipe, flat = tensors[0]._fusion
+        shapes = [tensors[0].shape]
+        moved = [prim.moved(v, shapes, plan.params) for v in flat]
+        if all(m is not None for m in moved):
+            return recipe, tuple(moved)
     moves = plan.memo.get("moves", False)
     if moves is False:
         moves = prim.moves([t.shape for t in tensors], plan.params)
@@ -550,15 +588,15 @@ def _moved_fusion(prim: Primitive, plan: _Plan, tensors: list, value: np.ndarray
     if len(sources) == 1 and fill is None and own is None:  # a pure move: the same select
         (k,) = sources
         recipe, flat = tensors[k]._fusion
-        return recipe, tuple(_moved(v, maps[k], tensors[k].shape) for v in flat)
+        return recipe, tuple(_moved_or(value, v, tensors[k], maps[k]) for v in flat)
     parts = []  # (condition, (recipe or None, flat)) of each source, then the sums
     for k in sources:
         m, t = maps[k], tensors[k]
         if t._fusion is not None:
             recipe, flat = t._fusion
-            parts.append((m >= 0, (recipe, tuple(_moved(v, m, t.shape) for v in flat))))
-        else:
-            parts.append((m >= 0, (None, (_moved(t._value, m, t.shape),))))
+            parts.append((m >= 0, (recipe, tuple(_moved_or(value, v, t, m) for v in flat))))
+        else:  # (where the map reaches, the result's elements are those copies)
+            parts.append((m >= 0, (None, (value,))))
     if own is not None:
         parts.append((own, (None, (value,))))
     out = parts[-1][1]  # the parts cover all but the zeros: the last one is the rest

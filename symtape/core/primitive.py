@@ -191,6 +191,17 @@ class Primitive:
         large tensors carry zero-branched selects through such ops (see ``binder``)."""
         return None
 
+    def moved(self, value: np.ndarray, shapes: Sequence[tuple], params: dict):
+        """For an op whose every output element is a copy of an element of its one argument
+        (``shapes``: the arguments'): ``value``, an array that argument's shape holds (or
+        broadcasts to), rearranged as the op rearranges it -- what a gather through
+        :meth:`moves`' map gives, without the map; None (the default): use the map.
+
+        >>> Primitive("p").moved(np.zeros(2), [(2,)], {}) is None
+        True
+        """
+        return None
+
     def structure(self, args: Sequence, params: dict, shape: tuple) -> tuple:
         """``(regular, uniform, alias)`` of the result node: whether its elements are
         distinct symbolic atoms the builders fold no further than numpy (see ``nodes.py``),

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from symtape.base.errors import ShapeError
+from symtape.base.places import flat_places
 from symtape.core.primitive import (
     Aval, Primitive, Zero, as_obj, fmt, kind_of, obj, register_primitive, aligned, axis_after_batch,
     batch_size, distinct_places, inverse_places, spread,
@@ -109,27 +110,35 @@ class Structural(Primitive):
     """
 
     def __init__(self, name: str, fn: Callable, variadic: bool = False,
-                 batch: Callable | None = None) -> None:
+                 batch: Callable | None = None, back: Callable | None = None) -> None:
         super().__init__(name, ("T",), "fib")
         self.fn = fn
         self.variadic = variadic
         self._batch = batch  # (args, batched, params, shape) -> tensor, or None: not here
+        # (g, arg, params) -> the cotangent of a one-to-one rearrangement's argument, by the
+        # inverse rearrangement (no index map held); None: scatter-add through the map
+        self._back = back
 
     def index_maps(self, shapes: Sequence[tuple], params: dict) -> list[np.ndarray]:
-        """For each argument, the flat index into it of every output element (-1: other)."""
-        sizes = [int(np.prod(s, dtype=np.int64)) for s in shapes]
-        offsets = np.cumsum([0] + sizes)
-        ids = [np.arange(o, o + n, dtype=np.int64).reshape(s)
-               for o, n, s in zip(offsets, sizes, shapes)]
-        try:
-            gathered = np.asarray(self.fn(*ids, **params))
-        except _SHAPE_ERRORS as e:
-            raise ShapeError(f"st.{self.name}: {e} (argument shapes "
-                             f"{', '.join(map(fmt, shapes))})") from None
+        """For each argument, the flat index into it of every output element (-1: other);
+        of one argument, ``fn`` of its places (a view of the shared ramp for a slice,
+        reshape or transposition: no array of its own)."""
+        if len(shapes) == 1:
+            try:
+                return [np.asarray(self.fn(flat_places(tuple(shapes[0])), **params))]
+            except _SHAPE_ERRORS as e:
+                raise ShapeError(f"st.{self.name}: {e} (argument shape "
+                                 f"{fmt(shapes[0])})") from None
+        none = np.int64(-1)
         maps = []
-        for o, n in zip(offsets, sizes):
-            inside = (gathered >= o) & (gathered < o + n)
-            maps.append(np.where(inside, gathered - o, -1))
+        for k in range(len(shapes)):  # (each from its own places among -1s: no other array)
+            try:
+                maps.append(np.asarray(self.fn(*[
+                    flat_places(tuple(s)) if j == k else np.broadcast_to(none, tuple(s))
+                    for j, s in enumerate(shapes)], **params)))
+            except _SHAPE_ERRORS as e:
+                raise ShapeError(f"st.{self.name}: {e} (argument shapes "
+                                 f"{', '.join(map(fmt, shapes))})") from None
         return maps
 
     def structure(self, args, params, shape):
@@ -155,6 +164,15 @@ class Structural(Primitive):
         """``(maps, None)``: every output element is a copy of one argument's element
         (:meth:`index_maps`; see :meth:`Primitive.moves`)."""
         return self.index_maps(shapes, params), None
+
+    def moved(self, value, shapes, params):
+        """One argument's every output element is a copy of one of its elements: ``value``
+        (broadcast to its shape) rearranged by ``fn`` itself -- a view where numpy gives one,
+        not a gather through an index map (see :meth:`Primitive.moved`)."""
+        if len(shapes) != 1 or self.fills or type(self).index_maps is not \
+                Structural.index_maps:  # (an op with maps of its own: through them)
+            return None
+        return np.asarray(self.fn(np.broadcast_to(value, shapes[0]), **params))
 
     def build(self, atoms, params):
         return np.asarray(self.fn(*atoms, **params), dtype=object)
@@ -194,13 +212,16 @@ class Structural(Primitive):
         return self.index_maps([node.inputs[0].shape], node.params)[0]
 
     def vjp(self, g, ans, args, params, needed):
-        maps = self.index_maps([a.shape for a in args], params)
+        maps = [None] * len(args) if self._back is not None else \
+            self.index_maps([a.shape for a in args], params)
         out = []
         for a, idx, need in zip(args, maps, needed):
             if not need:
                 out.append(None)
             elif isinstance(g, Zero):
                 out.append(Zero(a.shape, g.dtype))
+            elif self._back is not None:
+                out.append(self._back(g, a, params))
             else:
                 out.append(scatter_add.bind(g, idx=idx, shape=tuple(a.shape)))
         return out
@@ -225,10 +246,13 @@ class GatherFlat(Primitive):
 
     @staticmethod
     def _take(flat, idx, zero):
-        safe = np.where(idx < 0, 0, idx)
-        out = flat[safe] if flat.size else np.empty(idx.shape, flat.dtype)
-        if (idx < 0).any():
-            out = np.where(idx < 0, zero, out)
+        missing = idx < 0
+        if not flat.size:
+            return np.full(idx.shape, zero, flat.dtype)
+        if not missing.any():
+            return np.asarray(flat[idx])
+        out = np.asarray(flat[np.where(missing, 0, idx)])
+        out[missing] = zero
         return out
 
     def build(self, atoms, params):
@@ -255,6 +279,20 @@ class GatherFlat(Primitive):
         return node.params["idx"]
 
 
+def _injective(idx: np.ndarray) -> bool:
+    """Whether the places ``idx`` (flat; -1: none) that are not -1 are all different: a
+    sufficient test, that they ascend (a slice's, a reshape's places), else a sort.
+
+    >>> _injective(np.array([0, -1, 2, 5])), _injective(np.array([3, -1, 3]))
+    (True, False)
+    """
+    kept = idx[idx >= 0] if (idx < 0).any() else idx
+    if kept.size < 2 or bool((kept[1:] > kept[:-1]).all()):
+        return True
+    s = np.sort(kept)
+    return bool((s[1:] != s[:-1]).all())
+
+
 class ScatterAdd(Primitive):
     """``out = zeros(shape); out.flat[idx[i]] += g[i]`` (entries with ``idx == -1`` dropped)."""
 
@@ -273,13 +311,19 @@ class ScatterAdd(Primitive):
         shape = tuple(params["shape"])
         size = int(np.prod(shape, dtype=np.int64))
         idx = params["idx"].reshape(-1)
-        keep = np.flatnonzero(idx >= 0)
-        counts = np.bincount(idx[keep], minlength=size)
+        keep = np.flatnonzero(idx >= 0) if (idx < 0).any() else None
         src = np.full(size, -1, dtype=np.int64)
-        src[idx[keep]] = keep
+        if keep is None:  # (every element lands: no index array of the kept ones)
+            src[idx] = flat_places(idx.shape)
+        else:
+            src[idx[keep]] = keep
+        if _injective(idx):  # (a slice's, a permutation's: no counts to hold)
+            return [src.reshape(shape)], None
+        kept = idx if keep is None else idx[keep]
+        counts = np.bincount(kept, minlength=size)
         own = counts > 1
-        return [np.where(counts == 1, src, -1).reshape(shape)], \
-            own.reshape(shape) if own.any() else None
+        src[counts != 1] = -1
+        return [src.reshape(shape)], own.reshape(shape) if own.any() else None
 
     def build(self, atoms, params):
         idx = params["idx"].reshape(-1)
@@ -305,6 +349,11 @@ class ScatterAdd(Primitive):
             return out.reshape(params["shape"])
         # from -0.0, IEEE addition's identity: a place receiving negative zeros is -0.0, as
         # the element view's sum of its terms; places receiving none are +0.0
+        if _injective(idx):  # each place receives at most one element: it, else +0.0
+            out = np.zeros(size, dtype=v.dtype)
+            out[idx[keep]] = v.reshape(-1)[keep]
+            out.shape = tuple(params["shape"])  # (its own array, not a view to copy)
+            return out
         out = np.full(size, -0.0, dtype=v.dtype)
         np.add.at(out, idx[keep], v.reshape(-1)[keep])
         out[np.bincount(idx[keep], minlength=size) == 0] = 0.0
@@ -404,8 +453,8 @@ def batched_index(idx: np.ndarray, n: int, core: tuple) -> np.ndarray:
 
 
 def _structural(name: str, fn: Callable, variadic: bool = False,
-                batch: Callable | None = None) -> Structural:
-    return register_primitive(Structural(name, fn, variadic, batch))
+                batch: Callable | None = None, back: Callable | None = None) -> Structural:
+    return register_primitive(Structural(name, fn, variadic, batch, back))
 
 
 def _getitem(a, key):
@@ -480,13 +529,33 @@ def _batch_joined(op):
     return rule
 
 
-reshape = _structural("reshape", lambda a, shape: np.reshape(a, shape), batch=_batch_reshape)
+# Cotangents of one-to-one rearrangements: the inverse rearrangement of ``g``.
+
+
+def _back_reshape(g, a, params):
+    return reshape.bind(g, shape=tuple(a.shape))
+
+
+def _back_transpose(g, a, params):
+    perm = params.get("perm")
+    if perm is None:
+        return transpose.bind(g, perm=None)
+    rank = len(a.shape)
+    return transpose.bind(g, perm=tuple(int(p) for p in np.argsort([p % rank for p in perm])))
+
+
+def _back_reverse(g, a, params):
+    return reverse.bind(g, axis=params["axis"])
+
+
+reshape = _structural("reshape", lambda a, shape: np.reshape(a, shape), batch=_batch_reshape,
+                      back=_back_reshape)
 transpose = _structural("transpose", lambda a, perm: np.transpose(a, perm),
-                        batch=_batch_transpose)
+                        batch=_batch_transpose, back=_back_transpose)
 squeeze = _structural("squeeze", lambda a, axis: np.squeeze(a, axis=axis),
-                      batch=_batch_reshape)
+                      batch=_batch_reshape, back=_back_reshape)
 expand_dims = _structural("expand_dims", lambda a, axis: np.expand_dims(a, axis),
-                          batch=_batch_reshape)
+                          batch=_batch_reshape, back=_back_reshape)
 tile = _structural("tile", lambda a, multiples: np.tile(a, multiples), batch=_batch_tile)
 broadcast_to = _structural("broadcast_to", _broadcast_to, batch=_batch_broadcast_to)
 getitem = _structural("getitem", _getitem, batch=_batch_getitem)
@@ -494,7 +563,8 @@ gather = _structural("gather", lambda p, indices, axis, batch_dims:
                      _gather(p, indices, axis, batch_dims))
 stack = _structural("stack", lambda *xs, axis: np.stack(xs, axis=axis), True)
 concat = _structural("concat", lambda *xs, axis: np.concatenate(xs, axis=axis), True)
-reverse = _structural("reverse", lambda a, axis: np.flip(a, axis), batch=_batch_reverse)
+reverse = _structural("reverse", lambda a, axis: np.flip(a, axis), batch=_batch_reverse,
+                      back=_back_reverse)
 stack._batch = _batch_joined(stack)
 concat._batch = _batch_joined(concat)
 

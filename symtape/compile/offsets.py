@@ -115,11 +115,16 @@ def _rows_affine(compact: np.ndarray, first: int, strides: list, cshape: tuple,
         return out.reshape(-1)
 
     rows = compact.reshape(-1, math.prod(cshape[split:]))
-    lead = ramp(range(split)) + first
     table = ramp(range(split, len(cshape)))
     step = max(1, _AFFINE_BLOCK // max(table.size, 1))
-    return all(np.array_equal(rows[r:r + step] - table, np.broadcast_to(
-        lead[r:r + step, None], rows[r:r + step].shape)) for r in range(0, len(rows), step))
+    for r in range(0, len(rows), step):
+        at = np.unravel_index(np.arange(r, min(r + step, len(rows))), cshape[:split]) \
+            if split else ()
+        lead = first + sum((i * s for i, s in zip(at, strides)), np.zeros(1, dtype=np.int64))
+        part = rows[r:r + step]
+        if not np.array_equal(part - table, np.broadcast_to(lead[:, None], part.shape)):
+            return False
+    return True
 
 
 def finer_affine(offsets: np.ndarray):

@@ -407,7 +407,7 @@ def constant_value(node: Node, values: dict) -> np.ndarray | None:
     with np.errstate(all="ignore"):
         value = np.asarray(node.prim.evaluator(node.inputs, node.params)(
             [values[id(a)] for a in node.inputs]))
-    return np.broadcast_to(value, node.shape).astype(node.dtype)
+    return np.broadcast_to(value, node.shape).astype(node.dtype, copy=False)
 
 
 def ancestries(roots) -> list[Node]:

@@ -499,3 +499,42 @@ def test_python_control_flow_on_a_loop_variable_is_refused_clearly():
 
     with pytest.raises(InvalidArgumentError, match="st.cond or st.where"):
         st.scan(body, st.ones(3), initializer=st.constant(1.0))
+
+
+def test_scan_reverse_computes_only_the_cotangents_asked_for():
+    """A gradient with respect to the initial carry alone runs a reverse sweep whose body
+    gives no sequence cotangents (a ``wanted`` mask of False); asked for both, the same
+    carry gradient and the sequence's, against central differences."""
+    xs0 = np.linspace(0.0, 1.0, 40)
+
+    def f(s0, xs):
+        return st.scan(lambda a, x: 0.9 * a * st.cos(x) + 0.1 * x * st.sin(a), xs,
+                       initializer=s0)[-1]
+
+    v, w = st.Variable(0.3), st.Variable(xs0)
+    with st.GradientTape(persistent=True) as tape:
+        y = f(v, w)
+    only = float(tape.gradient(y, v))
+    both = tape.gradient(y, [v, w])
+    scan_node = next(n for n in _ancestry(y._node) if getattr(n.prim, "name", "") == "scan")
+    keys = [k for k in scan_node.params["program"].derived if k[0] == "backward"]
+    assert ("backward", 1, 1, (False,)) in keys and ("backward", 1, 1, (True,)) in keys
+    h = 1e-6
+    fd_v = (f(st.constant(0.3 + h), st.constant(xs0)).numpy()
+            - f(st.constant(0.3 - h), st.constant(xs0)).numpy()) / (2 * h)
+    fd_w = np.array([(f(st.constant(0.3), st.constant(xs0 + h * e)).numpy()
+                      - f(st.constant(0.3), st.constant(xs0 - h * e)).numpy()) / (2 * h)
+                     for e in np.eye(40)])
+    assert only == float(both[0])
+    np.testing.assert_allclose(only, fd_v, rtol=1e-7)
+    np.testing.assert_allclose(both[1].numpy(), fd_w, rtol=1e-6, atol=1e-9)
+
+
+def _ancestry(node):
+    seen, stack = {}, [node]
+    while stack:
+        n = stack.pop()
+        if id(n) not in seen:
+            seen[id(n)] = n
+            stack.extend(n.inputs)
+    return list(seen.values())

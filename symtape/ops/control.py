@@ -394,10 +394,12 @@ class Scan(Primitive):
         caps = list(args[nc + nx:])
         parts = unpack(g, layout(prog, nc, length))
         floats = [i for i, a in enumerate(prog.in_avals[:nc]) if a.dtype.kind == "f"]
-        fcaps = [j for j, c in enumerate(caps) if c.dtype.kind == "f"]
-        fxs = [k for k in range(nx) if prog.in_avals[nc + k].dtype.kind == "f"]
+        # (only the sequences and captures whose cotangents are asked for)
+        wanted = tuple(bool(n) for n in needed[nc:])
+        fcaps = [j for j, c in enumerate(caps) if c.dtype.kind == "f" and wanted[nx + j]]
+        fxs = [k for k in range(nx) if prog.in_avals[nc + k].dtype.kind == "f" and wanted[k]]
         carries = _stacked_carries(self, prog, ans, args, params)
-        back, stand = backward_program(prog, nc, nx)
+        back, stand = backward_program(prog, nc, nx, wanted)
         init = [parts[i] for i in floats] + [_zeros(caps[j].shape, caps[j].dtype)
                                              for j in fcaps]
         seqs = [p for p, a in zip(parts[nc:], prog.out_avals[nc:]) if a.dtype.kind == "f"]
@@ -540,21 +542,24 @@ def _view(atoms, dtype) -> Tensor:
     return view(lambda: atoms, atoms.shape, None, dtype)
 
 
-def backward_program(prog: Program, nc: int, nx: int) -> tuple:
+def backward_program(prog: Program, nc: int, nx: int, wanted: tuple | None = None) -> tuple:
     """``(program, stand_ins)``: the body of a scan's reverse sweep, which carries the
     cotangents of the float carries and the sums of the float captures' cotangents, reads
     each step's output cotangents, the carries that step read and its sequence elements,
-    and gives the float sequence elements' cotangents. It reads the captures through
-    ``stand_ins`` (leaves standing for them: a scan applies it to its own captures,
-    :func:`captured_as`), so it serves every application of ``prog`` (memoised on it)."""
-    key = ("backward", nc, nx)
+    and gives the float sequence elements' cotangents. ``wanted``: for each sequence, then
+    each capture, whether its cotangent is asked for (default: all); the others are not
+    computed. It reads the captures through ``stand_ins`` (leaves standing for them: a scan
+    applies it to its own captures, :func:`captured_as`), so it serves every application of
+    ``prog`` (memoised on it)."""
+    wanted = (True,) * (nx + len(prog.captures)) if wanted is None else tuple(wanted)
+    key = ("backward", nc, nx, wanted)
     found = prog.derived.get(key)
     if found is not None:
         return found
     ins = prog.in_avals
     floats = [i for i in range(nc) if ins[i].dtype.kind == "f"]
-    fcaps = [j for j, c in enumerate(prog.captures) if c.dtype.kind == "f"]
-    fxs = [k for k in range(nx) if ins[nc + k].dtype.kind == "f"]
+    fcaps = [j for j, c in enumerate(prog.captures) if c.dtype.kind == "f" and wanted[nx + j]]
+    fxs = [k for k in range(nx) if ins[nc + k].dtype.kind == "f" and wanted[k]]
     fys = [k for k, a in enumerate(prog.out_avals[nc:]) if a.dtype.kind == "f"]
     stand = [placeholder(f"k{j}", tuple(c.shape), c.dtype) for j, c in enumerate(prog.captures)]
     avals = [ins[i] for i in floats] + [Aval(tuple(stand[j].shape), stand[j].dtype)

@@ -16,8 +16,10 @@ import types
 from symtape.base import progress
 from symtape.base.errors import InvalidArgumentError, MissingDependencyError
 from symtape.core import tensor
+from symtape.ops import control
 
-__all__ = ["floatx", "set_floatx", "set_compile_progress", "threading"]
+__all__ = ["floatx", "set_floatx", "set_compile_progress", "set_loop_checkpointing",
+           "loop_checkpointing", "threading"]
 
 
 def floatx() -> str:
@@ -60,6 +62,38 @@ def set_compile_progress(enabled: bool | None) -> None:
         raise TypeError(f"st.config.set_compile_progress: enabled must be True, False or None, "
                         f"got {enabled!r}")
     progress.enable(enabled)
+
+
+def set_loop_checkpointing(policy) -> None:
+    """How reverse mode through a loop whose result does not hold its carries
+    (``st.while_loop``, ``st.map_fn``, a scan inside a traced function) keeps them: ``None``
+    (the default) stores the carry of every step; ``"sqrt"`` stores one every about
+    ``sqrt(steps)`` steps and recomputes each segment's carries from it on the way back
+    (memory ``O(sqrt(steps))`` carries, one more forward pass of work); an int ``k >= 2``
+    stores one every ``k`` steps. Derivatives are the same values either way. ``st.scan``'s
+    result holds every carry (``tf.scan`` stacks them), so it is not affected.
+
+    >>> import symtape as st
+    >>> st.config.set_loop_checkpointing("sqrt"); st.config.loop_checkpointing()
+    'sqrt'
+    >>> st.config.set_loop_checkpointing(None)
+    """
+    ok = policy is None or policy == "sqrt" or (
+        isinstance(policy, int) and not isinstance(policy, bool) and policy >= 2)
+    if not ok:
+        raise InvalidArgumentError(f"st.config.set_loop_checkpointing: policy must be None, "
+                                   f"'sqrt' or an int >= 2, got {policy!r}")
+    control.CHECKPOINTING = policy
+
+
+def loop_checkpointing():
+    """The policy :func:`set_loop_checkpointing` set (None: every carry stored).
+
+    >>> import symtape as st
+    >>> st.config.loop_checkpointing() is None
+    True
+    """
+    return control.CHECKPOINTING
 
 
 _threads = {"intra": 0, "inter": 0, "limiter": None}

@@ -143,7 +143,7 @@ class Node:
             node = stack.pop()
             if node._atoms is not None:
                 continue
-            total += node.size
+            total += _view_size(node)
             if total > limit:
                 return False
             for n in node.inputs:
@@ -287,11 +287,17 @@ def _bound_costs(root: Node) -> None:
             stack.extend(todo)
             continue
         stack.pop()
-        cost = node.size
+        cost = _view_size(node)
         for n in node.inputs:
             if n._atoms is None:
                 cost += n._cost
         node._cost = min(cost, ELEMENT_LIMIT + 1)
+
+
+def _view_size(node: Node) -> int:
+    """The atoms building ``node``'s own element view takes: its size, or its op's count
+    (``Primitive.view_size``: a loop's, its steps times its body's ops)."""
+    return node.prim.view_size(node) if node.kind == "op" else node.size
 
 
 def fold_key_of(shape: tuple, view: tuple):

@@ -301,6 +301,18 @@ class Primitive:
         """The atoms of ``node``'s element view (a contraction counts its terms)."""
         return node.size
 
+    def view_size(self, node) -> int:
+        """The atoms building ``node``'s element view from its inputs' takes (what decides
+        whether a value settles from it): its size, unless the op says more (a loop's
+        view is its steps times its body).
+
+        >>> import symtape as st
+        >>> y = st.sin(st.constant([1.0, 2.0]))._node
+        >>> y.prim.view_size(y)
+        2
+        """
+        return node.size
+
     def view_refused(self, node) -> str | None:
         """Why ``node`` has no element view to compile (a loop of many steps is never
         unrolled), or None: the strategy then plans loops whatever the estimate."""

@@ -398,16 +398,21 @@ class Scan(Primitive):
         wanted = tuple(bool(n) for n in needed[nc:])
         fcaps = [j for j, c in enumerate(caps) if c.dtype.kind == "f" and wanted[nx + j]]
         fxs = [k for k in range(nx) if prog.in_avals[nc + k].dtype.kind == "f" and wanted[k]]
-        carries = _stacked_carries(self, prog, ans, args, params)
         back, stand = backward_program(prog, nc, nx, wanted)
         init = [parts[i] for i in floats] + [_zeros(caps[j].shape, caps[j].dtype)
                                              for j in fcaps]
-        seqs = [p for p, a in zip(parts[nc:], prog.out_avals[nc:]) if a.dtype.kind == "f"]
-        seqs += carries + list(args[nc:nc + nx])
-        out = self.bind(*init, *seqs, *captured_as(back, stand, caps), program=back,
-                        length=length,
-                        reverse=not rev, n_carry=len(init), n_xs=len(seqs))
-        got = unpack(out, layout(back, len(init), length))
+        ycts = [p for p, a in zip(parts[nc:], prog.out_avals[nc:]) if a.dtype.kind == "f"]
+        segment = checkpoint_segment(length, max(len(back.steps), len(prog.steps))) \
+            if not rev and not _carried_out(prog, nc) else 0
+        if segment:  # the carries of checkpoints only, each segment's recomputed
+            got = _checkpointed(self, prog, args, params, (back, stand), init, ycts, segment)
+        else:
+            seqs = ycts + _stacked_carries(self, prog, ans, args, params) + \
+                list(args[nc:nc + nx])
+            out = self.bind(*init, *seqs, *captured_as(back, stand, caps), program=back,
+                            length=length, reverse=not rev, n_carry=len(init),
+                            n_xs=len(seqs))
+            got = unpack(out, layout(back, len(init), length))
         cts: list = [None] * len(args)
         for k, i in enumerate(floats):
             cts[i] = got[k]
@@ -436,6 +441,12 @@ class Scan(Primitive):
         return concat.bind(*rows, axis=1) if len(rows) > 1 else rows[0]
 
     # -- element view ----------------------------------------------------------------------
+    def view_size(self, node) -> int:
+        """Its steps times its body's ops (what unrolling the loop builds), at least its
+        size."""
+        p = node.params
+        return max(node.size, p["length"] * max(1, len(p["program"].steps)))
+
     def view_refused(self, node):
         p = node.params
         n = p["length"] * max(1, len(p["program"].steps))
@@ -513,13 +524,126 @@ def _same_ref(a: tuple, b: tuple) -> bool:
     return a[0] == b[0] and (a[1] is b[1] if a[0] == 3 else a[1] == b[1])
 
 
+def _carry_outputs(prog: Program, nc: int) -> list:
+    """For each carry, the per-step output that is the same value (None: none is)."""
+    return [next((k for k, r in enumerate(prog.outs[nc:]) if _same_ref(r, prog.outs[i])),
+                 None) for i in range(nc)]
+
+
+def _carried_out(prog: Program, nc: int) -> bool:
+    """Whether every carry is also a per-step output (``tf.scan``'s): the result holds them."""
+    return None not in _carry_outputs(prog, nc)
+
+
+#: Reverse mode through loops whose carries the result does not hold: None stores the carry
+#: of every step; "sqrt" stores one in about sqrt(steps) and recomputes each segment's
+#: from it; an int, one every that many steps. Set by ``st.config.set_loop_checkpointing``.
+CHECKPOINTING: str | int | None = None
+
+
+def checkpoint_segment(length: int, body_ops: int) -> int:
+    """The steps between stored carries under :data:`CHECKPOINTING` for a loop of
+    ``length`` steps whose reverse body has ``body_ops`` ops, or 0: every carry stored (no
+    policy, or too short to gain). A segment's loops run inside the loop over segments,
+    whose compiled body is an element view: at most :data:`UNROLL_STEPS` body ops a segment
+    (10^6 steps of a 40-op body: segments of 50 steps, 20,000 carries stored, not 10^6).
+
+    >>> checkpoint_segment(10 ** 6, 40)
+    0
+    """
+    policy = CHECKPOINTING
+    if policy is None:
+        return 0
+    k = math.isqrt(max(length - 1, 0)) + 1 if policy == "sqrt" else int(policy)
+    k = min(k, UNROLL_STEPS // max(1, body_ops))
+    return k if 2 <= k and 2 * k <= length else 0
+
+
+def _checkpointed(scan_prim, prog: Program, args, params, backward: tuple, init: list,
+                  ycts: list, k: int) -> list:
+    """A forward scan's reverse sweep with the carries of every ``k``-th step stored
+    (``m`` segments of ``k`` steps, then a tail of fewer): a scan over the segments gives
+    their first carries; the tail is swept back from the last of them; then a reverse scan
+    over the segments recomputes each one's carries from its first (a stacking scan of
+    ``k`` steps) and sweeps it back (the reverse program of ``k`` steps). Memory: ``m + k``
+    carries, not ``length``. The values of :meth:`Scan.vjp`'s one reverse sweep: the same
+    reverse program on the same carries, which are recomputed by the same program."""
+    length, nc, nx = params["length"], params["n_carry"], params["n_xs"]
+    back, stand = backward
+    caps, carries, xs = list(args[nc + nx:]), list(args[:nc]), list(args[nc:nc + nx])
+    m, ni, ny = length // k, len(init), len(ycts)
+    stacking = prog.with_inputs(list(range(nc)), "stacking")
+    cut = m * k
+
+    def segments(t):  # (m, k, ...) of the first m * k steps
+        head = getitem.bind(t, key=(slice(0, cut, None),))
+        return reshape.bind(head, shape=(m, k) + tuple(t.shape[1:]))
+
+    def tails(ts):
+        return [getitem.bind(t, key=(slice(cut, length, None),)) for t in ts]
+
+    def run(program, front, seqs, steps, reverse):
+        n_front = len(front)
+        out = scan_prim.bind(*front, *seqs, *program.captures, program=program, length=steps,
+                             reverse=reverse, n_carry=n_front, n_xs=len(seqs))
+        return unpack(out, layout(program, n_front, steps))
+
+    def recomputed(start, xseg, steps):  # the carries each of the steps read
+        return run(stacking, start, xseg, steps, False)[len(prog.outs):]
+
+    def swept(acc, yseg, cseg, xseg, steps):
+        seqs = yseg + cseg + xseg
+        out = scan_prim.bind(*acc, *seqs, *captured_as(back, stand, caps), program=back,
+                             length=steps, reverse=True, n_carry=ni, n_xs=len(seqs))
+        return unpack(out, layout(back, ni, steps))
+
+    c_avals = [_aval_of(prog.in_avals[i]) for i in range(nc)]
+    x_segs = [segments(x) for x in xs]
+
+    def starts_body(hs):
+        final = run(prog, hs[:nc], hs[nc:], k, False)[:nc]
+        return final + list(hs[:nc])
+
+    sprog, _ = trace(starts_body, c_avals + [_aval_of(t, 1) for t in x_segs],
+                     [f"c{i}" for i in range(nc)] + [f"x{j}" for j in range(nx)],
+                     f"{prog.name} (checkpoints)")
+    got = run(sprog, carries, x_segs, m, False)
+    last, starts = got[:nc], got[nc:]
+    acc, tail_x = list(init), []
+    if length > cut:
+        done = swept(acc, tails(ycts), recomputed(last, tails(xs), length - cut), tails(xs),
+                     length - cut)
+        acc, tail_x = done[:ni], done[ni:]
+    y_segs = [segments(y) for y in ycts]
+
+    def back_body(hs):
+        a, st_, ys_, xs_ = hs[:ni], hs[ni:ni + nc], hs[ni + nc:ni + nc + ny], hs[ni + nc + ny:]
+        return swept(list(a), list(ys_), recomputed(list(st_), list(xs_), k), list(xs_), k)
+
+    bprog, _ = trace(back_body, [_aval_of(t) for t in acc] + c_avals +
+                     [_aval_of(t, 1) for t in y_segs + x_segs],
+                     [f"a{i}" for i in range(ni)] + [f"c{i}" for i in range(nc)] +
+                     [f"y{j}" for j in range(ny)] + [f"x{j}" for j in range(nx)],
+                     f"{prog.name} (checkpointed reverse)")
+    got = run(bprog, acc, starts + y_segs + x_segs, m, True)
+    out = got[:ni]
+    for j, g in enumerate(got[ni:]):
+        flat = reshape.bind(g, shape=(cut,) + tuple(g.shape[2:]))
+        out.append(concat.bind(flat, tail_x[j], axis=0) if tail_x else flat)
+    return out
+
+
+def _aval_of(t, drop: int = 0) -> Aval:
+    """The aval of a tensor or aval ``t`` without its first ``drop`` axes."""
+    return Aval(tuple(t.shape[drop:]), t.dtype)
+
+
 def _stacked_carries(scan_prim, prog: Program, ans, args, params) -> list:
     """The carries each step of a scan read, stacked in step order: when each carry is also
     a per-step output (``tf.scan``'s), the outputs shifted by a step after the initial one,
     from the scan's own result ``ans``; else from a second scan that outputs them."""
     length, rev, nc = params["length"], params["reverse"], params["n_carry"]
-    same = [next((k for k, r in enumerate(prog.outs[nc:]) if _same_ref(r, prog.outs[i])),
-                 None) for i in range(nc)]
+    same = _carry_outputs(prog, nc)
     if length and None not in same:
         stacked = unpack(ans, layout(prog, nc, length))[nc:]
         out = []

@@ -402,8 +402,8 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
         fusion = _moved_fusion(prim, plan, tensors, value)
     if not floating or plan.regular:
         return read_only(value), fusion
-    if plan.constant:
-        value = positive_zeros(value)
+    if plan.constant:  # (small ones inline: positive_zeros copies them)
+        value = value + 0.0 if value.size <= _ZERO_LOOK else positive_zeros(value)
     elif settles:
         settled = None if prim.settles_alone else prim.settle_folds(
             value, values, [t._node for t in tensors], plan.params, plan.memo)

@@ -143,7 +143,8 @@ class Node:
             node = stack.pop()
             if node._atoms is not None:
                 continue
-            total += _view_size(node)
+            total += node.size if node.kind != "op" or not node.prim.sized_view else \
+                node.prim.view_size(node)  # (inline: every eager node walks here)
             if total > limit:
                 return False
             for n in node.inputs:
@@ -190,7 +191,8 @@ class Node:
         """The element view (built once, ancestors first, without recursion)."""
         if self._atoms is None:
             for node in _unbuilt(self):
-                node._build()
+                if node._atoms is None:  # (a loop's view, built first, builds shared ones)
+                    node._build()
         return self._atoms
 
     def _build(self) -> None:
@@ -287,17 +289,12 @@ def _bound_costs(root: Node) -> None:
             stack.extend(todo)
             continue
         stack.pop()
-        cost = _view_size(node)
+        cost = node.size if node.kind != "op" or not node.prim.sized_view else \
+            node.prim.view_size(node)  # (_view_size, inline: every eager node)
         for n in node.inputs:
             if n._atoms is None:
                 cost += n._cost
         node._cost = min(cost, ELEMENT_LIMIT + 1)
-
-
-def _view_size(node: Node) -> int:
-    """The atoms building ``node``'s own element view takes: its size, or its op's count
-    (``Primitive.view_size``: a loop's, its steps times its body's ops)."""
-    return node.prim.view_size(node) if node.kind == "op" else node.size
 
 
 def fold_key_of(shape: tuple, view: tuple):

@@ -301,6 +301,10 @@ class Primitive:
         """The atoms of ``node``'s element view (a contraction counts its terms)."""
         return node.size
 
+    #: Whether :meth:`view_size` says more than the node's size (read before calling it: the
+    #: eager path asks for every node).
+    sized_view = False
+
     def view_size(self, node) -> int:
         """The atoms building ``node``'s element view from its inputs' takes (what decides
         whether a value settles from it): its size, unless the op says more (a loop's

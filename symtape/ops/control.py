@@ -441,6 +441,8 @@ class Scan(Primitive):
         return concat.bind(*rows, axis=1) if len(rows) > 1 else rows[0]
 
     # -- element view ----------------------------------------------------------------------
+    sized_view = True
+
     def view_size(self, node) -> int:
         """Its steps times its body's ops (what unrolling the loop builds), at least its
         size."""

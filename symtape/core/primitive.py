@@ -11,6 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from symtape.base.errors import DTypeError
+from symtape.base.places import flat_places
 from symtape.base.lazy import LazyModule
 
 sp = LazyModule("sp", globals(), "sympy")
@@ -457,8 +458,11 @@ def distinct_places(idx: np.ndarray) -> bool:
     >>> distinct_places(np.array([2, -1, 0, -1])), distinct_places(np.array([1, 1]))
     (True, False)
     """
-    kept = idx[idx >= 0]
-    return kept.size == 0 or int(np.bincount(kept.ravel()).max()) <= 1  # (O(n): no sort)
+    flat = idx.reshape(-1)
+    kept = flat[flat >= 0] if (flat < 0).any() else flat
+    if kept.size < 2 or bool((kept[1:] > kept[:-1]).all()):  # ascending (a slice's places)
+        return True
+    return int(np.bincount(kept).max()) <= 1  # (O(n): no sort)
 
 
 def inverse_places(idx: np.ndarray, shape: tuple) -> np.ndarray:
@@ -471,8 +475,12 @@ def inverse_places(idx: np.ndarray, shape: tuple) -> np.ndarray:
     inv = np.full(int(np.prod(shape, dtype=np.int64)), -1, dtype=np.int64)
     flat = idx.reshape(-1)
     keep = flat >= 0
-    inv[flat[keep]] = np.flatnonzero(keep)
-    return inv.reshape(shape)
+    if keep.all():  # (every element lands: its positions are the shared ramp's)
+        inv[flat] = flat_places(flat.shape)
+    else:
+        inv[flat[keep]] = np.flatnonzero(keep)
+    inv.shape = tuple(shape)  # (its own array, not a view)
+    return inv
 
 
 def register_primitive(prim: Primitive) -> Primitive:

@@ -393,11 +393,8 @@ class Scan(Primitive):
                                      ("program", "length", "reverse", "n_carry", "n_xs"))
         caps = list(args[nc + nx:])
         parts = unpack(g, layout(prog, nc, length))
-        floats = [i for i, a in enumerate(prog.in_avals[:nc]) if a.dtype.kind == "f"]
-        # (only the sequences and captures whose cotangents are asked for)
-        wanted = tuple(bool(n) for n in needed[nc:])
-        fcaps = [j for j, c in enumerate(caps) if c.dtype.kind == "f" and wanted[nx + j]]
-        fxs = [k for k in range(nx) if prog.in_avals[nc + k].dtype.kind == "f" and wanted[k]]
+        wanted = tuple(bool(n) for n in needed[nc:])  # (sequences', captures' asked for)
+        floats, fcaps, fxs = _float_cotangents(prog, nc, nx, wanted)
         back, stand = backward_program(prog, nc, nx, wanted)
         init = [parts[i] for i in floats] + [_zeros(caps[j].shape, caps[j].dtype)
                                              for j in fcaps]
@@ -409,10 +406,7 @@ class Scan(Primitive):
         else:
             seqs = ycts + _stacked_carries(self, prog, ans, args, params) + \
                 list(args[nc:nc + nx])
-            out = self.bind(*init, *seqs, *captured_as(back, stand, caps), program=back,
-                            length=length, reverse=not rev, n_carry=len(init),
-                            n_xs=len(seqs))
-            got = unpack(out, layout(back, len(init), length))
+            got = _run(self, back, init, seqs, length, not rev, captured_as(back, stand, caps))
         cts: list = [None] * len(args)
         for k, i in enumerate(floats):
             cts[i] = got[k]
@@ -446,12 +440,11 @@ class Scan(Primitive):
     def view_size(self, node) -> int:
         """Its steps times its body's ops (what unrolling the loop builds), at least its
         size."""
-        p = node.params
-        return max(node.size, p["length"] * max(1, len(p["program"].steps)))
+        return max(node.size, _unrolled_ops(node.params))
 
     def view_refused(self, node):
         p = node.params
-        n = p["length"] * max(1, len(p["program"].steps))
+        n = _unrolled_ops(p)
         if n > UNROLL_STEPS:
             return (f"a scan of {p['length']} steps of a {len(p['program'].steps)}-op body is "
                     f"never unrolled ({n:,} body ops > UNROLL_STEPS={UNROLL_STEPS:,})")
@@ -459,7 +452,7 @@ class Scan(Primitive):
 
     def build(self, atoms, params):
         prog, length, nc, nx = (params[k] for k in ("program", "length", "n_carry", "n_xs"))
-        if length * max(1, len(prog.steps)) > UNROLL_STEPS:
+        if _unrolled_ops(params) > UNROLL_STEPS:
             raise InvalidArgumentError(
                 f"st.scan: a loop of {length} steps of a {len(prog.steps)}-op body has no "
                 f"element view (more than UNROLL_STEPS={UNROLL_STEPS:,} body ops): its "
@@ -573,6 +566,7 @@ def _checkpointed(scan_prim, prog: Program, args, params, backward: tuple, init:
     length, nc, nx = params["length"], params["n_carry"], params["n_xs"]
     back, stand = backward
     caps, carries, xs = list(args[nc + nx:]), list(args[:nc]), list(args[nc:nc + nx])
+    back_caps = captured_as(back, stand, caps)
     m, ni, ny = length // k, len(init), len(ycts)
     stacking = prog.with_inputs(list(range(nc)), "stacking")
     cut = m * k
@@ -584,32 +578,23 @@ def _checkpointed(scan_prim, prog: Program, args, params, backward: tuple, init:
     def tails(ts):
         return [getitem.bind(t, key=(slice(cut, length, None),)) for t in ts]
 
-    def run(program, front, seqs, steps, reverse):
-        n_front = len(front)
-        out = scan_prim.bind(*front, *seqs, *program.captures, program=program, length=steps,
-                             reverse=reverse, n_carry=n_front, n_xs=len(seqs))
-        return unpack(out, layout(program, n_front, steps))
-
     def recomputed(start, xseg, steps):  # the carries each of the steps read
-        return run(stacking, start, xseg, steps, False)[len(prog.outs):]
+        return _run(scan_prim, stacking, start, xseg, steps, False, caps)[len(prog.outs):]
 
     def swept(acc, yseg, cseg, xseg, steps):
-        seqs = yseg + cseg + xseg
-        out = scan_prim.bind(*acc, *seqs, *captured_as(back, stand, caps), program=back,
-                             length=steps, reverse=True, n_carry=ni, n_xs=len(seqs))
-        return unpack(out, layout(back, ni, steps))
+        return _run(scan_prim, back, acc, yseg + cseg + xseg, steps, True, back_caps)
 
     c_avals = [_aval_of(prog.in_avals[i]) for i in range(nc)]
     x_segs = [segments(x) for x in xs]
 
     def starts_body(hs):
-        final = run(prog, hs[:nc], hs[nc:], k, False)[:nc]
+        final = _run(scan_prim, prog, hs[:nc], hs[nc:], k, False, caps)[:nc]
         return final + list(hs[:nc])
 
     sprog, _ = trace(starts_body, c_avals + [_aval_of(t, 1) for t in x_segs],
                      [f"c{i}" for i in range(nc)] + [f"x{j}" for j in range(nx)],
                      f"{prog.name} (checkpoints)")
-    got = run(sprog, carries, x_segs, m, False)
+    got = _run(scan_prim, sprog, carries, x_segs, m, False, sprog.captures)
     last, starts = got[:nc], got[nc:]
     acc, tail_x = list(init), []
     if length > cut:
@@ -627,12 +612,35 @@ def _checkpointed(scan_prim, prog: Program, args, params, backward: tuple, init:
                      [f"a{i}" for i in range(ni)] + [f"c{i}" for i in range(nc)] +
                      [f"y{j}" for j in range(ny)] + [f"x{j}" for j in range(nx)],
                      f"{prog.name} (checkpointed reverse)")
-    got = run(bprog, acc, starts + y_segs + x_segs, m, True)
+    got = _run(scan_prim, bprog, acc, starts + y_segs + x_segs, m, True, bprog.captures)
     out = got[:ni]
     for j, g in enumerate(got[ni:]):
         flat = reshape.bind(g, shape=(cut,) + tuple(g.shape[2:]))
         out.append(concat.bind(flat, tail_x[j], axis=0) if tail_x else flat)
     return out
+
+
+def _run(scan_prim, program: Program, front: list, seqs: list, steps: int, reverse: bool,
+         captures) -> list:
+    """The outputs (:func:`unpack`) of a scan of ``program`` over ``steps`` steps from the
+    carries ``front`` along the sequences ``seqs``, reading ``captures`` as its captures."""
+    out = scan_prim.bind(*front, *seqs, *captures, program=program, length=steps,
+                         reverse=reverse, n_carry=len(front), n_xs=len(seqs))
+    return unpack(out, layout(program, len(front), steps))
+
+
+def _unrolled_ops(params: dict) -> int:
+    """A scan's steps times its body's ops: what its element view unrolls."""
+    return params["length"] * max(1, len(params["program"].steps))
+
+
+def _float_cotangents(prog: Program, nc: int, nx: int, wanted: tuple) -> tuple:
+    """``(carries, captures, sequences)``: the indices of a scan's float carries, and of its
+    float captures and sequences whose cotangents are ``wanted`` (sequences first)."""
+    ins = prog.in_avals
+    return ([i for i in range(nc) if ins[i].dtype.kind == "f"],
+            [j for j, c in enumerate(prog.captures) if c.dtype.kind == "f" and wanted[nx + j]],
+            [k for k in range(nx) if ins[nc + k].dtype.kind == "f" and wanted[k]])
 
 
 def _aval_of(t, drop: int = 0) -> Aval:
@@ -658,9 +666,9 @@ def _stacked_carries(scan_prim, prog: Program, ans, args, params) -> list:
             out.append(concat.bind(*((rest, first) if rev else (first, rest)), axis=0))
         return out
     stacking = prog.with_inputs(list(range(nc)), "stacking")
-    packed = scan_prim.bind(*args, program=stacking, length=length, reverse=rev,
-                            n_carry=nc, n_xs=params["n_xs"])
-    return unpack(packed, layout(stacking, nc, length))[len(prog.outs):]
+    nx = params["n_xs"]
+    return _run(scan_prim, stacking, args[:nc], args[nc:nc + nx], length, rev,
+                args[nc + nx:])[len(prog.outs):]
 
 
 def _view(atoms, dtype) -> Tensor:
@@ -683,9 +691,7 @@ def backward_program(prog: Program, nc: int, nx: int, wanted: tuple | None = Non
     if found is not None:
         return found
     ins = prog.in_avals
-    floats = [i for i in range(nc) if ins[i].dtype.kind == "f"]
-    fcaps = [j for j, c in enumerate(prog.captures) if c.dtype.kind == "f" and wanted[nx + j]]
-    fxs = [k for k in range(nx) if ins[nc + k].dtype.kind == "f" and wanted[k]]
+    floats, fcaps, fxs = _float_cotangents(prog, nc, nx, wanted)
     fys = [k for k, a in enumerate(prog.out_avals[nc:]) if a.dtype.kind == "f"]
     stand = [placeholder(f"k{j}", tuple(c.shape), c.dtype) for j, c in enumerate(prog.captures)]
     avals = [ins[i] for i in floats] + [Aval(tuple(stand[j].shape), stand[j].dtype)

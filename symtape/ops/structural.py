@@ -279,20 +279,6 @@ class GatherFlat(Primitive):
         return node.params["idx"]
 
 
-def _injective(idx: np.ndarray) -> bool:
-    """Whether the places ``idx`` (flat; -1: none) that are not -1 are all different: a
-    sufficient test, that they ascend (a slice's, a reshape's places), else a sort.
-
-    >>> _injective(np.array([0, -1, 2, 5])), _injective(np.array([3, -1, 3]))
-    (True, False)
-    """
-    kept = idx[idx >= 0] if (idx < 0).any() else idx
-    if kept.size < 2 or bool((kept[1:] > kept[:-1]).all()):
-        return True
-    s = np.sort(kept)
-    return bool((s[1:] != s[:-1]).all())
-
-
 class ScatterAdd(Primitive):
     """``out = zeros(shape); out.flat[idx[i]] += g[i]`` (entries with ``idx == -1`` dropped)."""
 
@@ -311,16 +297,10 @@ class ScatterAdd(Primitive):
         shape = tuple(params["shape"])
         size = int(np.prod(shape, dtype=np.int64))
         idx = params["idx"].reshape(-1)
-        keep = np.flatnonzero(idx >= 0) if (idx < 0).any() else None
-        src = np.full(size, -1, dtype=np.int64)
-        if keep is None:  # (every element lands: no index array of the kept ones)
-            src[idx] = flat_places(idx.shape)
-        else:
-            src[idx[keep]] = keep
-        if _injective(idx):  # (a slice's, a permutation's: no counts to hold)
+        src = inverse_places(idx, (size,))
+        if distinct_places(idx):  # (a slice's, a permutation's: no counts to hold)
             return [src.reshape(shape)], None
-        kept = idx if keep is None else idx[keep]
-        counts = np.bincount(kept, minlength=size)
+        counts = np.bincount(idx[idx >= 0], minlength=size)
         own = counts > 1
         src[counts != 1] = -1
         return [src.reshape(shape)], own.reshape(shape) if own.any() else None
@@ -349,7 +329,7 @@ class ScatterAdd(Primitive):
             return out.reshape(params["shape"])
         # from -0.0, IEEE addition's identity: a place receiving negative zeros is -0.0, as
         # the element view's sum of its terms; places receiving none are +0.0
-        if _injective(idx):  # each place receives at most one element: it, else +0.0
+        if distinct_places(idx):  # each place receives at most one element: it, else +0.0
             out = np.zeros(size, dtype=v.dtype)
             out[idx[keep]] = v.reshape(-1)[keep]
             out.shape = tuple(params["shape"])  # (its own array, not a view to copy)

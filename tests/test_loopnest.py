@@ -6,6 +6,7 @@ loop bodies do); and ``st.function`` training steps that take the loop path."""
 from __future__ import annotations
 
 import math
+import importlib
 import pickle
 import re
 
@@ -269,10 +270,13 @@ def test_loop_functions_refuse_formulas_and_files_but_pickle(tmp_path):
     assert float(g(np.full((4, 3), 2.0))) == 4 * 4 * 12.0
 
 
-def test_large_blocks_split_across_threads_with_equal_values():
+def test_large_blocks_split_across_threads_with_equal_values(monkeypatch):
     """A large block's outermost loop runs in ranges on pthreads; each element is computed
     by one thread in the same order, so values are the same bits as on one thread. A sum
-    over the outermost axis (iterations writing one element) is never split."""
+    over the outermost axis (iterations writing one element) is never split. (The work a
+    block needs to be split is lowered: a product this small runs faster on one thread.)"""
+    monkeypatch.setattr(importlib.import_module("symtape.codegen.loops"), "PARALLEL_WORK",
+                        1 << 19)
     rng = np.random.default_rng(5)
     a, b = st.Variable(rng.standard_normal((96, 200))), st.Variable(rng.standard_normal((200, 64)))
     ys = [st.tanh(st.matmul(a, b)), st.reduce_sum(st.matmul(a, b), axis=0)]
@@ -830,18 +834,50 @@ def test_a_batched_sweeps_one_hot_tangents_are_computed_where_they_are_read():
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
-def test_matrix_product_tiles_of_doubles_ask_for_wide_registers(dtype):
-    """On AVX-512 hosts the 4 x 32 register tile of a product of doubles is 16 512-bit
-    registers: its block asks LLVM for them (in 256-bit ones it was 32 and spilled); a tile
-    of floats fits 256-bit registers and asks nothing. The product equals numpy's."""
-    from symtape.codegen import loops
+@pytest.mark.parametrize("m,k,n,tb", [(131, 50, 10, False), (7, 30, 3, False),
+                                      (20, 9, 37, False), (40, 10, 128, True),
+                                      (64, 300, 100, True)])
+def test_products_of_every_tile_shape_equal_numpy(m, k, n, tb, dtype):
+    """Rows left over from the tiles (one shorter tile), columns left over (a power of two
+    and the rest: 10 is 8 + 2), a transposed ``b`` packed along its rows: each element adds
+    its terms in order, as a fused multiply-add each, like an ordered sum in long double
+    within the dtype's rounding."""
+    rng = np.random.default_rng(m + n)
+    x = rng.normal(size=(m, k)).astype(dtype)
+    y = rng.normal(size=(n, k) if tb else (k, n)).astype(dtype)
+    a = st.symbol("a", shape=x.shape, dtype=dtype)
+    b = st.symbol("b", shape=y.shape, dtype=dtype)
+    plan = loopnest.plan_loops([st.matmul(a, b, transpose_b=tb)._node], [a._node, b._node])
+    got = compile_plan(plan, dtype=dtype)(x, y)
+    want = x.astype(np.longdouble) @ (y.T if tb else y).astype(np.longdouble)
+    tol = 1e-13 if dtype == "float64" else 3e-6
+    scale = np.abs(x).astype(np.float64) @ np.abs(y.T if tb else y).astype(np.float64)
+    assert got.dtype == dtype
+    assert np.all(np.abs(got - want.astype(np.float64)) <= tol * scale)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+def test_matrix_product_tiles_ask_for_wide_registers(dtype):
+    """On AVX-512 hosts the register tile of a product (8 rows of two 512-bit vectors: 16
+    doubles, 32 floats) is 16 512-bit registers: its block asks LLVM for them (in 256-bit
+    ones it was 32 and spilled), and its inner loop is FMAs on them. The product equals
+    numpy's."""
+    from symtape.codegen import jit, loops
 
     a = st.symbol("a", shape=(64, 96), dtype=dtype)
     b = st.symbol("b", shape=(96, 64), dtype=dtype)
     plan = loopnest.plan_loops([st.matmul(a, b)._node], [a._node, b._node])
     f = compile_plan(plan, dtype=dtype)
-    wide = loops.wide_registers() and dtype == "float64"
+    wide = loops.wide_registers()
     assert ('"prefer-vector-width"="512"' in f.llvm_ir) == wide
+    cols = 16 if dtype == "float64" else 32
+    tiles = [blk for blk in plan.blocks if blk.contract]
+    assert tiles and all(blk.space[-1] == (cols if wide else 8) for blk in tiles)
+    assert all(len(blk.outs[0].core) == (8 if wide else 4) for blk in tiles)
+    if wide:
+        asm = jit.assembly(f.llvm_ir)
+        suffix = "pd" if dtype == "float64" else "ps"
+        assert re.search(rf"vfmadd\d+{suffix}\s+[^\n]*%zmm", asm)
     rng = np.random.default_rng(5)
     x, y = rng.normal(size=(64, 96)).astype(dtype), rng.normal(size=(96, 64)).astype(dtype)
     np.testing.assert_allclose(f(x, y), x.astype(np.float64) @ y.astype(np.float64),

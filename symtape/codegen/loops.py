@@ -287,8 +287,11 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
 
 
 #: Blocks of at least this many operations (iterations times body size) split their
-#: outermost loop across the plan's threads: a thread costs some 20-50 us to start and join.
-PARALLEL_WORK = 1 << 19
+#: outermost loop across the plan's threads. A thread costs some 30-40 us to start and join,
+#: and more to wake an idle core: a 128x784 by 784x128 product of floats (25 M operations,
+#: 0.21 ms on one thread) took 0.30-0.45 ms on two, 256x784x256 0.71 ms on one against
+#: 0.83 on two, 384x784x384 1.4 against 1.1 ms (``threads=``, a 2-core Xeon).
+PARALLEL_WORK = 1 << 27
 #: Blocks of fewer operations than this are optimised for size (``optsize``): LLVM's loop
 #: passes then do little on them, which takes the compile time of a many-block plan down
 #: 2-3x (an 8-16-16-1 MLP's Hessian over chunks of points: 4.0 s to 2.0 s) at no measured
@@ -413,12 +416,12 @@ def _constant(i: int, buf: Buffer, t: str, dtype: str) -> str:
 
 
 def wide_registers() -> bool:
-    """Whether the host has AVX-512's 32 registers of 8 doubles. Matrix-product blocks of
-    doubles then ask LLVM for 512-bit vectors: the planner's register tile (4 rows of 32
-    columns, ``ops.contraction.matmul_cols``) is 16 of them, but 32 of the 256-bit vectors
-    LLVM prefers on some such CPUs (AMD Zen 4), and it spilled in the inner loop (a 128x784
-    by 784x128 product: 1.01 -> 0.82 ms of CPU); a tile of floats (4 x 32) fits 16 256-bit
-    registers and is left to LLVM's preference (measured 0.58 ms against 0.63 in 512-bit).
+    """Whether the host has AVX-512's 32 registers of 512 bits. Matrix-product blocks then
+    ask LLVM for 512-bit vectors: the planner's register tile (8 rows of two such vectors,
+    ``ops.contraction.matmul_rows``/``matmul_cols``) is 16 of them, but 32 of the 256-bit
+    vectors LLVM prefers on such CPUs (AMD Zen 4, Intel Xeons), and it spilled in the inner
+    loop (a 128x784 by 784x128 product of doubles: 1.01 -> 0.82 ms of CPU on a Zen 4; of
+    floats 0.30 -> 0.22 ms on a Xeon).
 
     >>> isinstance(wide_registers(), bool)
     True
@@ -460,7 +463,7 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
         params += ", i64 %np"
     small = "" if math.prod(block.space) * max(1, block.body.n_ops) >= SMALL_BLOCK_WORK \
         else " optsize"
-    if block.contract and t == "double" and wide_registers():
+    if block.contract and wide_registers():
         small += ' "prefer-vector-width"="512"'
     out = point + [f"define internal void @b{k}({params}) noinline nounwind{small} {{",
                    "entry:"]

@@ -599,7 +599,13 @@ class CompiledFunction:
                 f"({', '.join(_show(s) for s in self._in_specs)}), got {len(args)}"
             )
         arrays, leads = [], []
+        dtype = self._dtype
         for i, (x, spec) in enumerate(zip(args, self._in_specs)):
+            if type(x) is np.ndarray and x.shape == spec.shape and x.dtype == dtype and \
+                    x.flags.c_contiguous and x.flags.aligned:  # (one point, as it is)
+                arrays.append(x)
+                leads.append(())
+                continue
             a = self._as_array(i, x, spec)
             arrays.append(a)
             leads.append(a.shape[: a.ndim - len(spec.shape)])

@@ -28,12 +28,14 @@ from symtape.base import nest
 from symtape.base import recording
 from symtape.compile import planner as loopnest
 from symtape.compile import strategy
+from symtape.compile.call_keys import (argument_dtype, batch_arguments, fits,
+                                       python_value, value_key)
 from symtape.core import node as N
 from symtape.codegen import CompiledFunction, TensorSpec, compile_atoms, compile_plan
 from symtape.base.errors import (
     InvalidArgumentError, MissingDependencyError, ShapeError, UnboundLeafError,
 )
-from symtape.core.tensor import adopt, constant, floatx
+from symtape.core.tensor import adopt, constant
 from symtape.ops.random import Draw
 from symtape.core.variables import Tensor, symbol
 from symtape.base.lazy import LazyModule
@@ -434,7 +436,7 @@ class Function:
         self._opts = dict(fastmath=fastmath, threads=threads)
         self._dtype = dtype
         self._traces: dict[tuple, _Traced] = {}
-        self._batch = _batch_arguments(self.input_signature)
+        self._batch = batch_arguments(self.input_signature)
         self._poly: _SplitTraced | bool | None = None  # the one trace of a None batch
         self._bound: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._held: dict = {}  # id -> object, for Python values keyed by identity
@@ -674,21 +676,26 @@ class Function:
         if sig is not None:
             shapes = [tuple(a.shape) if isinstance(a, Tensor) else np.shape(a) for a in args]
             if len(sig) != len(shapes) or any(
-                    s.shape is not None and not _fits(s.shape, k) for s, k in zip(sig, shapes)):
+                    s.shape is not None and not fits(s.shape, k) for s, k in zip(sig, shapes)):
                 raise ShapeError(f"st.function {self.__name__}: argument shapes {shapes} do "
                                  "not match input_signature "
                                  f"{[None if s.shape is None else tuple(s.shape) for s in sig]}")
         return self.python_function(*args)
 
-    def _keyed(self, shapes: list, dtypes: list) -> tuple[tuple, list[TensorSpec]]:
-        """``(trace key, specs to trace)`` of arguments of ``shapes`` and ``dtypes``: the shapes;
-        without input_signature and dtype=, a float32 trace by its specs (a trace per dtype,
-        as ``tf.function``'s)."""
+    def _keyed(self, shapes: list, dtypes: list) -> tuple:
+        """The trace key of arguments of ``shapes`` and ``dtypes`` (names, as
+        :func:`argument_dtype` gives them): the shapes; without input_signature and dtype=,
+        a float32 trace by its specs (a trace per dtype, as ``tf.function``'s)."""
+        if self.input_signature is None and self._dtype is None and dtypes and \
+                all(d == "float32" for d in dtypes):  # (common_dtype of the specs)
+            return tuple(self._specs(shapes, dtypes))
+        return tuple([tuple(k) for k in shapes])
+
+    def _specs(self, shapes: list, dtypes: list) -> list[TensorSpec]:
+        """The specs to trace for arguments of ``shapes`` and ``dtypes``."""
         sig = self.input_signature
-        specs = [TensorSpec(k, s.dtype, s.name) for k, s in zip(shapes, sig)] if sig else \
+        return [TensorSpec(k, s.dtype, s.name) for k, s in zip(shapes, sig)] if sig else \
             [TensorSpec(k, self._dtype or d) for k, d in zip(shapes, dtypes)]
-        own = sig is None and self._dtype is None and common_dtype(specs) != "float64"
-        return (tuple(specs) if own else tuple(tuple(k) for k in shapes)), specs
 
     def _positional(self, args: tuple, kwargs: dict) -> tuple:
         """Keyword arguments in their positions (defaults filled in)."""
@@ -734,9 +741,11 @@ class Function:
         given = signature_specs([getattr(a, "shape", a) if not isinstance(a, TensorSpec) else a
                                  for a in args], "st.function")
         dtypes = [s.dtype if isinstance(a, TensorSpec) or not hasattr(a, "shape") else
-                  _argument_dtype(a) for a, s in zip(args, given)]  # (arrays: as a call's)
-        key, specs = self._keyed([s.shape for s in given], dtypes)
-        specs = [TensorSpec(s.shape, s.dtype, g.name or s.name) for s, g in zip(specs, given)]
+                  argument_dtype(a) for a, s in zip(args, given)]  # (arrays: as a call's)
+        shapes = [s.shape for s in given]
+        key = self._keyed(shapes, dtypes)
+        specs = [TensorSpec(s.shape, s.dtype, g.name or s.name)
+                 for s, g in zip(self._specs(shapes, dtypes), given)]
         with self._tracing:
             if key not in self._traces:
                 self._traces[key] = self._trace(specs)
@@ -749,7 +758,7 @@ class Function:
         if recording.current_trace() is not None or recording.active():
             return self._inline(args)
         python = () if sig is not None else tuple(
-            (i, a) for i, a in enumerate(args) if _python_value(a))
+            (i, a) for i, a in enumerate(args) if python_value(a))
         if python:
             keyed = {i for i, _ in python}
             args = [a for i, a in enumerate(args) if i not in keyed]
@@ -761,7 +770,7 @@ class Function:
                     f"{a.dtype}; tensor arguments are numbers")
         shapes = [a.shape for a in arrays]
         if sig is not None and (len(sig) != len(shapes) or any(
-                s.shape is not None and not _fits(s.shape, k) for s, k in zip(sig, shapes))):
+                s.shape is not None and not fits(s.shape, k) for s, k in zip(sig, shapes))):
             raise ShapeError(f"st.function {self.__name__}: argument shapes {shapes} do not "
                              "match input_signature "
                              f"{[None if s.shape is None else tuple(s.shape) for s in sig]}")
@@ -770,15 +779,17 @@ class Function:
             if poly is not None and not (poly.sums and _empty_batch(arrays, self._batch)):
                 with self._assigning if poly.assigned else contextlib.nullcontext():
                     return self._run_split(poly, arrays)
-        key, specs = self._keyed(shapes, [_argument_dtype(a) for a in args])
+        dtypes = [argument_dtype(a) for a in args]
+        key = self._keyed(shapes, dtypes)
         if python:
-            key = (key, tuple((i, _value_key(v, self._held)) for i, v in python))
+            key = (key, tuple((i, value_key(v, self._held)) for i, v in python))
         traced = self._traces.get(key)
         if traced is None:
             with self._tracing:
                 traced = self._traces.get(key)
                 if traced is None:
-                    traced = self._traces[key] = self._trace(specs, python)
+                    traced = self._traces[key] = self._trace(self._specs(shapes, dtypes),
+                                                             python)
         with self._assigning if traced.assigned else contextlib.nullcontext():
             values = [_current(v) for v in traced.variables]
             results = traced.compiled(*arrays, *values)
@@ -819,79 +830,6 @@ RETRACE_WARNING = 5
 
 class RetracingWarning(UserWarning):
     """An ``st.function`` traced again and again (new shapes or Python values each call)."""
-
-
-def _python_value(a) -> bool:
-    """Whether a call argument is a Python value that is part of the trace key (as
-    ``tf.function`` keys them): bools, ints, strings, None, modules, optimizers, any other
-    object; not tensors, arrays, numpy scalars, floats or lists of floats (tensors: one
-    trace serves all their values).
-
-    >>> [_python_value(a) for a in (3, True, "relu", None, 2.5, np.float64(1.0), [1.0, 2.0])]
-    [True, True, True, True, False, False, False]
-
-    NumPy integer and bool scalars are Python values too (``np.int64(5)`` from an array's
-    ``shape`` or ``argmax`` serves ``range`` and ``reshape``, as in TensorFlow):
-
-    >>> [_python_value(a) for a in (np.int64(5), np.bool_(True), np.float32(1.0))]
-    [True, True, False]
-    """
-    if isinstance(a, (np.integer, np.bool_)):
-        return True
-    if isinstance(a, (Tensor, np.ndarray, np.generic, float)):
-        return False
-    if isinstance(a, (list, tuple)) and a:
-        try:
-            return np.asarray(a).dtype.kind != "f"
-        except (ValueError, TypeError):
-            return True
-    return True
-
-
-def _argument_dtype(a) -> str:
-    """The dtype a call's argument is traced as (no input_signature or dtype=): a float32 or
-    float64 tensor's, array's or numpy scalar's own, else (Python numbers) floatx()."""
-    dtype = getattr(a, "dtype", None)
-    if dtype is not None and np.dtype(dtype).name in ("float32", "float64"):
-        return np.dtype(dtype).name
-    return floatx().name
-
-
-def _value_key(value, held: dict):
-    """The trace-key form of a Python value: hashable numbers, strings and None by value,
-    lists and tuples element by element, other objects by identity (``held`` keeps them
-    alive, so an identity is never reused by another object)."""
-    if value is None or isinstance(value, (bool, int, str, float, np.generic)):
-        return type(value).__name__, value
-    if isinstance(value, (list, tuple)):
-        return type(value).__name__, tuple(_value_key(v, held) for v in value)
-    held[id(value)] = value
-    return "id", id(value)
-
-
-def _fits(spec_shape: tuple, shape: tuple) -> bool:
-    """Whether ``shape`` is one of the shapes ``spec_shape`` allows (``None``: any size)."""
-    return len(spec_shape) == len(shape) and all(
-        d is None or d == k for d, k in zip(spec_shape, shape))
-
-
-def _batch_arguments(sig) -> list[bool] | None:
-    """For a signature whose only unknown dimensions lead some arguments' shapes (a batch),
-    which arguments have one; None for any other signature.
-
-    >>> _batch_arguments([TensorSpec((None, 3)), TensorSpec(()), TensorSpec((None,))])
-    [True, False, True]
-    >>> _batch_arguments([TensorSpec((2, None))]) is None
-    True
-    """
-    if sig is None:
-        return None
-    flags = []
-    for spec in sig:
-        if spec.shape is None or any(d is None for d in tuple(spec.shape)[1:]):
-            return None
-        flags.append(len(spec.shape) > 0 and spec.shape[0] is None)
-    return flags if any(flags) else None
 
 
 def _compile_tensors(outputs: list, inputs: list, opts: dict, log: strategy.StrategyLog,

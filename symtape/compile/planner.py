@@ -254,8 +254,9 @@ class _Planner:
 
     @functools.cached_property
     def wide_vectors(self) -> bool:
-        """Whether this CPU has AVX-512's 32 vector registers of 8 doubles (register tiles
-        of products may be 32 columns wide; codegen then asks LLVM for those registers)."""
+        """Whether this CPU has AVX-512's 32 vector registers of 512 bits (register tiles
+        of products are then 8 rows of two of them; codegen asks LLVM for those
+        registers)."""
         return wide_registers()
 
     # -- buffers and accesses --------------------------------------------------------------

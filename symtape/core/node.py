@@ -470,6 +470,10 @@ def _uniform(exact) -> tuple:
     arr = np.asarray(exact)
     if arr.size == 0:
         return None, None
+    if arr.size == 1 and arr.dtype.kind == "f":  # (a compiled function's scalar result)
+        value = float(arr.reshape(-1)[0])
+        atom = G.number(value)
+        return atom, (type(atom).__name__, value.hex())
     flat = arr.reshape(-1)
     first = flat[0]
     if arr.dtype.kind in "iub" and flat[-1] != first or arr.dtype.kind == "f" and not (

@@ -681,6 +681,8 @@ def adopt(value) -> Tensor:
     >>> adopt(a.reshape(3, 1))._value.base is a
     True
     """
+    if isinstance(value, (np.floating, np.bool_)):  # (a 0-d result read as a scalar)
+        value = np.asarray(value)
     if type(value) is np.ndarray and value.dtype.kind in "fb" and (
             value.flags.owndata or not value.flags.writeable):
         node = const_node(value, value.dtype)

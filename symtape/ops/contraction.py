@@ -241,28 +241,20 @@ class MatMul(Primitive):
             accs = (planner.at(ra.buffer, ra.offset, (ra.strides[0], ra.strides[2])),
                     planner.access((lb[0], ob), (k, n)),
                     planner.at(ro.buffer, ro.offset, (ro.strides[0], ro.strides[2])))
-            cols = min(matmul_cols(planner), n)
-            nn = n - n % cols
-            for j0, j1, c in ((0, nn, cols), (nn, n, n - nn)):
-                if j1 > j0:
-                    _matmul_tile(planner, accs, (), k, (0, planner.P, planner.align),
-                                 (j0, j1, c), planner.align)
+            for _, _, _, j0, j1, c in tile_regions(1, n, 1, matmul_cols(planner, node.dtype)):
+                _matmul_tile(planner, accs, (), k, (0, planner.P, planner.align), (j0, j1, c),
+                             planner.align)
             return loc
         accs = (planner.access((la[0], oa), batch + (m, k), batched),
                 planner.access((lb[0], ob), batch + (k, n), batched),
                 planner.access(loc, node.shape, batched))
-        rows = MATMUL_ROWS if m >= MATMUL_ROWS else 1
-        cols = min(matmul_cols(planner), n)
-        mm, nn = m - m % rows, n - n % cols
-        packed = _packed(planner, accs[1], k, n, cols) if (
-            not batch and not batched and m >= MATMUL_PACK_ROWS and k * n >= MATMUL_PACK) \
-            else {}
-        for i0, i1, r, j0, j1, c in ((0, mm, rows, 0, nn, cols), (0, mm, rows, nn, n, n - nn),
-                                     (mm, m, 1, 0, n, n)):
-            if i1 > i0 and j1 > j0:
-                _matmul_tile(planner, accs, planner.shape(batch, batched), k, (i0, i1, r),
-                             (j0, j1, c), int(batched),
-                             packed.get(j0) if r == rows and i0 == 0 else None)
+        regions = tile_regions(m, n, matmul_rows(planner), matmul_cols(planner, node.dtype))
+        packed = _packed(planner, accs[1], k, regions) if (
+            not batch and not batched and m >= MATMUL_PACK_ROWS and
+            (k * n >= MATMUL_PACK or accs[1].strides[-1] != 1)) else {}
+        for i0, i1, r, j0, j1, c in regions:
+            _matmul_tile(planner, accs, planner.shape(batch, batched), k, (i0, i1, r),
+                         (j0, j1, c), int(batched), packed.get(j0))
         return loc
 
     def total_from_args(self, node, kind):
@@ -283,13 +275,8 @@ class MatMul(Primitive):
         ra = planner.access(planner.loc[id(a)], (1, m), True)
         rb = planner.access(planner.loc[id(b)], (1, n), True)
         (pa, _, ai), (pb, _, bj) = ra.strides, rb.strides
-        rows = MATMUL_ROWS if m >= MATMUL_ROWS else 1
-        cols = min(matmul_cols(planner), n)
-        mm, nn = m - m % rows, n - n % cols
-        for i0, i1, r, j0, j1, c in ((0, mm, rows, 0, nn, cols), (0, mm, rows, nn, n, n - nn),
-                                     (mm, m, 1, 0, n, n)):
-            if not (i1 > i0 and j1 > j0):
-                continue
+        for i0, i1, r, j0, j1, c in tile_regions(m, n, matmul_rows(planner),
+                                                 matmul_cols(planner, node.dtype)):
             space = ((i1 - i0) // r, (j1 - j0) // c, planner.P, c)
             so = planner.at(buf, i0 * n + j0, (r * n, c, 0, 1), tuple(t * n for t in range(r)))
             sa = planner.at(ra.buffer, ra.offset + i0 * ai, (r * ai, 0, pa, 0),
@@ -563,25 +550,72 @@ def _labelled(planner, loc: tuple, labels: str, full: str, space: tuple, batched
 # --------------------------------------------------------------------------------------------
 
 #: Matrix products update tiles of this many rows and columns per step of their inner loop;
-#: columns ``None``: as many as keep the tile in vector registers on this CPU (32 with
-#: AVX-512's 32 registers of 8 doubles, else 8: 4 rows of 32 spill AVX2's 16 registers and
-#: run 1.4x slower, ``benchmarks/mlp_grad.py``).
-MATMUL_ROWS = 4
+#: ``None``: what this CPU holds in vector registers (:func:`matmul_rows`,
+#: :func:`matmul_cols`).
+MATMUL_ROWS = None
 MATMUL_COLS = None
 #: ... and their inner dimension in panels of this length (a panel of a 128-row matrix is
 #: 256 KiB, of an 8-column strip 16 KiB: they stay in cache while the other is swept).
 MATMUL_K = 256
-#: Products of at least this many rows whose ``b`` has this many elements read ``b`` from a
-#: packed copy (:func:`_packed`).
+#: Products of at least this many rows whose ``b`` has this many elements, or is read
+#: across its rows, read ``b`` from a packed copy (:func:`_packed`).
 MATMUL_PACK_ROWS = 16
 MATMUL_PACK = 4096
 
 
-def matmul_cols(planner) -> int:
-    """The columns of a register tile (:data:`MATMUL_COLS`, or what this CPU holds)."""
+def matmul_rows(planner) -> int:
+    """The rows of a register tile (:data:`MATMUL_ROWS`, or what this CPU holds): 8 with
+    AVX-512's 32 vector registers (a tile of 8 rows of two 512-bit vectors is 16
+    accumulators, enough to cover the latency of two FMA units; 4 rows of them were 1.3x
+    slower on a 128x784 by 784x128 product of floats, ``benchmarks/train_step.py``), else 4.
+    """
+    if MATMUL_ROWS is not None:
+        return MATMUL_ROWS
+    return 8 if planner.wide_vectors else 4
+
+
+def matmul_cols(planner, dtype) -> int:
+    """The columns of a register tile of ``dtype`` (:data:`MATMUL_COLS`, or what this CPU
+    holds): two 512-bit vectors with AVX-512 (16 doubles, 32 floats: a panel of
+    :data:`MATMUL_K` rows of 32 doubles would be 64 KiB, over a 48 KiB level-1 cache, and ran
+    1.25x slower), else 8 (4 rows of 32 spill AVX2's 16 registers and ran 1.4x slower,
+    ``benchmarks/mlp_grad.py``)."""
     if MATMUL_COLS is not None:
         return MATMUL_COLS
-    return 32 if planner.wide_vectors else 8
+    return 128 // np.dtype(dtype).itemsize if planner.wide_vectors else 8
+
+
+def tile_regions(m: int, n: int, rows: int, cols: int) -> list:
+    """``(i0, i1, r, j0, j1, c)``: the regions of an ``m x n`` result in tiles of ``r`` rows
+    and ``c`` columns: full tiles, then the rows left over as one tile of that height; the
+    columns left over as tiles of a power of two and what remains (a tile 10 floats wide
+    is vectorised with masked loads and stores of its accumulators, which LLVM then keeps
+    in memory across the inner loop: 8 and 2 stay in registers).
+
+    >>> tile_regions(10, 20, 8, 16)
+    [(0, 8, 8, 0, 16, 16), (0, 8, 8, 16, 20, 4), (8, 10, 2, 0, 16, 16), (8, 10, 2, 16, 20, 4)]
+    >>> [t[3:] for t in tile_regions(8, 10, 8, 32)]
+    [(0, 8, 8), (8, 10, 2)]
+    """
+    return [(i0, i1, r, j0, j1, c) for i0, i1, r in _tile_spans(m, rows, False)
+            for j0, j1, c in _tile_spans(n, cols, True)]
+
+
+def _tile_spans(n: int, width: int, split: bool) -> list:
+    """``(start, stop, tile)``: ``n`` in tiles of ``width``, then what is left as one tile,
+    or (``split``) as a tile of the largest power of two and one of the rest."""
+    if n == 0 or width == 0:
+        return []
+    full = n - n % width
+    out = [(0, full, width)] if full else []
+    rest = n - full
+    if rest and split and rest & (rest - 1):
+        head = 1 << (rest.bit_length() - 1)
+        out.append((full, full + head, head))
+        full, rest = full + head, rest - head
+    if rest:
+        out.append((full, n, rest))
+    return out
 
 
 def tile_body(planner, r: int):
@@ -591,26 +625,22 @@ def tile_body(planner, r: int):
     return planner.build_plan([value], [acc, x, np.asarray(y, dtype=object)])
 
 
-def _packed(planner, rb: tuple, k: int, n: int, c: int) -> dict:
-    """``b`` copied into column strips of ``c`` (each strip's ``k`` rows contiguous, then the
-    last, narrower strip), as BLAS packs it: a strip's rows sit in consecutive cache lines
-    however long ``b``'s own rows are (rows 1 KiB apart all fall in a few cache sets).
-    Returns ``{first column of a region: (offset, strip stride, row stride)}`` for
+def _packed(planner, rb: tuple, k: int, regions: list) -> dict:
+    """``b`` copied into column strips as the tiles of ``regions`` read it (each strip's
+    ``k`` rows contiguous), as BLAS packs it: a strip's rows sit in consecutive cache lines
+    however long ``b``'s own rows are (rows 1 KiB apart all fall in a few cache sets), and
+    a ``b`` read across its rows (a transposed operand) is read along them. Returns
+    ``{first column of a span: (buffer, offset, strip stride, row stride)}`` for
     :func:`_matmul_tile`."""
     bk, bn = rb.strides
-    nn = n - n % c
-    buf = planner.temp(k * n, boolean=planner.buffers[rb.buffer].boolean)
+    spans = sorted({(j0, j1, c) for _, _, _, j0, j1, c in regions})
+    buf = planner.temp(k * spans[-1][1], boolean=planner.buffers[rb.buffer].boolean)
     out = {}
-    if nn:
-        planner.block((nn // c, k, c), planner.copy_body(1, False),
-                      (planner.at(rb.buffer, rb.offset, (c * bn, bk, bn)),),
-                      (planner.at(buf, 0, (k * c, c, 1)),))
-        out[0] = (buf, 0, k * c, c)
-    if n > nn:
-        planner.block((k, n - nn), planner.copy_body(1, False),
-                      (planner.at(rb.buffer, rb.offset + nn * bn, (bk, bn)),),
-                      (planner.at(buf, nn * k, (n - nn, 1)),))
-        out[nn] = (buf, nn * k, 0, n - nn)
+    for j0, j1, c in spans:
+        planner.block(((j1 - j0) // c, k, c), planner.copy_body(1, False),
+                      (planner.at(rb.buffer, rb.offset + j0 * bn, (c * bn, bk, bn)),),
+                      (planner.at(buf, j0 * k, (k * c, c, 1)),))
+        out[j0] = (buf, j0 * k, k * c, c)
     return out
 
 
@@ -671,7 +701,7 @@ def _matmul_tile(planner, accs: tuple, batch: tuple, k: int, rows: tuple, cols: 
 
 
 def tiled(planner, batch: tuple, rows: tuple, cols: tuple, depth: tuple, accs: tuple,
-          hoist: int = 0, points: bool = False) -> None:
+          dtype, hoist: int = 0, points: bool = False) -> None:
     """``out[B, i, j] += sum over K of a[B, i, K] b[B, K, j]`` in register tiles, as the
     products' tiles, over index spaces given by strides: ``batch``: ``(extent, a stride,
     b stride, out stride)`` per batch dimension; ``rows``: ``(m, a stride, out stride)``;
@@ -681,12 +711,10 @@ def tiled(planner, batch: tuple, rows: tuple, cols: tuple, depth: tuple, accs: t
     (threads split it), column tiles, the first ``hoist`` summed dimensions (``b``'s panel
     for them is then read by every row tile while in cache), the other batch dimensions,
     row tiles, the other summed dimensions and the columns of a tile. ``points``: the first
-    batch dimension is the chunk's points (its extent is the run-time count)."""
+    batch dimension is the chunk's points (its extent is the run-time count); ``dtype``: the
+    elements' (the width of a tile)."""
     ra, rb, ro = accs
     (m, am, om), (n, bn, on) = rows, cols
-    r = MATMUL_ROWS if m >= MATMUL_ROWS else 1
-    c = min(matmul_cols(planner), n)
-    mm, nn = m - m % r, n - n % c
     ext = tuple(e for e, *_ in batch) + tuple(e for e, *_ in depth)
     if 0 in ext or m == 0 or n == 0:
         return
@@ -697,10 +725,8 @@ def tiled(planner, batch: tuple, rows: tuple, cols: tuple, depth: tuple, accs: t
     def order(b_, tile_j, k_, tile_i, last):  # strides (or extents) in loop order
         return b_[:1] + (tile_j,) + k_[:hoist] + b_[1:] + (tile_i,) + k_[hoist:] + (last,)
 
-    for i0, i1, rt, j0, j1, ct in ((0, mm, r, 0, nn, c), (0, mm, r, nn, n, n - nn),
-                                   (mm, m, 1, 0, n, n)):
-        if i1 <= i0 or j1 <= j0:
-            continue
+    for i0, i1, rt, j0, j1, ct in tile_regions(m, n, matmul_rows(planner),
+                                               matmul_cols(planner, dtype)):
         space = order(tuple(e for e, *_ in batch), (j1 - j0) // ct, k_ext,
                       (i1 - i0) // rt, ct)
         sa = planner.at(ra.buffer, ra.offset + i0 * am, order(sb_a, 0, k_a, rt * am, 0),

@@ -331,7 +331,7 @@ class Conv(Primitive):
         ra, rb, ro = (planner.access(la, a.shape, pts), planner.access(lb, b.shape, pts),
                       planner.access(loc, node.shape, pts))
         if self.roles[2] == "x":  # conv2d_backprop_input; a: y, b: k, out: x
-            _backprop_input(planner, d, ra, rb, ro, loc, pts, planner.batched(lb))
+            _backprop_input(planner, d, ra, rb, ro, loc, pts, planner.batched(lb), node.dtype)
             return loc
         lead = ((planner.P, ra.strides[0], rb.strides[0], ro.strides[0]),) if pts else ()
         (an, ah, aw, ac), (bn, bh, bw, bc), (on, oh, ow, oc) = \
@@ -341,13 +341,13 @@ class Conv(Primitive):
             tiled(planner, lead + ((d.n, an, 0, on), (d.oh, sh * ah, 0, oh)),
                   (d.ow, sw * aw, ow), (d.o, bc, oc),
                   ((d.kh, d.dh * ah, bn), (d.kw, d.dw * aw, bh), (d.c, ac, bw)),
-                  (ra, rb, ro), points=pts)
+                  (ra, rb, ro), node.dtype, points=pts)
         else:  # conv2d_backprop_filter; a: x, b: y, out: k
             # each image's y is read for every (q, c) of a filter row while in cache
             tiled(planner, lead + ((d.kh, d.dh * ah, 0, on), (d.kw, d.dw * aw, 0, oh)),
                   (d.c, ac, ow), (d.o, bc, oc),
                   ((d.n, an, bn), (d.oh, sh * ah, bh), (d.ow, sw * aw, bw)),
-                  (ra, rb, ro), hoist=1, points=pts)
+                  (ra, rb, ro), node.dtype, hoist=1, points=pts)
         return loc
 
 
@@ -363,10 +363,10 @@ OPS_BY_ROLE = {"y": conv2d, "x": conv2d_backprop_input, "k": conv2d_backprop_fil
 
 
 def _backprop_input(planner, d: Dims, ra: tuple, rb: tuple, ro: tuple, loc: tuple,
-                    pts: bool, k_pts: bool) -> None:
+                    pts: bool, k_pts: bool, dtype) -> None:
     """``x``-shaped ``conv2d_backprop_input(y, k)`` (see :meth:`Conv.loop`); the filters are
     first copied with ``c`` innermost (the columns of its products); ``pts``: over chunks of
-    points (``k_pts``: the filters too)."""
+    points (``k_pts``: the filters too); ``dtype``: the elements'."""
     (an, ah, aw, ac), (on, oh, ow, oc) = ra.strides[pts:], ro.strides[pts:]
     sh, sw = d.sh, d.sw
     kshape = (d.kh, d.kw, d.o, d.c)
@@ -399,14 +399,14 @@ def _backprop_input(planner, d: Dims, ra: tuple, rb: tuple, ro: tuple, loc: tupl
         tiled(planner, lead + ((d.n, pn, 0, on), (d.h, ph, 0, oh)), (d.w, pw, ow),
               (d.c, bw, oc),
               ((d.kh, -d.dh * ph, bn), (d.kw, -d.dw * pw, bh), (d.o, po, bc)),
-              (start, kacc, ro), points=pts)
+              (start, kacc, ro), dtype, points=pts)
         return
     for p, q in itertools.product(range(d.kh), range(d.kw)):
         tap_b = kacc._replace(offset=kacc.offset + p * bn + q * bh)
         tap_o = ro._replace(offset=ro.offset + p * d.dh * oh + q * d.dw * ow)
         tiled(planner, lead + ((d.n, an, 0, on), (d.oh, ah, 0, sh * oh)),
               (d.ow, aw, sw * ow), (d.c, bw, oc), ((d.o, ac, bc),),
-              (ra, tap_b, tap_o), points=pts)
+              (ra, tap_b, tap_o), dtype, points=pts)
     fill_unreached(planner, loc, d)
 
 

@@ -9,6 +9,7 @@ import math
 import importlib
 import pickle
 import re
+import threading
 
 import numpy as np
 import pytest
@@ -290,6 +291,45 @@ def test_large_blocks_split_across_threads_with_equal_values(monkeypatch):
     for x, y, want in zip(one(a.numpy(), b.numpy()), three(a.numpy(), b.numpy()), ys):
         np.testing.assert_array_equal(x, y)
         assert _close(y, want.numpy()).all()  # eager: BLAS's order of terms
+    # each call starts its own helpers: calls from several threads at once agree
+    results = [None] * 6
+
+    def call(i):
+        results[i] = three(a.numpy() * (i + 1), b.numpy())
+
+    workers = [threading.Thread(target=call, args=(i,)) for i in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    for i, got in enumerate(results):
+        for x, y in zip(one(a.numpy() * (i + 1), b.numpy()), got):
+            np.testing.assert_array_equal(x, y)
+
+
+def test_threads_start_once_a_call_and_only_for_large_work(monkeypatch):
+    """Helper threads are started by a program with a block of at least PARALLEL_WORK
+    operations to split, once a call, and then take every block of at least POOL_WORK; a
+    plan without such a block starts none."""
+    loops = importlib.import_module("symtape.codegen.loops")
+    rng = np.random.default_rng(7)
+    a, b = st.Variable(rng.standard_normal((64, 100))), st.Variable(rng.standard_normal((100, 64)))
+    ys = [st.tanh(st.matmul(a, b)) * 2.0 + 1.0]
+    nodes, ins = [y._node for y in ys], [a._node, b._node]
+    plan = loopnest.plan_loops(nodes, ins, threads=2)
+    work = [math.prod(blk.space) * max(1, blk.body.n_ops) for blk in plan.blocks]
+    monkeypatch.setattr(loops, "PARALLEL_WORK", max(work) + 1)
+    assert all(len(r) == 1 for r in loops.splits(plan))
+    assert "@pool.start" not in compile_plan(plan).llvm_ir
+    monkeypatch.setattr(loops, "PARALLEL_WORK", max(work))
+    monkeypatch.setattr(loops, "POOL_WORK", min(w for w in work if w > 1))
+    split = loops.splits(plan)
+    assert sum(len(r) > 1 for r in split) >= 2
+    f = compile_plan(plan)
+    assert f.llvm_ir.count("call void @pool.start") == 1
+    np.testing.assert_array_equal(f(a.numpy(), b.numpy()),
+                                  compile_plan(loopnest.plan_loops(nodes, ins, threads=1))(
+                                      a.numpy(), b.numpy()))
 
 
 def _mlp_grad_by_hand(layers, x):

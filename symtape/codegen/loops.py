@@ -255,12 +255,13 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     lines: list = []
     first: dict = {}  # a block's function, its buffers renamed in order: the block defining it
     calls: list = []  # per block: the block whose function it calls
+    split = splits(plan)
     for k, block in enumerate(plan.blocks):
-        text = _block(plan, k, block, fmt, size, decls)
-        chunks = _chunks(plan, block)
+        chunks = split[k]
+        text = _block(plan, k, block, fmt, size, decls, len(chunks) > 1)
         if len(chunks) > 1:
             lines += text + _parallel(plan, k, block, chunks)
-            decls.update(_PTHREAD)
+            decls.update(_pool_decls())
             calls.append(k)
             continue
         same = first.setdefault(_shape_of(text, k), k)
@@ -270,9 +271,11 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     offsets, arena = plan.arena
     first = plan.prologue
     lines += _program(plan, offsets, calls, [k for k in range(len(plan.blocks))
-                                             if k not in first])
+                                             if k not in first], split)
     if first:
-        lines += _program(plan, offsets, calls, first, "prologue")
+        lines += _program(plan, offsets, calls, first, split, "prologue")
+    if any(len(c) > 1 for c in split):
+        lines += _pool_functions(plan.threads - 1)
     if plan.points:
         lines += _chunk_loop(plan, arena, t, size)
         decls.update(_MEMORY)
@@ -286,12 +289,16 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     return module(head, sorted(decls) + slot + consts + lines, plan, name, after=_release(name))
 
 
-#: Blocks of at least this many operations (iterations times body size) split their
-#: outermost loop across the plan's threads. A thread costs some 30-40 us to start and join,
-#: and more to wake an idle core: a 128x784 by 784x128 product of floats (25 M operations,
-#: 0.21 ms on one thread) took 0.30-0.45 ms on two, 256x784x256 0.71 ms on one against
-#: 0.83 on two, 384x784x384 1.4 against 1.1 ms (``threads=``, a 2-core Xeon).
+#: A plan with a block of at least this many operations (iterations times body size) to
+#: split starts helper threads for each call of its program (30-40 us to start and join,
+#: and more to wake an idle core: with them started for every block, a 128x784 by 784x128
+#: product of floats, 0.21 ms on one thread, took 0.30-0.45 ms on two; 256x784x256 0.71 ms
+#: on one against 0.83 on two, 384x784x384 1.4 against 1.1 ms; ``threads=``, a 2-core
+#: Xeon) ...
 PARALLEL_WORK = 1 << 27
+#: ... and then splits every block of at least this many operations across them (a
+#: hand-over to a running helper costs about a microsecond).
+POOL_WORK = 1 << 21
 #: Blocks of fewer operations than this are optimised for size (``optsize``): LLVM's loop
 #: passes then do little on them, which takes the compile time of a many-block plan down
 #: 2-3x (an 8-16-16-1 MLP's Hessian over chunks of points: 4.0 s to 2.0 s) at no measured
@@ -306,14 +313,25 @@ _PTHREAD = ("declare i32 @pthread_create(ptr, ptr, ptr, ptr)",
             "declare i32 @pthread_join(i64, ptr)")
 
 
-def _chunks(plan: LoopPlan, block: Block) -> list:
-    """``[(lo, hi)]`` ranges of the block's outermost index, one per thread: several only
-    when the block is large and iterations of that index write disjoint elements."""
+def splits(plan: LoopPlan) -> list:
+    """Per block, ``[(lo, hi)]`` ranges of its outermost index, one per thread: several only
+    when the plan has a block of at least :data:`PARALLEL_WORK` operations to split (its
+    program then starts helper threads, :func:`_pool_functions`), for each block of at
+    least :data:`POOL_WORK` whose iterations of that index write disjoint elements."""
+    ranges = [_ranges(plan, block, POOL_WORK) for block in plan.blocks]
+    if not any(len(r) > 1 and _work(b) >= PARALLEL_WORK for r, b in zip(ranges, plan.blocks)):
+        return [r[:1] for r in ranges]
+    return ranges
+
+
+def _work(block: Block) -> int:
+    return math.prod(block.space) * max(1, block.body.n_ops)
+
+
+def _ranges(plan: LoopPlan, block: Block, least: int) -> list:
     if plan.threads <= 1 or not block.space or block.space[0] < 2 or block.points:
         return [(0, block.space[0])] if block.space else []
-    if math.prod(block.space) * max(1, block.body.n_ops) < PARALLEL_WORK:
-        return [(0, block.space[0])]
-    if not all(_disjoint(acc, block.space) for acc in block.outs):
+    if _work(block) < least or not all(_disjoint(acc, block.space) for acc in block.outs):
         return [(0, block.space[0])]
     n = block.space[0]
     step = -(-n // min(plan.threads, n))
@@ -350,42 +368,165 @@ def _disjoint(acc: Access, space: tuple) -> bool:
 
 
 def _parallel(plan: LoopPlan, k: int, block: Block, chunks: list) -> list:
-    """``@b<k>.par``: the block's ranges on ``pthread``s (``@b<k>.thread`` unpacks one),
-    the first on the calling thread; a range whose thread did not start runs here too."""
+    """``@b<k>.par``: the block's first range on the calling thread, the others handed to the
+    program's helper threads (:func:`_pool_functions`; ``@b<k>.thread`` unpacks one); a
+    range no helper took (one did not start) runs here too."""
     bufs = block.buffers
     nb = len(bufs)
+    helpers = plan.threads - 1
     args = ", ".join(f"ptr %B{b}" for b in bufs)
     struct = f"{{ {', '.join(['ptr'] * nb + ['i64', 'i64'])} }}"
-    out = [f"define internal ptr @b{k}.thread(ptr %a) nounwind {{", "entry:"]
+    pool = _pool_type(helpers)
+    out = [f"define internal void @b{k}.thread(ptr %a) nounwind {{", "entry:"]
     for j in range(nb + 2):
         kind = "ptr" if j < nb else "i64"
         out += [f"  %f{j}.p = getelementptr inbounds {struct}, ptr %a, i32 0, i32 {j}",
                 f"  %f{j} = load {kind}, ptr %f{j}.p"]
     fields = ", ".join([f"ptr %f{j}" for j in range(nb)] + [f"i64 %f{nb}", f"i64 %f{nb + 1}"])
-    out += [f"  call void @b{k}({fields})", "  ret ptr null", "}", ""]
-    out += [f"define internal void @b{k}.par({', '.join(f'ptr noalias %B{b}' for b in bufs)}) "
-            "noinline nounwind {", "entry:"]
-    for t, (lo, hi) in enumerate(chunks[1:], 1):
-        out += [f"  %a{t} = alloca {struct}", f"  %tid{t} = alloca i64"]
+    out += [f"  call void @b{k}({fields})", "  ret void", "}", ""]
+    out += [f"define internal void @b{k}.par({', '.join(f'ptr noalias %B{b}' for b in bufs)}, "
+            "ptr %pool) noinline nounwind {", "entry:",
+            f"  %n.p = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 4",
+            "  %n = load i64, ptr %n.p"]
+    for t in range(1, helpers + 1):
+        out += [f"  %slot{t} = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 5, "
+                f"i64 {t - 1}"]
+        if t >= len(chunks):
+            out.append(f"  store ptr null, ptr %slot{t}")
+            continue
+        lo, hi = chunks[t]
+        out.append(f"  %a{t} = alloca {struct}")
         for j, b in enumerate(bufs):
             out += [f"  %a{t}.{j} = getelementptr inbounds {struct}, ptr %a{t}, i32 0, i32 {j}",
                     f"  store ptr %B{b}, ptr %a{t}.{j}"]
         for j, v in ((nb, lo), (nb + 1, hi)):
             out += [f"  %a{t}.{j} = getelementptr inbounds {struct}, ptr %a{t}, i32 0, i32 {j}",
                     f"  store i64 {v}, ptr %a{t}.{j}"]
-        out.append(f"  %rc{t} = call i32 @pthread_create(ptr %tid{t}, ptr null, "
-                   f"ptr @b{k}.thread, ptr %a{t})")
+        out.append(f"  store ptr %a{t}, ptr %slot{t}")
+    out += [f"  %fn.p = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 2",
+            f"  store ptr @b{k}.thread, ptr %fn.p",
+            "  call void @pool.run(ptr %pool)"]
     lo, hi = chunks[0]
     out.append(f"  call void @b{k}({args}, i64 {lo}, i64 {hi})")
-    for t, (lo, hi) in enumerate(chunks[1:], 1):
-        out += [f"  %ok{t} = icmp eq i32 %rc{t}, 0",
-                f"  br i1 %ok{t}, label %join{t}, label %self{t}",
-                f"join{t}:", f"  %t{t} = load i64, ptr %tid{t}",
-                f"  %j{t} = call i32 @pthread_join(i64 %t{t}, ptr null)",
-                f"  br label %next{t}",
+    for t, (lo, hi) in enumerate(chunks[1:], 1):  # (ranges of helpers that did not start)
+        out += [f"  %mine{t} = icmp uge i64 {t - 1}, %n",
+                f"  br i1 %mine{t}, label %self{t}, label %next{t}",
                 f"self{t}:", f"  call void @b{k}({args}, i64 {lo}, i64 {hi})",
                 f"  br label %next{t}", f"next{t}:"]
-    return out + ["  ret void", "}", ""]
+    return out + ["  call void @pool.wait(ptr %pool)", "  ret void", "}", ""]
+
+
+def _pool_type(helpers: int) -> str:
+    """The helper pool of a program call: the round handed out (``gen``), the rounds
+    finished summed over the helpers (``done``), the round's function, ``quit``, the
+    helpers started, each one's argument, each one's thread id."""
+    return f"{{ i64, i64, ptr, i64, i64, [{helpers} x ptr], [{helpers} x i64] }}"
+
+
+#: A helper waiting for its next range spins this many times (``pause``) before it yields
+#: the core between looks (``sched_yield``): a range handed over while it spins starts
+#: within a microsecond, where waking a sleeping thread takes tens.
+POOL_SPINS = 1 << 16
+
+
+def _pool_decls() -> tuple:
+    pause = ("declare void @llvm.x86.sse2.pause()",) if _x86() else ()
+    return _PTHREAD + ("declare i32 @sched_yield()",) + pause
+
+
+def _x86() -> bool:
+    return jit.host().triple.startswith(("x86_64", "amd64"))
+
+
+def _pool_functions(helpers: int) -> list:
+    """The helper pool of a program call (the blocks split across threads): ``@pool.start``
+    starts ``helpers`` threads once per call (a thread costs 30-40 us to start and join, a
+    hand-over through the pool about a microsecond), each waiting (:data:`POOL_SPINS`
+    spins, then yielding) for the next round of ``gen``, running the round's function on
+    its argument (null: none this round) and counting the round in ``done``;
+    ``@pool.run`` hands a round out (its arguments stored before), ``@pool.wait`` waits
+    for the helpers started to finish it, ``@pool.stop`` ends them."""
+    pool = _pool_type(helpers)
+    pause = "  call void @llvm.x86.sse2.pause()" if _x86() else "  fence seq_cst"
+    out = ["define internal ptr @pool.worker(ptr %h) nounwind {", "entry:",
+           "  %pool.p = getelementptr inbounds { ptr, i64 }, ptr %h, i32 0, i32 0",
+           "  %pool = load ptr, ptr %pool.p",
+           "  %i.p = getelementptr inbounds { ptr, i64 }, ptr %h, i32 0, i32 1",
+           "  %i = load i64, ptr %i.p",
+           f"  %gen = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 0",
+           f"  %done = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 1",
+           f"  %fn.p = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 2",
+           f"  %quit = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 3",
+           f"  %arg.p = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 5, i64 %i",
+           "  br label %wait",
+           "wait:", "  %seen = phi i64 [ 0, %entry ], [ %g, %ran ]", "  br label %spin",
+           "spin:", "  %spins = phi i64 [ 0, %wait ], [ %more, %pause ], [ %more, %yield ]",
+           "  %g = load atomic i64, ptr %gen acquire, align 8",
+           "  %new = icmp ne i64 %g, %seen",
+           "  br i1 %new, label %got, label %idle",
+           "idle:", "  %more = add i64 %spins, 1",
+           f"  %long = icmp ugt i64 %spins, {POOL_SPINS}",
+           "  br i1 %long, label %yield, label %pause",
+           "pause:", pause, "  br label %spin",
+           "yield:", "  %y = call i32 @sched_yield()", "  br label %spin",
+           "got:", "  %q = load atomic i64, ptr %quit acquire, align 8",
+           "  %stop = icmp ne i64 %q, 0",
+           "  br i1 %stop, label %exit, label %work",
+           "work:", "  %fn = load ptr, ptr %fn.p", "  %arg = load ptr, ptr %arg.p",
+           "  %has = icmp ne ptr %arg, null",
+           "  br i1 %has, label %call, label %ran",
+           "call:", "  call void %fn(ptr %arg)", "  br label %ran",
+           "ran:", "  %d = atomicrmw add ptr %done, i64 1 release", "  br label %wait",
+           "exit:", "  ret ptr null", "}", ""]
+    out += ["define internal void @pool.start(ptr %pool, ptr %hs) nounwind {", "entry:",
+            f"  %n.p = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 4"]
+    for f in range(5):
+        out.append(f"  %z{f} = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 {f}")
+        if f != 2:
+            out.append(f"  store i64 0, ptr %z{f}")
+    for t in range(helpers):  # started in order; the first that fails ends the starting
+        out += [f"  %h{t} = getelementptr inbounds {{ ptr, i64 }}, ptr %hs, i64 {t}",
+                f"  %h{t}.0 = getelementptr inbounds {{ ptr, i64 }}, ptr %h{t}, i32 0, i32 0",
+                f"  store ptr %pool, ptr %h{t}.0",
+                f"  %h{t}.1 = getelementptr inbounds {{ ptr, i64 }}, ptr %h{t}, i32 0, i32 1",
+                f"  store i64 {t}, ptr %h{t}.1",
+                f"  %tid{t} = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 6, i64 {t}",
+                f"  %rc{t} = call i32 @pthread_create(ptr %tid{t}, ptr null, "
+                f"ptr @pool.worker, ptr %h{t})",
+                f"  %ok{t} = icmp eq i32 %rc{t}, 0",
+                f"  br i1 %ok{t}, label %up{t}, label %end",
+                f"up{t}:", f"  store i64 {t + 1}, ptr %n.p"]
+    out += ["  br label %end", "end:", "  ret void", "}", ""]
+    out += ["define internal void @pool.run(ptr %pool) nounwind {", "entry:",
+            f"  %gen = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 0",
+            "  %g = atomicrmw add ptr %gen, i64 1 release", "  ret void", "}", ""]
+    out += ["define internal void @pool.wait(ptr %pool) nounwind {", "entry:",
+            f"  %gen = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 0",
+            f"  %done = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 1",
+            f"  %n.p = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 4",
+            "  %n = load i64, ptr %n.p",
+            "  %g = load i64, ptr %gen",  # (this thread's own last store)
+            "  %want = mul i64 %g, %n", "  br label %spin",
+            "spin:", "  %d = load atomic i64, ptr %done acquire, align 8",
+            "  %ready = icmp uge i64 %d, %want",
+            "  br i1 %ready, label %out, label %pause",
+            "pause:", pause, "  br label %spin",
+            "out:", "  ret void", "}", ""]
+    out += ["define internal void @pool.stop(ptr %pool) nounwind {", "entry:",
+            f"  %quit = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 3",
+            "  store atomic i64 1, ptr %quit release, align 8",
+            "  call void @pool.run(ptr %pool)",
+            f"  %n.p = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 4",
+            "  %n = load i64, ptr %n.p"]
+    for t in range(helpers):
+        out += [f"  %has{t} = icmp ult i64 {t}, %n",
+                f"  br i1 %has{t}, label %join{t}, label %end",
+                f"join{t}:",
+                f"  %tid{t}.p = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 6, i64 {t}",
+                f"  %tid{t} = load i64, ptr %tid{t}.p",
+                f"  %j{t} = call i32 @pthread_join(i64 %tid{t}, ptr null)"]
+    out += ["  br label %end", "end:", "  ret void", "}", ""]
+    return out
 
 
 def _elem(buf: Buffer, t: str) -> str:
@@ -429,7 +570,8 @@ def wide_registers() -> bool:
     return "+avx512f" in jit.features().split(",")
 
 
-def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: set) -> list:
+def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: set,
+           split: bool) -> list:
     """``@b<k>(ptr %B<buffer>...)``: the loop nest over ``block.space`` around its body."""
     t = fmt["t"]
     accs = block.ins + block.outs
@@ -452,7 +594,7 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
     # only the point body of an accumulation reads and writes through one pointer
     params = ", ".join(f"ptr noalias %B{b}" for b in bufs)
     dims = len(block.space)
-    split = len(_chunks(plan, block)) > 1  # the outermost range is given: [%lo, %hi)
+    # split: the outermost range is given, [%lo, %hi)
     if split:
         params += ", i64 %lo, i64 %hi"
     if block.points:  # the first extent is the chunk's number of points / block.points
@@ -623,10 +765,11 @@ def _shape_of(text: list, k: int) -> str:
     return re.sub(r"%B(\d+)", lambda m: f"%B{names.setdefault(m.group(1), len(names))}", body)
 
 
-def _program(plan: LoopPlan, offsets: tuple, calls: list, blocks, name: str = "program"
-             ) -> list:
+def _program(plan: LoopPlan, offsets: tuple, calls: list, blocks, split: list,
+             name: str = "program") -> list:
     """``@<name>(ptr %in..., ptr %out..., ptr %arena)``: one point, the ``blocks`` in order
-    (``calls[k]``: the block whose function block ``k`` calls, see :func:`_shape_of`)."""
+    (``calls[k]``: the block whose function block ``k`` calls, see :func:`_shape_of`;
+    ``split[k]``: its ranges across threads, see :func:`splits`)."""
     params = [f"ptr noalias %in{i}" for i in range(len(plan.inputs))]
     params += [f"ptr noalias %out{i}" for i in range(len(plan.outputs))]
     params.append("ptr noalias %arena")
@@ -639,17 +782,26 @@ def _program(plan: LoopPlan, offsets: tuple, calls: list, blocks, name: str = "p
     for i, b in enumerate(plan.buffers):
         if b.kind == "temp" and offsets[i] is not None:  # (None: no block uses it)
             out.append(f"  %t{i} = getelementptr inbounds i8, ptr %arena, i64 {offsets[i]}")
+    pooled = any(len(split[k]) > 1 for k in blocks)
+    if pooled:  # helpers for the blocks split across threads, started once a call
+        out += [f"  %pool = alloca {_pool_type(plan.threads - 1)}, align 64",
+                f"  %hs = alloca {{ ptr, i64 }}, i64 {plan.threads - 1}",
+                "  call void @pool.start(ptr %pool, ptr %hs)"]
     for k in blocks:
         block = plan.blocks[k]
         args = ", ".join(f"ptr {_base(plan, b, offsets)}" for b in block.buffers)
-        par = ".par" if len(_chunks(plan, block)) > 1 else ""
+        par = len(split[k]) > 1
         if block.points:
             args += ", i64 %np"
         if block.count >= 0:
             args += ", i64 %nc"
         if block.runs >= 0 and not block.points:
             args += ", i64 %np"
-        out.append(f"  call void @b{calls[k]}{par}({args})")
+        if par:
+            args += ", ptr %pool"
+        out.append(f"  call void @b{calls[k]}{'.par' if par else ''}({args})")
+    if pooled:
+        out.append("  call void @pool.stop(ptr %pool)")
     return out + ["  ret void", "}", ""]
 
 

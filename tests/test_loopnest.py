@@ -308,9 +308,9 @@ def test_large_blocks_split_across_threads_with_equal_values(monkeypatch):
 
 
 def test_threads_start_once_a_call_and_only_for_large_work(monkeypatch):
-    """Helper threads are started by a program with a block of at least PARALLEL_WORK
-    operations to split, once a call, and then take every block of at least POOL_WORK; a
-    plan without such a block starts none."""
+    """Helper threads are started by a program whose blocks to split come to PARALLEL_WORK
+    operations, once a call, and then take every block of at least POOL_WORK; a plan with
+    less to split starts none."""
     loops = importlib.import_module("symtape.codegen.loops")
     rng = np.random.default_rng(7)
     a, b = st.Variable(rng.standard_normal((64, 100))), st.Variable(rng.standard_normal((100, 64)))
@@ -318,11 +318,11 @@ def test_threads_start_once_a_call_and_only_for_large_work(monkeypatch):
     nodes, ins = [y._node for y in ys], [a._node, b._node]
     plan = loopnest.plan_loops(nodes, ins, threads=2)
     work = [math.prod(blk.space) * max(1, blk.body.n_ops) for blk in plan.blocks]
-    monkeypatch.setattr(loops, "PARALLEL_WORK", max(work) + 1)
+    monkeypatch.setattr(loops, "POOL_WORK", min(w for w in work if w > 1))
+    monkeypatch.setattr(loops, "PARALLEL_WORK", sum(work) + 1)
     assert all(len(r) == 1 for r in loops.splits(plan))
     assert "@pool.start" not in compile_plan(plan).llvm_ir
     monkeypatch.setattr(loops, "PARALLEL_WORK", max(work))
-    monkeypatch.setattr(loops, "POOL_WORK", min(w for w in work if w > 1))
     split = loops.splits(plan)
     assert sum(len(r) > 1 for r in split) >= 2
     f = compile_plan(plan)

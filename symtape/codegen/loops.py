@@ -287,13 +287,13 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     return module(head, sorted(decls) + slot + consts + lines, plan, name, after=_release(name))
 
 
-#: A plan with a block of at least this many operations (iterations times body size) to
-#: split starts helper threads for each call of its program (30-40 us to start and join,
-#: and more to wake an idle core: with them started for every block, a 128x784 by 784x128
+#: A plan whose blocks to split come to this many operations (iterations times body size)
+#: starts helper threads for each call of its program (30-40 us to start and join, and
+#: more to wake an idle core: with them started for every block, a 128x784 by 784x128
 #: product of floats, 0.21 ms on one thread, took 0.30-0.45 ms on two; 256x784x256 0.71 ms
-#: on one against 0.83 on two, 384x784x384 1.4 against 1.1 ms; ``threads=``, a 2-core
-#: Xeon) ...
-PARALLEL_WORK = 1 << 27
+#: on one against 0.83 on two; started once a call, the MLP training step's two such
+#: products and its update, 0.51 ms on one thread, took 0.44-0.46 ms; a 2-core Xeon) ...
+PARALLEL_WORK = 1 << 26
 #: ... and then splits every block of at least this many operations across them (a
 #: hand-over to a running helper costs about a microsecond; the seed CNN's float32 step:
 #: 23.7 ms from 2^21, 20.3 ms from 2^18, 19.5 ms from 2^16).
@@ -314,12 +314,12 @@ _PTHREAD = ("declare i32 @pthread_create(ptr, ptr, ptr, ptr)",
 
 def splits(plan: LoopPlan) -> list:
     """Per block, ``[(lo, hi)]`` ranges of its outermost index, one per thread: several only
-    when the plan has a block of at least :data:`PARALLEL_WORK` operations to split (its
-    program then starts helper threads, :func:`_pool_functions`), for each block of at
+    when the blocks the plan could split come to at least :data:`PARALLEL_WORK` operations
+    (its program then starts helper threads, :func:`_pool_functions`), for each block of at
     least :data:`POOL_WORK` whose iterations of that index write disjoint elements."""
     ranges = [_ranges(plan, block, POOL_WORK) for block in plan.blocks]
-    if not any(len(r) > 1 and _work(b) >= PARALLEL_WORK for r, b in zip(ranges, plan.blocks)):
-        return [r[:1] for r in ranges]
+    if sum(_work(b) for r, b in zip(ranges, plan.blocks) if len(r) > 1) < PARALLEL_WORK:
+        return [[(0, b.space[0])] if b.space else [] for b in plan.blocks]
     return ranges
 
 

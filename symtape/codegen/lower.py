@@ -271,8 +271,12 @@ OPS: dict[str, Op] = {
     "asin": _libm("asin", _sp("asin")),
     "acos": _libm("acos", _sp("acos")),
     "atan": _libm("atan", _sp("atan")),
-    "sinh": _libm("sinh", _sp("sinh")),
-    "cosh": _libm("cosh", _sp("cosh")),
+    "sinh": _vecmath("sinh", (vecmath.SINH_F64, vecmath.EXP_F64, vecmath.EXPH_F64,
+                                      vecmath.EXPM1_F64),
+                     _sp("sinh"), _libm("sinh", _sp("sinh"))),
+    "cosh": _vecmath("cosh", (vecmath.COSH_F64, vecmath.EXP_F64, vecmath.EXPH_F64,
+                                      vecmath.EXPM1_F64),
+                     _sp("cosh"), _libm("cosh", _sp("cosh"))),
     "tanh": _vecmath("tanh", (vecmath.TANH_F64, vecmath.EXP_F64), _sp("tanh"),
                      _libm("tanh", _sp("tanh"))),
     "asinh": _libm("asinh", _sp("asinh")),
@@ -549,6 +553,6 @@ def head_rule(head: type) -> Callable:
     name = getattr(head, "display", None) or head.__name__
     raise LoweringError(
         f"cannot lower the SymPy head {name!r} to native code: it is not in the lowering "
-        "table (a record in symtape/element/heads.py); rewrite it with supported functions or give it a "
-        "forward definition"
+        "table (a record in symtape/element/heads.py); rewrite it with supported functions or "
+        "give it a forward definition"
     )

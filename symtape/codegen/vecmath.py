@@ -84,16 +84,16 @@ def _horner(var: str, coeffs: tuple, tag: str) -> tuple:
     return lines, f"%{tag}a{len(coeffs) - 1}"
 
 
-def _reduced(low: float) -> list:
+def _reduced(low: float, high: float = 710.0) -> list:
     """Lines of the reduction shared by ``exp`` and ``expm1``: ``%d`` clamped to
-    ``[low, 710]`` (``fptosi`` of a value out of range, or nan, is poison), ``q`` the nearest
+    ``[low, high]`` (``fptosi`` of a value out of range, or nan, is poison), ``q`` the nearest
     integer to it over ``ln2`` and ``s = d - q ln2`` (Cody-Waite), ``%w0 = s*s*P(s)`` with
     ``e**s = 1 + s + s*s*P(s)``, and ``%p0``, ``%p1``: ``2**q`` as two normal halves
     ``2**(q >> 1) * 2**(q - (q >> 1))``."""
     horner, last = _horner("%s", _EXP_COEFFS, "")
     return [
         f"  %c0 = call double @llvm.maxnum.f64(double %d, double {double_literal(low)})",
-        "  %c = call double @llvm.minnum.f64(double %c0, double 7.100000e+02)",
+        f"  %c = call double @llvm.minnum.f64(double %c0, double {double_literal(high)})",
         f"  %t = fmul double %c, {double_literal(_R_LN2)}",
         "  %q = call double @llvm.rint.f64(double %t)",
         f"  %qh = fmul double %q, {double_literal(_L2U)}",
@@ -255,6 +255,106 @@ def _expm1_f64() -> str:
 
 #: The definition of ``@st.expm1.f64`` (double -> double).
 EXPM1_F64 = _expm1_f64()
+
+
+def _exp_half_f64() -> str:
+    """``e**d / 2`` for ``d >= 0`` with one rounding (``exp``'s ``w * 2**(q-1)``): finite up
+    to ``log(2 DBL_MAX)``, past where ``e**d`` overflows (msun's ``__ldexp_exp(x, -1)``)."""
+    lines = [
+        "define internal double @st.exph.f64(double %d) alwaysinline nounwind willreturn "
+        "memory(none) {",
+        "entry:",
+        *_reduced(0.0, 711.0),
+        "  %w1 = fadd double %w0, %s",
+        "  %w = fadd double %w1, 1.000000e+00",
+        "  %r0 = fmul double %w, %p0",
+        "  %r1 = fmul double %r0, 5.000000e-01",
+        "  %r2 = fmul double %r1, %p1",
+        "  %big = fcmp ogt double %d, 7.110000e+02",
+        "  %r = select i1 %big, double 0x7FF0000000000000, double %r2",
+        "  ret double %r",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+#: The definition of ``@st.exph.f64``.
+EXPH_F64 = _exp_half_f64()
+
+
+#: 1/(2k+1)! for k = 10 down to 1: ``sinh(x) = x + x z P(z)``, ``z = x*x``, for ``|x| < 1``.
+_SINH_COEFFS = tuple(float(fractions.Fraction(1, math.factorial(2 * k + 1)))
+                     for k in range(10, 0, -1))
+
+
+def _hyperbolic_f64(name: str) -> str:
+    """``cosh`` or ``sinh`` from ``exp`` and ``expm1`` as the C library (msun's e_cosh.c,
+    e_sinh.c) computes them, without branches: ``t = expm1(|x|)``, then near 0 ``1 + t*t /
+    (2 (1 + t))`` (cosh) or, below 1, the Taylor series (sinh: msun's ``t - t*t/(t + 1)``
+    was 2 ulps off there); up to 22 ``(e + 1/e)/2`` (cosh) or ``h (t + t/(t + 1))`` (sinh,
+    ``e = e**|x|``, ``h = copysign(1/2, x)``); past it ``e**|x| / 2`` in one rounding
+    (:func:`_exp_half_f64`, finite past where ``e**|x|`` overflows), signed for sinh; sinh
+    of ``|x| < 2**-28`` is ``x``."""
+    cosh = name == "cosh"
+    series, series_p = _horner("%z", _SINH_COEFFS, "n")
+    lines = [
+        f"define internal double @st.{name}.f64(double %d) alwaysinline nounwind willreturn "
+        "memory(none) {",
+        "entry:",
+        "  %a = call double @llvm.fabs.f64(double %d)",
+        "  %t = call double @st.expm1.f64(double %a)",
+        "  %e = call double @st.exp.f64(double %a)",
+        "  %eh = call double @st.exph.f64(double %a)",
+        "  %t1 = fadd double %t, 1.000000e+00",
+        "  %tt = fmul double %t, %t",
+    ]
+    if cosh:
+        lines += [
+            "  %w2 = fadd double %t1, %t1",
+            "  %q0 = fdiv double %tt, %w2",
+            "  %near = fadd double %q0, 1.000000e+00",
+            "  %he = fmul double %e, 5.000000e-01",
+            "  %ie = fdiv double 5.000000e-01, %e",
+            "  %mid = fadd double %he, %ie",
+            "  %far = fadd double %eh, 0.000000e+00",
+            "  %isnear = fcmp olt double %a, 0x3FD62E42FEFA39EF",  # ln2 / 2
+        ]
+    else:
+        lines += [
+            "  %h = call double @llvm.copysign.f64(double 5.000000e-01, double %d)",
+            "  %z = fmul double %d, %d",
+            *series,
+            f"  %zp = fmul double %z, {series_p}",
+            "  %near = call double @llvm.fmuladd.f64(double %d, double %zp, double %d)",
+            "  %q1 = fdiv double %t, %t1",
+            "  %m0 = fadd double %t, %q1",
+            "  %mid = fmul double %h, %m0",
+            "  %far = call double @llvm.copysign.f64(double %eh, double %d)",
+            "  %isnear = fcmp olt double %a, 1.000000e+00",
+        ]
+    lines += [
+        "  %r0 = select i1 %isnear, double %near, double %mid",
+        "  %big = fcmp oge double %a, 2.200000e+01",
+        "  %r1 = select i1 %big, double %far, double %r0",
+    ]
+    if cosh:
+        lines += ["  %r3 = fadd double %r1, 0.000000e+00"]
+    else:
+        lines += ["  %tiny = fcmp olt double %a, 0x3E30000000000000",  # 2**-28
+                  "  %r3 = select i1 %tiny, double %d, double %r1"]
+    lines += [
+        "  %nan = fcmp uno double %d, 0.000000e+00",
+        "  %r = select i1 %nan, double %d, double %r3",
+        "  ret double %r",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
+#: The definitions of ``@st.cosh.f64`` and ``@st.sinh.f64`` (they call ``@st.exp.f64``,
+#: ``@st.exph.f64`` and ``@st.expm1.f64``).
+COSH_F64 = _hyperbolic_f64("cosh")
+SINH_F64 = _hyperbolic_f64("sinh")
 
 
 def _log1p_f64() -> str:

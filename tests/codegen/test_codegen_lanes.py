@@ -32,7 +32,7 @@ def _program(dtype: str):
     """Library calls (wrapped per lane), intrinsics, selects, booleans and constants."""
     x = st.symbol("x", shape=(3,), dtype=dtype)
     y = st.symbol("y", dtype=dtype)
-    a = st.sinh(x) * y + x * x / (y + 2.0)
+    a = st.atan(x) * y + x * x / (y + 2.0)
     b = st.where(a > 0.25, st.asinh(a) + st.atan2(a, y), st.floormod(a, 0.75))
     c = st.sign(b) * st.sqrt(st.abs(b)) + st.pow(st.abs(y) + 0.5, x)
     flags = st.logical_and(a > 0.0, st.logical_not(b < c))

@@ -24,7 +24,7 @@ from typing import Protocol
 from symtape.base.errors import LoweringError
 from symtape.base.lazy import LazyModule
 from symtape.element.numeric import pow_plan, split_quotient
-from symtape.codegen import special, vecmath
+from symtape.codegen import polygamma, special, vecmath
 
 sp = LazyModule("sp", globals(), "sympy")
 F = LazyModule("F", globals(), "symtape.element.added_heads")
@@ -180,7 +180,7 @@ static inline {t} st_mod{m}({t} a, {t} b)
 """
 
 def _polygamma() -> Op:
-    """psi^(n)(x): ``@st.polygamma.f64`` (:mod:`~symtape.codegen.vecmath`), a function with
+    """psi^(n)(x): ``@st.polygamma.f64`` (:mod:`~symtape.codegen.polygamma`), a function with
     loops called once per point (float32 kernels compute it in double and round once); lane
     mode calls it on each lane; exported C defines it once (``st_polygamma_f64``)."""
     call = ("{r} = call double @st.polygamma.f64(double {0}, double {1})",)
@@ -189,10 +189,10 @@ def _polygamma() -> Op:
             "{r} = fptrunc double {r}.e to float")
     form = _sp("polygamma")
     escape = [d.replace("{", "{{").replace("}", "}}") for d in (
-        vecmath.POLYGAMMA_F64, vecmath.IPOW_F64, *vecmath.POLYGAMMA_DECLARATIONS)]
-    lane = Op("ff", "f", call, "", form, ir32=ir32, lane_decls=vecmath.polygamma_lanes)
+        polygamma.POLYGAMMA_F64, polygamma.IPOW_F64, *polygamma.POLYGAMMA_DECLARATIONS)]
+    lane = Op("ff", "f", call, "", form, ir32=ir32, lane_decls=polygamma.polygamma_lanes)
     return Op("ff", "f", call, "st_polygamma{m}({0}, {1})", form, tuple(escape), ir32=ir32,
-              call=True, lanes=lane, c_defs=vecmath.POLYGAMMA_C)
+              call=True, lanes=lane, c_defs=polygamma.POLYGAMMA_C)
 
 
 def _bessel(order: int) -> Op:

@@ -274,11 +274,12 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
         lines += _program(plan, offsets, calls, first, split, "prologue")
     if any(len(c) > 1 for c in split):
         lines += _pool_functions(plan.threads - 1)
+    pooled = any(len(c) > 1 for c in split)
     if plan.points:
-        lines += _chunk_loop(plan, arena, t, size)
+        lines += _chunk_loop(plan, arena, t, size, pooled)
         decls.update(_MEMORY)
     else:
-        lines += _point_loop(plan, arena, t)
+        lines += _point_loop(plan, arena, t, pooled)
     consts = [_constant(i, b, t, dtype) for i, b in enumerate(plan.buffers)
               if b.kind in ("const", "indices")]
     head = [header("loop kernel", name, plan, f", {len(plan.blocks)} blocks")]
@@ -766,9 +767,10 @@ def _shape_of(text: list, k: int) -> str:
 
 def _program(plan: LoopPlan, offsets: tuple, calls: list, blocks, split: list,
              name: str = "program") -> list:
-    """``@<name>(ptr %in..., ptr %out..., ptr %arena)``: one point, the ``blocks`` in order
-    (``calls[k]``: the block whose function block ``k`` calls, see :func:`_shape_of`;
-    ``split[k]``: its ranges across threads, see :func:`splits`)."""
+    """``@<name>(ptr %in..., ptr %out..., ptr %arena[, ptr %pool])``: one point, the
+    ``blocks`` in order (``calls[k]``: the block whose function block ``k`` calls, see
+    :func:`_shape_of`; ``split[k]``: its ranges across threads, see :func:`splits`;
+    ``%pool``: the helpers ``body`` started, when any block of the plan is split)."""
     params = [f"ptr noalias %in{i}" for i in range(len(plan.inputs))]
     params += [f"ptr noalias %out{i}" for i in range(len(plan.outputs))]
     params.append("ptr noalias %arena")
@@ -776,16 +778,13 @@ def _program(plan: LoopPlan, offsets: tuple, calls: list, blocks, split: list,
         params.append("i64 %np")
     if any(plan.totals):
         params.append("i64 %nc")
+    if any(len(c) > 1 for c in split):
+        params.append("ptr %pool")
     out = [f"define internal void @{name}({', '.join(params)}) noinline nounwind {{",
            "entry:"]
     for i, b in enumerate(plan.buffers):
         if b.kind == "temp" and offsets[i] is not None:  # (None: no block uses it)
             out.append(f"  %t{i} = getelementptr inbounds i8, ptr %arena, i64 {offsets[i]}")
-    pooled = any(len(split[k]) > 1 for k in blocks)
-    if pooled:  # helpers for the blocks split across threads, started once a call
-        out += [f"  %pool = alloca {_pool_type(plan.threads - 1)}, align 64",
-                f"  %hs = alloca {{ ptr, i64 }}, i64 {plan.threads - 1}",
-                "  call void @pool.start(ptr %pool, ptr %hs)"]
     for k in blocks:
         block = plan.blocks[k]
         args = ", ".join(f"ptr {_base(plan, b, offsets)}" for b in block.buffers)
@@ -799,12 +798,25 @@ def _program(plan: LoopPlan, offsets: tuple, calls: list, blocks, split: list,
         if par:
             args += ", ptr %pool"
         out.append(f"  call void @b{calls[k]}{'.par' if par else ''}({args})")
-    if pooled:
-        out.append("  call void @pool.stop(ptr %pool)")
     return out + ["  ret void", "}", ""]
 
 
-def _point_loop(plan: LoopPlan, arena: int, t: str) -> list:
+def _pool_open(plan: LoopPlan, pooled: bool) -> list:
+    """``body``'s helper threads, started once a call for all its points or chunks (where
+    the plan splits a block): a helper costs 30-40 us to start and join (started for each
+    point, a 50-body Hessian over 200 points took 275 us a point instead of 85)."""
+    if not pooled:
+        return []
+    return [f"  %pool = alloca {_pool_type(plan.threads - 1)}, align 64",
+            f"  %hs = alloca {{ ptr, i64 }}, i64 {plan.threads - 1}",
+            "  call void @pool.start(ptr %pool, ptr %hs)"]
+
+
+def _pool_close(pooled: bool) -> list:
+    return ["  call void @pool.stop(ptr %pool)"] if pooled else []
+
+
+def _point_loop(plan: LoopPlan, arena: int, t: str, pooled: bool) -> list:
     """``body``: the arena (stack up to ``LANE_STACK_BYTES``, else one ``malloc``), then
     ``program`` for each point with every pointer advanced by ``j * stride``."""
     n_in, n_out = len(plan.inputs), len(plan.outputs)
@@ -815,18 +827,20 @@ def _point_loop(plan: LoopPlan, arena: int, t: str) -> list:
         lines += _take_arena(arena, "start", "loop.pre")
     else:
         lines += [f"  %arena = alloca i8, i64 {max(arena, 1)}, align 64"]
-    lines += _run_prologue(plan, n_in + n_out, "", heap) + ["  br label %loop.go", "loop.go:",
-                                                             "  br label %loop"]
+    lines += _pool_open(plan, pooled)
+    pool = ", ptr %pool" if pooled else ""
+    lines += _run_prologue(plan, n_in + n_out, pool, heap) + ["  br label %loop.go", "loop.go:",
+                                                               "  br label %loop"]
     lines += ["loop:", "  %j = phi i64 [ 0, %loop.go ], [ %j.next, %loop ]"]
     for i, elem in enumerate(elems):
         lines += [f"  %o{i} = mul nsw i64 %j, %s{i}",
                   f"  %p{i} = getelementptr inbounds {elem}, ptr %b{i}, i64 %o{i}"]
     args = ", ".join([f"ptr %p{i}" for i in range(n_in + n_out)] + ["ptr %arena"])
-    lines += [f"  call void @program({args})",
+    lines += [f"  call void @program({args}{pool})",
               "  %j.next = add nuw nsw i64 %j, 1",
               "  %end = icmp eq i64 %j.next, %n",
               "  br i1 %end, label %finish, label %loop",
-              "finish:"]
+              "finish:", *_pool_close(pooled)]
     if heap:
         lines += _give_arena()
     return lines + ["  br label %done", *body_tail()]
@@ -852,7 +866,7 @@ def _run_prologue(plan: LoopPlan, n_bufs: int, tail: str, heap: bool) -> list:
             "  br label %pro.done", "pro.done:"]
 
 
-def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
+def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int, pooled: bool) -> list:
     """``body`` of a plan over chunks of ``plan.points`` points: a whole chunk of dense
     arguments runs ``program`` on the arrays themselves; other chunks (the last, short one,
     or strided arguments) are copied into staging areas after the arena, padded up to
@@ -884,8 +898,11 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
         lines.append(f"  %st.pad = getelementptr inbounds i8, ptr %arena, i64 {stage[0]}")
         lines.append(f"  call void @llvm.memset.p0.i64(ptr %st.pad, i8 0, "
                      f"i64 {top - stage[0]}, i1 false)")
+    lines += _pool_open(plan, pooled)
+    pool = ["ptr %pool"] if pooled else []
     lines += _run_prologue(plan, n_in + n_out, f", i64 {chunk}" + (", i64 0" if counted
-                                                                     else ""), heap)
+                                                                     else "") +
+                           "".join(", " + p for p in pool), heap)
     dense = "true"
     for i, size in enumerate(sizes):
         if shared[i]:
@@ -907,7 +924,7 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
         lines += [f"  %d{i}.o = mul nsw i64 %c, {size}",
                   f"  %d{i} = getelementptr inbounds {elem}, ptr %b{i}, i64 %d{i}.o"]
         args.append(f"ptr %d{i}")
-    tail = ["ptr %arena", f"i64 {chunk}"] + ([f"i64 {chunk}"] if counted else [])
+    tail = ["ptr %arena", f"i64 {chunk}"] + ([f"i64 {chunk}"] if counted else []) + pool
     lines += [f"  call void @program({', '.join(args + tail)})",
               "  br label %next",
               "staged:", f"  %cnt = select i1 %full, i64 {chunk}, i64 %rem"]
@@ -916,13 +933,13 @@ def _chunk_loop(plan: LoopPlan, arena: int, t: str, size: int) -> list:
     lines += ["run:", f"  %np.r = add nuw nsw i64 %cnt, {POINT_ALIGN - 1}",
               f"  %np = and i64 %np.r, {-POINT_ALIGN}"]
     args = [f"ptr %st{i}" for i in range(n_in + n_out)] + ["ptr %arena", "i64 %np"] + (
-        ["i64 %cnt"] if counted else [])
+        ["i64 %cnt"] if counted else []) + pool
     lines.append(f"  call void @program({', '.join(args)})")
     lines += _copies("out", [i for i in range(n_in, n_in + n_out) if not shared[i]], sizes,
                      elems, width, "run", "next", False)
     lines += ["next:", f"  %c.next = add nsw i64 %c, {chunk}",
               "  %more = icmp slt i64 %c.next, %n",
-              "  br i1 %more, label %chunk, label %finish", "finish:"]
+              "  br i1 %more, label %chunk, label %finish", "finish:", *_pool_close(pooled)]
     if heap:
         lines += _give_arena()
     return lines + ["  br label %done", *body_tail()]

@@ -121,7 +121,7 @@ class LoopPlan:
     @property
     def n_ops(self) -> int:
         """Operations per point (a cost estimate)."""
-        total = sum(math.prod(b.space) * max(1, b.body.n_ops) for b in self.blocks)
+        total = sum(_work(b) for b in self.blocks)
         return -(-total // self.points) if self.points else total
 
     @property
@@ -256,6 +256,7 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     first: dict = {}  # a block's function, its buffers renamed in order: the block defining it
     calls: list = []  # per block: the block whose function it calls
     split = splits(plan)
+    pooled = any(len(c) > 1 for c in split)
     for k, block in enumerate(plan.blocks):
         chunks = split[k]
         text = _block(plan, k, block, fmt, size, decls, len(chunks) > 1)
@@ -269,12 +270,11 @@ def render(plan: LoopPlan, name: str, dtype: str = "float64", fastmath: bool = F
     offsets, arena = plan.arena
     first = plan.prologue
     lines += _program(plan, offsets, calls, [k for k in range(len(plan.blocks))
-                                             if k not in first], split)
+                                             if k not in first], split, pooled)
     if first:
-        lines += _program(plan, offsets, calls, first, split, "prologue")
-    if any(len(c) > 1 for c in split):
+        lines += _program(plan, offsets, calls, first, split, pooled, "prologue")
+    if pooled:
         lines += _pool_functions(plan.threads - 1)
-    pooled = any(len(c) > 1 for c in split)
     if plan.points:
         lines += _chunk_loop(plan, arena, t, size, pooled)
         decls.update(_MEMORY)
@@ -478,12 +478,10 @@ def _pool_functions(helpers: int) -> list:
            "call:", "  call void %fn(ptr %arg)", "  br label %ran",
            "ran:", "  %d = atomicrmw add ptr %done, i64 1 release", "  br label %wait",
            "exit:", "  ret ptr null", "}", ""]
-    out += ["define internal void @pool.start(ptr %pool, ptr %hs) nounwind {", "entry:",
-            f"  %n.p = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 4"]
-    for f in range(5):
-        out.append(f"  %z{f} = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 {f}")
-        if f != 2:
-            out.append(f"  store i64 0, ptr %z{f}")
+    out += ["define internal void @pool.start(ptr %pool, ptr %hs) nounwind {", "entry:"]
+    for f in (0, 1, 3, 4):  # gen, done, quit, the helpers started
+        out += [f"  %z{f} = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 {f}",
+                f"  store i64 0, ptr %z{f}"]
     for t in range(helpers):  # started in order; the first that fails ends the starting
         out += [f"  %h{t} = getelementptr inbounds {{ ptr, i64 }}, ptr %hs, i64 {t}",
                 f"  %h{t}.0 = getelementptr inbounds {{ ptr, i64 }}, ptr %h{t}, i32 0, i32 0",
@@ -495,7 +493,7 @@ def _pool_functions(helpers: int) -> list:
                 f"ptr @pool.worker, ptr %h{t})",
                 f"  %ok{t} = icmp eq i32 %rc{t}, 0",
                 f"  br i1 %ok{t}, label %up{t}, label %end",
-                f"up{t}:", f"  store i64 {t + 1}, ptr %n.p"]
+                f"up{t}:", f"  store i64 {t + 1}, ptr %z4"]
     out += ["  br label %end", "end:", "  ret void", "}", ""]
     out += ["define internal void @pool.run(ptr %pool) nounwind {", "entry:",
             f"  %gen = getelementptr inbounds {pool}, ptr %pool, i32 0, i32 0",
@@ -603,8 +601,7 @@ def _block(plan: LoopPlan, k: int, block: Block, fmt: dict, size: int, decls: se
         params += ", i64 %nc"
     if block.runs >= 0 and not block.points:  # that extent is the chunk's points (> 0)
         params += ", i64 %np"
-    small = "" if math.prod(block.space) * max(1, block.body.n_ops) >= SMALL_BLOCK_WORK \
-        else " optsize"
+    small = "" if _work(block) >= SMALL_BLOCK_WORK else " optsize"
     if block.contract and wide_registers():
         small += ' "prefer-vector-width"="512"'
     out = point + [f"define internal void @b{k}({params}) noinline nounwind{small} {{",
@@ -766,7 +763,7 @@ def _shape_of(text: list, k: int) -> str:
 
 
 def _program(plan: LoopPlan, offsets: tuple, calls: list, blocks, split: list,
-             name: str = "program") -> list:
+             pooled: bool, name: str = "program") -> list:
     """``@<name>(ptr %in..., ptr %out..., ptr %arena[, ptr %pool])``: one point, the
     ``blocks`` in order (``calls[k]``: the block whose function block ``k`` calls, see
     :func:`_shape_of`; ``split[k]``: its ranges across threads, see :func:`splits`;
@@ -778,7 +775,7 @@ def _program(plan: LoopPlan, offsets: tuple, calls: list, blocks, split: list,
         params.append("i64 %np")
     if any(plan.totals):
         params.append("i64 %nc")
-    if any(len(c) > 1 for c in split):
+    if pooled:
         params.append("ptr %pool")
     out = [f"define internal void @{name}({', '.join(params)}) noinline nounwind {{",
            "entry:"]

@@ -287,70 +287,62 @@ _SINH_COEFFS = tuple(float(fractions.Fraction(1, math.factorial(2 * k + 1)))
 
 def _hyperbolic_f64(name: str) -> str:
     """``cosh`` or ``sinh`` from ``exp`` and ``expm1`` as the C library (msun's e_cosh.c,
-    e_sinh.c) computes them, without branches: ``t = expm1(|x|)``, then near 0 ``1 + t*t /
-    (2 (1 + t))`` (cosh) or, below 1, the Taylor series (sinh: msun's ``t - t*t/(t + 1)``
-    was 2 ulps off there); up to 22 ``(e + 1/e)/2`` (cosh) or ``h (t + t/(t + 1))`` (sinh,
-    ``e = e**|x|``, ``h = copysign(1/2, x)``); past it ``e**|x| / 2`` in one rounding
-    (:func:`_exp_half_f64`, finite past where ``e**|x|`` overflows), signed for sinh; sinh
-    of ``|x| < 2**-28`` is ``x``."""
-    cosh = name == "cosh"
-    series, series_p = _horner("%z", _SINH_COEFFS, "n")
+    e_sinh.c) computes them, without branches: with ``t = expm1(|x|)``, near 0 ``1 + t*t /
+    (2 (1 + t))`` (cosh) or, below 1, the Taylor series (sinh, exactly ``x`` for tiny ``x``:
+    msun's ``t - t*t/(t + 1)`` was 2 ulps off there); up to 22 ``(e + 1/e)/2`` (cosh,
+    ``e = e**|x|``) or ``h (t + t/(t + 1))`` (sinh, ``h = copysign(1/2, x)``); past it
+    ``e**|x| / 2`` in one rounding (:func:`_exp_half_f64`, finite past where ``e**|x|``
+    overflows), signed for sinh."""
     lines = [
         f"define internal double @st.{name}.f64(double %d) alwaysinline nounwind willreturn "
         "memory(none) {",
         "entry:",
         "  %a = call double @llvm.fabs.f64(double %d)",
         "  %t = call double @st.expm1.f64(double %a)",
-        "  %e = call double @st.exp.f64(double %a)",
-        "  %eh = call double @st.exph.f64(double %a)",
         "  %t1 = fadd double %t, 1.000000e+00",
-        "  %tt = fmul double %t, %t",
+        "  %eh = call double @st.exph.f64(double %a)",
     ]
-    if cosh:
+    if name == "cosh":
+        far, near_limit = "%eh", "0x3FD62E42FEFA39EF"  # ln2 / 2
         lines += [
+            "  %tt = fmul double %t, %t",
             "  %w2 = fadd double %t1, %t1",
             "  %q0 = fdiv double %tt, %w2",
             "  %near = fadd double %q0, 1.000000e+00",
+            "  %e = call double @st.exp.f64(double %a)",
             "  %he = fmul double %e, 5.000000e-01",
             "  %ie = fdiv double 5.000000e-01, %e",
             "  %mid = fadd double %he, %ie",
-            "  %far = fadd double %eh, 0.000000e+00",
-            "  %isnear = fcmp olt double %a, 0x3FD62E42FEFA39EF",  # ln2 / 2
         ]
     else:
+        far, near_limit = "%far", "1.000000e+00"
+        series, series_p = _horner("%z", _SINH_COEFFS, "n")
         lines += [
-            "  %h = call double @llvm.copysign.f64(double 5.000000e-01, double %d)",
             "  %z = fmul double %d, %d",
             *series,
             f"  %zp = fmul double %z, {series_p}",
             "  %near = call double @llvm.fmuladd.f64(double %d, double %zp, double %d)",
+            "  %h = call double @llvm.copysign.f64(double 5.000000e-01, double %d)",
             "  %q1 = fdiv double %t, %t1",
             "  %m0 = fadd double %t, %q1",
             "  %mid = fmul double %h, %m0",
             "  %far = call double @llvm.copysign.f64(double %eh, double %d)",
-            "  %isnear = fcmp olt double %a, 1.000000e+00",
         ]
     lines += [
+        f"  %isnear = fcmp olt double %a, {near_limit}",
         "  %r0 = select i1 %isnear, double %near, double %mid",
         "  %big = fcmp oge double %a, 2.200000e+01",
-        "  %r1 = select i1 %big, double %far, double %r0",
-    ]
-    if cosh:
-        lines += ["  %r3 = fadd double %r1, 0.000000e+00"]
-    else:
-        lines += ["  %tiny = fcmp olt double %a, 0x3E30000000000000",  # 2**-28
-                  "  %r3 = select i1 %tiny, double %d, double %r1"]
-    lines += [
+        f"  %r1 = select i1 %big, double {far}, double %r0",
         "  %nan = fcmp uno double %d, 0.000000e+00",
-        "  %r = select i1 %nan, double %d, double %r3",
+        "  %r = select i1 %nan, double %d, double %r1",
         "  ret double %r",
         "}",
     ]
     return "\n".join(lines)
 
 
-#: The definitions of ``@st.cosh.f64`` and ``@st.sinh.f64`` (they call ``@st.exp.f64``,
-#: ``@st.exph.f64`` and ``@st.expm1.f64``).
+#: The definitions of ``@st.cosh.f64`` and ``@st.sinh.f64`` (they call ``@st.expm1.f64``,
+#: ``@st.exph.f64`` and, cosh, ``@st.exp.f64``).
 COSH_F64 = _hyperbolic_f64("cosh")
 SINH_F64 = _hyperbolic_f64("sinh")
 

@@ -14,9 +14,11 @@ LLVM's global context is not thread-safe, so every call into LLVM here holds one
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import ctypes
 import functools
+import os
 import struct
 import sys
 import threading
@@ -26,7 +28,7 @@ import llvmlite.binding as llvm
 
 from symtape.base import progress
 from symtape.base.errors import CompileError
-from symtape.codegen import cache
+from symtape.codegen import cache, pieces
 from symtape.codegen.lanes import LANES_MARK
 
 __all__ = ["STATS", "Host", "host", "features", "compile_object", "object_code", "assembly",
@@ -174,18 +176,21 @@ def _codegen_machine():
     return _target_machine()
 
 
-def _optimised(ir: str):
-    """Parses, verifies and optimises ``ir``; call with the lock held."""
+def _optimised(ir: str, tm=None, context=None, whole: str | None = None):
+    """Parses, verifies and optimises ``ir`` (in ``context``, for ``tm``: by default LLVM's
+    global context and :func:`_codegen_machine`); the pipeline is chosen by the module
+    ``whole`` that ``ir`` is a piece of (by default ``ir``). Call with the lock held."""
     llvm = _llvm()
-    tm = _codegen_machine()
+    tm = tm if tm is not None else _codegen_machine()
+    whole = ir if whole is None else whole
     try:
-        mod = llvm.parse_assembly(ir)
+        mod = llvm.parse_assembly(ir, context)
         mod.triple = tm.triple
         mod.data_layout = str(tm.target_data)
         mod.verify()
     except RuntimeError as exc:
         raise CompileError(f"LLVM rejected the generated IR: {exc}") from None
-    if LANES_MARK in ir[:1000]:
+    if LANES_MARK in whole[:1000]:
         pb = llvm.create_pass_builder(tm, llvm.create_pipeline_tuning_options(speed_level=0))
         pm = llvm.create_new_module_pass_manager()
         pm.add_always_inliner_pass()
@@ -193,7 +198,7 @@ def _optimised(ir: str):
         pm.add_simplify_cfg_pass()
         _run_passes(pm, mod, pb)
         return mod
-    level = _OPT_LEVEL if ir.count("\ndefine ") < O3_FUNCTIONS else min(_OPT_LEVEL, 2)
+    level = _OPT_LEVEL if whole.count("\ndefine ") < O3_FUNCTIONS else min(_OPT_LEVEL, 2)
     pto = llvm.create_pipeline_tuning_options(speed_level=level)
     pto.loop_vectorization = True
     pto.slp_vectorization = True
@@ -218,12 +223,71 @@ def _run_passes(pm, mod, pb) -> None:
 
 
 def compile_object(ir: str) -> bytes:
-    """Optimised object code for ``ir`` (no cache)."""
-    with _LOCK:
-        mod = _optimised(ir)
-        obj = _codegen_machine().emit_object(mod)
+    """Optimised object code for ``ir`` (no cache): one object file, or for a large module
+    several packed into one blob (see :mod:`~symtape.codegen.pieces`)."""
+    chars = pieces.PIECE_CHARS
+    parts = pieces.split(ir, chars) if len(ir) >= chars else [ir]
+    if len(parts) > 1:
+        obj = pieces.pack(_compile_pieces(parts, ir))
+    else:
+        with _LOCK:
+            mod = _optimised(ir)
+            obj = bytes(_codegen_machine().emit_object(mod))
     STATS.bump("compiles")
-    return bytes(obj)
+    return obj
+
+
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _compile_pieces(parts: list[str], whole: str) -> list[bytes]:
+    """The object code of each module of ``parts`` (pieces of ``whole``), compiled side by
+    side on up to one thread a core: each piece is parsed and optimised in its own LLVM
+    context under the lock, and its code generated outside it (llvmlite takes one lock for
+    every call into LLVM; code generation for separate contexts and target machines is
+    what LLVM's own parallel back ends do)."""
+    emit = getattr(llvm.ffi.lib.LLVMPY_TargetMachineEmitToMemory, "_cfn", None)
+
+    def one(text: str) -> bytes:
+        with _LOCK:
+            context = _llvm().create_context()
+            tm = _target_machine()
+            mod = _optimised(text, tm, context, whole)
+            if emit is None:  # (a binding layer without the unlocked entry point)
+                obj = bytes(tm.emit_object(mod))
+        try:
+            if emit is not None:
+                obj = _emit_unlocked(emit, tm, mod)
+        finally:
+            with _LOCK:
+                mod.close()
+                context.close()
+        return obj
+
+    workers = min(len(parts), _cpus())
+    if workers < 2:
+        return [one(text) for text in parts]
+    with concurrent.futures.ThreadPoolExecutor(workers, "symtape-llvm") as pool:
+        return list(pool.map(one, parts))
+
+
+def _emit_unlocked(emit, tm, mod) -> bytes:
+    """Object code of ``mod`` from LLVM's emitter ``emit`` called without llvmlite's lock
+    (``mod`` lives in a context of its own)."""
+    ffi = llvm.ffi
+    with ffi.OutputString() as err:
+        buf = emit(tm, mod, 1, err)
+        if not buf:
+            raise CompileError(f"LLVM could not generate code: {err}")
+    try:
+        return ctypes.string_at(ffi.lib.LLVMPY_GetBufferStart(buf),
+                                ffi.lib.LLVMPY_GetBufferSize(buf))
+    finally:
+        ffi.lib.LLVMPY_DisposeMemoryBuffer(buf)
 
 
 def assembly(ir: str) -> str:
@@ -340,6 +404,17 @@ def check_object(obj: bytes) -> str | None:
     """
     if not isinstance(obj, bytes) or not obj:
         return "no object code"
+    if obj.startswith(pieces.PACK_MAGIC):
+        parts = pieces.unpack(obj)
+        if parts is None:
+            return "the table of a packed object is damaged"
+        for part in parts:
+            if part.startswith(pieces.PACK_MAGIC):
+                return "a packed object holds another"
+            problem = check_object(part)
+            if problem is not None:
+                return problem
+        return None
     fmt = _object_format(host().triple)
     if fmt == "macho":
         return None if obj[:4] in (b"\xcf\xfa\xed\xfe", b"\xce\xfa\xed\xfe") else \
@@ -432,14 +507,17 @@ def _table_problem(obj: bytes, want: _ElfLayout, sections: list, i: int) -> str 
 
 
 class Engine:
-    """An MCJIT engine holding one object file; the code lives as long as this object."""
+    """An MCJIT engine holding the object files of ``obj`` (one, or several packed by
+    :func:`~symtape.codegen.pieces.pack`, linked together); the code lives as long as this
+    object."""
 
     def __init__(self, obj: bytes) -> None:
         llvm = _llvm()
         with _LOCK:
             try:
                 ee = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
-                ee.add_object_file(llvm.ObjectFileRef.from_data(bytes(obj)))
+                for part in pieces.unpack(bytes(obj)) or [b""]:
+                    ee.add_object_file(llvm.ObjectFileRef.from_data(part))
                 ee.finalize_object()
             except RuntimeError as exc:
                 raise CompileError(f"could not load object code: {exc}") from None

@@ -879,9 +879,11 @@ def test_a_batched_sweeps_one_hot_tangents_are_computed_where_they_are_read():
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("m,k,n,tb", [(131, 50, 10, False), (7, 30, 3, False),
                                       (20, 9, 37, False), (40, 10, 128, True),
-                                      (64, 300, 100, True)])
+                                      (64, 300, 100, True), (9, 40, 33, False),
+                                      (18, 20, 64, True)])
 def test_products_of_every_tile_shape_equal_numpy(m, k, n, tb, dtype):
-    """Rows left over from the tiles (one shorter tile), columns left over (a power of two
+    """Rows left over from the tiles (one shorter tile, or a taller last tile: 9 and 18
+    rows), columns left over (a power of two
     and the rest: 10 is 8 + 2), a transposed ``b`` packed along its rows: each element adds
     its terms in order, as a fused multiply-add each, like an ordered sum in long double
     within the dtype's rounding."""
@@ -897,6 +899,22 @@ def test_products_of_every_tile_shape_equal_numpy(m, k, n, tb, dtype):
     scale = np.abs(x).astype(np.float64) @ np.abs(y.T if tb else y).astype(np.float64)
     assert got.dtype == dtype
     assert np.all(np.abs(got - want.astype(np.float64)) <= tol * scale)
+
+
+@pytest.mark.parametrize("m", [9, 18, 21])
+def test_a_row_or_two_left_over_joins_the_last_tile(m):
+    """A product of 9 rows is one tile of 9 rows where the host has AVX-512 (8 rows and a
+    tile of one would load ``b`` for two multiply-adds), of 4 and 5 elsewhere; 21 rows
+    leave 5 over, which stay a tile of their own."""
+    from symtape.codegen import loops
+
+    a = st.symbol("a", shape=(m, 40), dtype="float32")
+    b = st.symbol("b", shape=(40, 32), dtype="float32")
+    plan = loopnest.plan_loops([st.matmul(a, b)._node], [a._node, b._node])
+    heights = sorted(len(blk.outs[0].core) for blk in plan.blocks if blk.contract)
+    want = {9: [9], 18: [8, 10], 21: [5, 8]} if loops.wide_registers() else \
+        {9: [4, 5], 18: [4, 5], 21: [4, 5]}
+    assert heights == want[m]
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

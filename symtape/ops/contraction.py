@@ -248,7 +248,7 @@ class MatMul(Primitive):
         accs = (planner.access((la[0], oa), batch + (m, k), batched),
                 planner.access((lb[0], ob), batch + (k, n), batched),
                 planner.access(loc, node.shape, batched))
-        regions = tile_regions(m, n, matmul_rows(planner), matmul_cols(planner, node.dtype))
+        regions = register_tiles(planner, m, n, node.dtype)
         packed = _packed(planner, accs[1], k, regions) if (
             not batch and not batched and m >= MATMUL_PACK_ROWS and
             (k * n >= MATMUL_PACK or accs[1].strides[-1] != 1)) else {}
@@ -275,8 +275,7 @@ class MatMul(Primitive):
         ra = planner.access(planner.loc[id(a)], (1, m), True)
         rb = planner.access(planner.loc[id(b)], (1, n), True)
         (pa, _, ai), (pb, _, bj) = ra.strides, rb.strides
-        for i0, i1, r, j0, j1, c in tile_regions(m, n, matmul_rows(planner),
-                                                 matmul_cols(planner, node.dtype)):
+        for i0, i1, r, j0, j1, c in register_tiles(planner, m, n, node.dtype):
             space = ((i1 - i0) // r, (j1 - j0) // c, planner.P, c)
             so = planner.at(buf, i0 * n + j0, (r * n, c, 0, 1), tuple(t * n for t in range(r)))
             sa = planner.at(ra.buffer, ra.offset + i0 * ai, (r * ai, 0, pa, 0),
@@ -554,6 +553,7 @@ def _labelled(planner, loc: tuple, labels: str, full: str, space: tuple, batched
 #: :func:`matmul_cols`).
 MATMUL_ROWS = None
 MATMUL_COLS = None
+MATMUL_MERGE = None
 #: ... and their inner dimension in panels of this length (a panel of a 128-row matrix is
 #: 256 KiB, of an 8-column strip 16 KiB: they stay in cache while the other is swept).
 MATMUL_K = 256
@@ -574,6 +574,18 @@ def matmul_rows(planner) -> int:
     return 8 if planner.wide_vectors else 4
 
 
+def merged_rows(planner) -> int:
+    """The most rows of a tile that takes in the rows left over after full tiles of
+    :func:`matmul_rows` (:data:`MATMUL_MERGE`, or what this CPU holds): a convolution's 9
+    output columns as one tile of 9 instead of 8 and a tile of 1, whose loads of ``b``
+    serve two multiply-adds each (the seed CNN's float32 step on two cores 23.5 -> 21.9 ms
+    with up to 10 rows; up to 12 and 14, the accumulators no longer all stay in registers:
+    22.9 and 48 ms). AVX2's tiles of 4 rows take one more."""
+    if MATMUL_MERGE is not None:
+        return MATMUL_MERGE
+    return 10 if planner.wide_vectors else 5
+
+
 def matmul_cols(planner, dtype) -> int:
     """The columns of a register tile of ``dtype`` (:data:`MATMUL_COLS`, or what this CPU
     holds): two 512-bit vectors with AVX-512 (16 doubles, 32 floats: a panel of
@@ -585,9 +597,17 @@ def matmul_cols(planner, dtype) -> int:
     return 128 // np.dtype(dtype).itemsize if planner.wide_vectors else 8
 
 
-def tile_regions(m: int, n: int, rows: int, cols: int) -> list:
+def register_tiles(planner, m: int, n: int, dtype) -> list:
+    """:func:`tile_regions` of an ``m x n`` result of ``dtype`` in the register tiles of
+    this CPU (:func:`matmul_rows`, :func:`matmul_cols`, :func:`merged_rows`)."""
+    return tile_regions(m, n, matmul_rows(planner), matmul_cols(planner, dtype),
+                        merged_rows(planner))
+
+
+def tile_regions(m: int, n: int, rows: int, cols: int, merge: int = 0) -> list:
     """``(i0, i1, r, j0, j1, c)``: the regions of an ``m x n`` result in tiles of ``r`` rows
-    and ``c`` columns: full tiles, then the rows left over as one tile of that height; the
+    and ``c`` columns: full tiles, then the rows left over as one tile of that height (or
+    with the last full tile as one, when that is at most ``merge`` rows); the
     columns left over as tiles of a power of two and what remains (a tile 10 floats wide
     is vectorised with masked loads and stores of its accumulators, which LLVM then keeps
     in memory across the inner loop: 8 and 2 stay in registers).
@@ -596,16 +616,22 @@ def tile_regions(m: int, n: int, rows: int, cols: int) -> list:
     [(0, 8, 8, 0, 16, 16), (0, 8, 8, 16, 20, 4), (8, 10, 2, 0, 16, 16), (8, 10, 2, 16, 20, 4)]
     >>> [t[3:] for t in tile_regions(8, 10, 8, 32)]
     [(0, 8, 8), (8, 10, 2)]
+    >>> [t[:3] for t in tile_regions(25, 16, 8, 16, merge=10)]
+    [(0, 16, 8), (16, 25, 9)]
     """
-    return [(i0, i1, r, j0, j1, c) for i0, i1, r in _tile_spans(m, rows, False)
+    return [(i0, i1, r, j0, j1, c) for i0, i1, r in _tile_spans(m, rows, False, merge)
             for j0, j1, c in _tile_spans(n, cols, True)]
 
 
-def _tile_spans(n: int, width: int, split: bool) -> list:
+def _tile_spans(n: int, width: int, split: bool, merge: int = 0) -> list:
     """``(start, stop, tile)``: ``n`` in tiles of ``width``, then what is left as one tile,
-    or (``split``) as a tile of the largest power of two and one of the rest."""
+    or (``split``) as a tile of the largest power of two and one of the rest, or with the
+    last full tile as one when that is at most ``merge`` long."""
     if n == 0 or width == 0:
         return []
+    if n % width and n > width and width + n % width <= merge:
+        full = n - n % width - width
+        return ([(0, full, width)] if full else []) + [(full, n, width + n % width)]
     full = n - n % width
     out = [(0, full, width)] if full else []
     rest = n - full
@@ -725,8 +751,7 @@ def tiled(planner, batch: tuple, rows: tuple, cols: tuple, depth: tuple, accs: t
     def order(b_, tile_j, k_, tile_i, last):  # strides (or extents) in loop order
         return b_[:1] + (tile_j,) + k_[:hoist] + b_[1:] + (tile_i,) + k_[hoist:] + (last,)
 
-    for i0, i1, rt, j0, j1, ct in tile_regions(m, n, matmul_rows(planner),
-                                               matmul_cols(planner, dtype)):
+    for i0, i1, rt, j0, j1, ct in register_tiles(planner, m, n, dtype):
         space = order(tuple(e for e, *_ in batch), (j1 - j0) // ct, k_ext,
                       (i1 - i0) // rt, ct)
         sa = planner.at(ra.buffer, ra.offset + i0 * am, order(sb_a, 0, k_a, rt * am, 0),

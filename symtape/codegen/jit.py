@@ -179,7 +179,8 @@ def _codegen_machine():
 def _optimised(ir: str, tm=None, context=None, whole: str | None = None):
     """Parses, verifies and optimises ``ir`` (in ``context``, for ``tm``: by default LLVM's
     global context and :func:`_codegen_machine`); the pipeline is chosen by the module
-    ``whole`` that ``ir`` is a piece of (by default ``ir``). Call with the lock held."""
+    ``whole`` that ``ir`` is a piece of (by default ``ir``). Call with the lock held, unless
+    ``context`` is this thread's own (the passes then run outside llvmlite's lock too)."""
     llvm = _llvm()
     tm = tm if tm is not None else _codegen_machine()
     whole = ir if whole is None else whole
@@ -196,7 +197,7 @@ def _optimised(ir: str, tm=None, context=None, whole: str | None = None):
         pm.add_always_inliner_pass()
         pm.add_instruction_combine_pass()
         pm.add_simplify_cfg_pass()
-        _run_passes(pm, mod, pb)
+        _run_passes(pm, mod, pb, context is not None)
         return mod
     level = _OPT_LEVEL if whole.count("\ndefine ") < O3_FUNCTIONS else min(_OPT_LEVEL, 2)
     pto = llvm.create_pipeline_tuning_options(speed_level=level)
@@ -205,17 +206,23 @@ def _optimised(ir: str, tm=None, context=None, whole: str | None = None):
     pto.loop_interleaving = True
     pto.loop_unrolling = True
     pb = llvm.create_pass_builder(tm, pto)
-    _run_passes(pb.getModulePassManager(), mod, pb)
+    _run_passes(pb.getModulePassManager(), mod, pb, context is not None)
     return mod
 
 
-def _run_passes(pm, mod, pb) -> None:
+def _run_passes(pm, mod, pb, own_context: bool = False) -> None:
     """Runs the module pass manager ``pm`` over ``mod``, then frees it with its passes and
     their state. llvmlite's pass managers never free themselves (``ObjectRef._dispose``, a
     no-op, comes before ``NewPassManager._dispose`` in their MRO): left to the garbage
-    collector, every compile kept ~100 kB of native memory for the life of the process."""
+    collector, every compile kept ~100 kB of native memory for the life of the process.
+    ``own_context``: ``mod`` lives in a context of its own, and the passes run outside
+    llvmlite's lock (see :func:`_compile_pieces`)."""
+    run = _unlocked("LLVMPY_RunNewModulePassManager") if own_context else None
     try:
-        pm.run(mod, pb)
+        if run is not None:
+            run(pm, mod, pb)
+        else:
+            pm.run(mod, pb)
     finally:
         if not pm.closed:
             llvm.newpassmanagers.NewPassManager._dispose(pm)
@@ -250,29 +257,35 @@ def _compile_pieces(parts: list[str], whole: str) -> list[bytes]:
     context under the lock, and its code generated outside it (llvmlite takes one lock for
     every call into LLVM; code generation for separate contexts and target machines is
     what LLVM's own parallel back ends do)."""
-    emit = getattr(llvm.ffi.lib.LLVMPY_TargetMachineEmitToMemory, "_cfn", None)
+    emit = _unlocked("LLVMPY_TargetMachineEmitToMemory")
 
     def one(text: str) -> bytes:
         with _LOCK:
             context = _llvm().create_context()
             tm = _target_machine()
-            mod = _optimised(text, tm, context, whole)
-            if emit is None:  # (a binding layer without the unlocked entry point)
-                obj = bytes(tm.emit_object(mod))
+        mod = None
         try:
-            if emit is not None:
-                obj = _emit_unlocked(emit, tm, mod)
+            mod = _optimised(text, tm, context, whole)
+            if emit is None:  # (a binding layer without the unlocked entry points)
+                return bytes(tm.emit_object(mod))
+            return _emit_unlocked(emit, tm, mod)
         finally:
             with _LOCK:
-                mod.close()
+                if mod is not None:
+                    mod.close()
                 context.close()
-        return obj
 
     workers = min(len(parts), _cpus())
     if workers < 2:
         return [one(text) for text in parts]
     with concurrent.futures.ThreadPoolExecutor(workers, "symtape-llvm") as pool:
         return list(pool.map(one, parts))
+
+
+def _unlocked(name: str):
+    """llvmlite's C entry point ``name`` without the lock its binding layer takes around
+    every call (None where the binding layer is not built that way)."""
+    return getattr(getattr(llvm.ffi.lib, name, None), "_cfn", None)
 
 
 def _emit_unlocked(emit, tm, mod) -> bytes:

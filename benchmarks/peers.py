@@ -210,8 +210,9 @@ CASES = [
 
 def symtape_tool(case: Case, points: np.ndarray):
     # each tool's libraries are imported outside its timed setup (the others import theirs
-    # first): SymPy too, which symtape imports on first use
-    import sympy  # noqa: F401
+    # first): SymPy too, and symtape's element level, both of which symtape imports on first
+    # use (``st.config.preload``)
+    st.config.preload()
 
     f = case.array_code(_Symtape)
     spec = [st.TensorSpec((case.n,))]

@@ -120,3 +120,23 @@ def test_small_modules_stay_whole():
     ir = "define i64 @one() { ret i64 1 }"
     assert pieces.split(ir) == [ir]
     assert not jit.compile_object(ir).startswith(pieces.PACK_MAGIC)
+
+
+def test_pieces_compile_with_llvmlites_lock_where_its_entry_points_are_hidden(monkeypatch):
+    """Where the binding layer has no unlocked entry points, pieces are optimised and
+    emitted through its locked calls: the same object code."""
+    ir = _two_functions()
+    parts = pieces.split(ir, piece_chars=1)
+    assert len(parts) == 3
+    fast = jit._compile_pieces(parts, ir)
+    monkeypatch.setattr(jit, "_unlocked", lambda name: None)
+    assert jit._compile_pieces(parts, ir) == fast
+
+
+def _two_functions() -> str:
+    body = "\n".join(f"  %v{i} = fmul double %v{i - 1}, %x" for i in range(1, 40))
+    fns = [f"define internal double @f{k}(double %x) noinline nounwind {{\nentry:\n"
+           f"  %v0 = fadd double %x, {k}.0\n{body}\n  ret double %v39\n}}" for k in range(2)]
+    return "\n".join(fns + ["define double @g(double %x) nounwind {\nentry:\n"
+                            "  %a = call double @f0(double %x)\n"
+                            "  %b = call double @f1(double %a)\n  ret double %b\n}"])

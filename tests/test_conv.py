@@ -402,3 +402,59 @@ def test_hessians_through_convolution_and_pooling(wrt):
                    / (2 * eps) for e in np.eye(a0.size)], 1)
     np.testing.assert_allclose(h, fd, rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(h, h.T, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("points", [0, 8], ids=["per-point", "chunks"])
+def test_a_padded_inputs_gradient_is_computed_where_it_is_read(monkeypatch, points):
+    """Through a SAME convolution, the input's gradient is the pad's gradient (its
+    interior) of the padded input's (``conv2d_backprop_input``): the loop nest computes
+    that one only over the rows and columns the pad's gradient reads (7x7 of 9x9), to the
+    same bits as computing all of it, and to eager values; asked for the padded input's
+    gradient too, it computes all of it."""
+    import math
+
+    from symtape.codegen import compile_plan
+    from symtape.compile import planner
+
+    rng = np.random.default_rng(4)
+    xv, kv = rng.normal(size=(2, 7, 7, 3)), rng.normal(size=(3, 3, 3, 4)) / 3
+    r = rng.normal(size=(2, 7, 7, 4))
+    pads = [[0, 0], [1, 1], [1, 1], [0, 0]]
+
+    def grads(x, k, both):
+        with st.GradientTape() as t:
+            t.watch([x, k])
+            xp = st.pad(x, pads)
+            t.watch(xp)
+            loss = st.reduce_sum(st.tanh(st.nn.conv2d(xp, k, 1, "VALID")) * r)
+        return t.gradient(loss, [x, k, xp] if both else [x, k])
+
+    x, k = st.symbol("x", shape=xv.shape), st.symbol("k", shape=kv.shape)
+
+    def planned(outs):
+        plan = planner.plan_loops([o._node for o in outs], [x._node, k._node], points=points)
+        work = sum(math.prod(b.space) for b in plan.blocks if b.contract)
+        f = compile_plan(plan)
+        if not points:
+            return work, [np.asarray(g) for g in f(xv, kv)]
+        got = f(np.stack([xv] * 3), np.stack([kv] * 3))
+        for g in got:
+            np.testing.assert_array_equal(np.asarray(g)[0], np.asarray(g)[2])
+        return work, [np.asarray(g)[0] for g in got]
+
+    for both in (False, True):
+        eager = [g.numpy() for g in grads(st.constant(xv), st.constant(kv), both)]
+        work, got = planned(grads(x, k, both))
+        for a, b in zip(got, eager):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13)
+        with monkeypatch.context() as m:
+            m.setattr(planner._Planner, "read",
+                      lambda self, node: tuple((0, n) for n in node.shape))
+            work_all, whole = planned(grads(x, k, both))
+        for a, b in zip(got, whole):
+            np.testing.assert_array_equal(a, b)
+        if both:  # the padded input's gradient is read whole: its border is computed
+            assert work == work_all and np.abs(got[2][:, 0]).max() > 0
+            np.testing.assert_array_equal(got[2][:, 1:-1, 1:-1], got[0])
+        else:
+            assert work < work_all

@@ -14,7 +14,7 @@ from symtape.base.places import flat_places
 
 __all__ = ["affine", "box_of", "chains", "composed", "composed_move", "cuts_along",
            "finer_affine", "finer_pair", "flat_places", "fused_size", "moved_offsets",
-           "paddings", "past_links", "readers", "runs_of", "split_affine"]
+           "paddings", "past_links", "read_box", "readers", "runs_of", "split_affine"]
 
 
 def cuts_along(places: np.ndarray, d: int, most: int) -> set | None:
@@ -324,6 +324,34 @@ def readers(order: list, outputs: list) -> dict:
     for node in outputs:
         users.setdefault(id(node), []).append(None)
     return users
+
+
+def read_box(node, users: list) -> tuple:
+    """``((start, stop), ...)`` per axis of ``node``: a box holding every element its
+    ``users`` (:func:`readers`) read. An output (None) and an op computing its elements
+    read all of it; an op moving elements (``moves``, without elements it computes) only
+    those its map takes from ``node`` -- a padded input's gradient keeps its interior.
+
+    >>> import symtape as st
+    >>> x = st.symbol("x", shape=(4, 5))
+    >>> inner = x[1:3, 1:4]._node
+    >>> read_box(x._node, [inner]), read_box(x._node, [inner, None])
+    (((1, 3), (1, 4)), ((0, 4), (0, 5)))
+    """
+    full = tuple((0, n) for n in node.shape)
+    seen = np.zeros(node.size, dtype=bool)
+    for u in users:
+        moves = None if u is None else u.prim.moves([a.shape for a in u.inputs], u.params)
+        if moves is None or moves[1] is not None:
+            return full
+        for a, m in zip(u.inputs, moves[0]):
+            if a is node:
+                m = np.asarray(m).reshape(-1)
+                seen[m[m >= 0]] = True
+    if not seen.any():
+        return full
+    where = np.unravel_index(np.flatnonzero(seen), node.shape)
+    return tuple((int(w.min()), int(w.max()) + 1) for w in where)
 
 
 def past_links(users: dict, links: dict) -> dict:

@@ -48,7 +48,7 @@ from symtape.compile.fusion import (
 )
 from symtape.compile.offsets import (
     affine, box_of, chains, composed, composed_move, cuts_along, finer_affine, finer_pair,
-    flat_places, moved_offsets, past_links, readers, runs_of, split_affine,
+    flat_places, moved_offsets, past_links, read_box, readers, runs_of, split_affine,
 )
 from symtape.compile import liveness
 from symtape.compile.liveness import used as _used
@@ -286,6 +286,10 @@ class _Planner:
 
     def batched(self, loc: tuple) -> bool:
         return loc[0] in self.per_point
+
+    def read(self, node: N.Node) -> tuple:
+        """Per axis of ``node``, the ``(start, stop)`` its readers read (:func:`read_box`)."""
+        return read_box(node, self.users.get(id(node), ()))
 
     def spread(self, loc: tuple, shape: tuple, batched: bool) -> np.ndarray:
         """The offsets of ``loc`` broadcast over a node of ``shape`` (right-aligned; the

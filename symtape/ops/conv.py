@@ -331,7 +331,8 @@ class Conv(Primitive):
         ra, rb, ro = (planner.access(la, a.shape, pts), planner.access(lb, b.shape, pts),
                       planner.access(loc, node.shape, pts))
         if self.roles[2] == "x":  # conv2d_backprop_input; a: y, b: k, out: x
-            _backprop_input(planner, d, ra, rb, ro, loc, pts, planner.batched(lb), node.dtype)
+            _backprop_input(planner, d, ra, rb, ro, loc, pts, planner.batched(lb), node.dtype,
+                            planner.read(node))
             return loc
         lead = ((planner.P, ra.strides[0], rb.strides[0], ro.strides[0]),) if pts else ()
         (an, ah, aw, ac), (bn, bh, bw, bc), (on, oh, ow, oc) = \
@@ -363,10 +364,11 @@ OPS_BY_ROLE = {"y": conv2d, "x": conv2d_backprop_input, "k": conv2d_backprop_fil
 
 
 def _backprop_input(planner, d: Dims, ra: tuple, rb: tuple, ro: tuple, loc: tuple,
-                    pts: bool, k_pts: bool, dtype) -> None:
+                    pts: bool, k_pts: bool, dtype, read: tuple) -> None:
     """``x``-shaped ``conv2d_backprop_input(y, k)`` (see :meth:`Conv.loop`); the filters are
     first copied with ``c`` innermost (the columns of its products); ``pts``: over chunks of
-    points (``k_pts``: the filters too); ``dtype``: the elements'."""
+    points (``k_pts``: the filters too); ``dtype``: the elements'; ``read``: the box of the
+    result its readers read (``planner.read``)."""
     (an, ah, aw, ac), (on, oh, ow, oc) = ra.strides[pts:], ro.strides[pts:]
     sh, sw = d.sh, d.sw
     kshape = (d.kh, d.kw, d.o, d.c)
@@ -393,13 +395,17 @@ def _backprop_input(planner, d: Dims, ra: tuple, rb: tuple, ro: tuple, loc: tupl
         inner = ploc[1][at + (slice(eh - 1, eh - 1 + d.oh), slice(ew - 1, ew - 1 + d.ow))]
         planner.block(d.shape("y"), planner.copy_body(1, False), (ra,),
                       (planner.access((ploc[0], inner), d.shape("y"), pts),), batched=pts)
-        start = planner.at(ploc[0], (eh - 1) * ph + (ew - 1) * pw, ())
+        # only the rows and columns its readers read (a padded input's gradient, of which
+        # the pad's gradient keeps the interior); the others keep the -0.0 they start from
+        (h0, h1), (w0, w1) = read[1:3]
+        start = planner.at(ploc[0], (eh - 1 + h0) * ph + (ew - 1 + w0) * pw, ())
         if pts:
             lead = ((planner.P, pacc.strides[0], kacc.strides[0], ro.strides[0]),)
-        tiled(planner, lead + ((d.n, pn, 0, on), (d.h, ph, 0, oh)), (d.w, pw, ow),
+        tiled(planner, lead + ((d.n, pn, 0, on), (h1 - h0, ph, 0, oh)), (w1 - w0, pw, ow),
               (d.c, bw, oc),
               ((d.kh, -d.dh * ph, bn), (d.kw, -d.dw * pw, bh), (d.o, po, bc)),
-              (start, kacc, ro), dtype, points=pts)
+              (start, kacc, ro._replace(offset=ro.offset + h0 * oh + w0 * ow)), dtype,
+              points=pts)
         return
     for p, q in itertools.product(range(d.kh), range(d.kw)):
         tap_b = kacc._replace(offset=kacc.offset + p * bn + q * bh)

@@ -499,7 +499,9 @@ def test_small_network_gradients_run_in_chunks_of_points():
 
 def test_large_arenas_are_kept_between_calls_and_threads_do_not_share_them():
     """A loop kernel whose temporaries need the heap keeps its arena for the next call
-    (an atomic slot; concurrent calls each get their own) and frees it with the function."""
+    (an atomic slot; concurrent calls each get their own) and frees it with the function;
+    it works from the arena's first cache line (malloc's start is 16-byte aligned: every
+    512-bit store of a temporary straddled two lines), freeing what malloc gave."""
     import gc
     import threading
 
@@ -510,6 +512,9 @@ def test_large_arenas_are_kept_between_calls_and_threads_do_not_share_them():
     y = st.tanh(st.matmul(a, a, transpose_b=True)) * 2.0
     f, plan = _loop_compiled([y], [a])
     assert plan.arena[1] > loops.LANE_STACK_BYTES and "@arena.slots" in f.llvm_ir
+    assert f"@malloc(i64 {plan.arena[1] + 64})" in f.llvm_ir
+    assert "%arena.skip = and i64 %arena.neg, 63" in f.llvm_ir
+    assert "@free(ptr %arena.raw)" in f.llvm_ir and "@free(ptr %arena)" not in f.llvm_ir
     inputs = [rng.standard_normal((300, 200)) for _ in range(6)]
     want = [np.tanh(x @ x.T) * 2.0 for x in inputs]
     got: dict = {}

@@ -699,7 +699,8 @@ def _slot_tries(prefix: str, first: str, attempt, hit: str, miss: str) -> tuple:
 
 def _take_arena(size: int, here: str, then: str) -> list:
     """An arena from ``@arena.slots`` (one an earlier call left there; ``%have``) or
-    ``malloc``: a fresh allocation of megabytes per call costs its page faults every time."""
+    ``malloc``: a fresh allocation of megabytes per call costs its page faults every time.
+    ``%arena`` is its first cache line, ``%arena.raw`` what ``malloc`` gave."""
     def take(k: int, slot: str) -> tuple:
         return [f"  %cached.{k} = atomicrmw xchg ptr %{slot}, ptr null acq_rel",
                 f"  %have.{k} = icmp ne ptr %cached.{k}, null"], f"%have.{k}"
@@ -707,12 +708,18 @@ def _take_arena(size: int, here: str, then: str) -> list:
     out, labels = _slot_tries("take", here, take, "got", "alloc")
     phi = ", ".join(f"[ %cached.{k}, %{label} ]" for k, label in enumerate(labels))
     have = ", ".join(f"[ true, %{label} ]" for label in labels)
-    return out + ["alloc:", f"  %fresh = call ptr @malloc(i64 {size})",
+    return out + ["alloc:", f"  %fresh = call ptr @malloc(i64 {size + 64})",
                   "  %none = icmp eq ptr %fresh, null",
                   "  br i1 %none, label %fail, label %got",
                   *no_memory("fail"),
-                  "got:", f"  %arena = phi ptr {phi}, [ %fresh, %alloc ]",
+                  "got:", f"  %arena.raw = phi ptr {phi}, [ %fresh, %alloc ]",
                   f"  %have = phi i1 {have}, [ false, %alloc ]",
+                  # on a cache line (malloc's is 16 bytes): a vector store of a
+                  # temporary does not straddle two, nor do two threads' ranges meet in one
+                  "  %arena.at = ptrtoint ptr %arena.raw to i64",
+                  "  %arena.neg = sub i64 0, %arena.at",
+                  "  %arena.skip = and i64 %arena.neg, 63",
+                  "  %arena = getelementptr inbounds i8, ptr %arena.raw, i64 %arena.skip",
                   f"  br label %{then}", f"{then}:"]
 
 
@@ -720,11 +727,13 @@ def _give_arena() -> list:
     """Leaves the arena in a free slot of ``@arena.slots`` for a later call (freed when all
     are taken)."""
     def give(k: int, slot: str) -> tuple:
-        return [f"  %kept.{k} = cmpxchg ptr %{slot}, ptr null, ptr %arena acq_rel monotonic",
+        return [f"  %kept.{k} = cmpxchg ptr %{slot}, ptr null, ptr %arena.raw acq_rel "
+                "monotonic",
                 f"  %given.{k} = extractvalue {{ ptr, i1 }} %kept.{k}, 1"], f"%given.{k}"
 
     out, _ = _slot_tries("give", "", give, "given", "unkept")
-    return out + ["unkept:", "  call void @free(ptr %arena)", "  br label %given", "given:"]
+    return out + ["unkept:", "  call void @free(ptr %arena.raw)", "  br label %given",
+                  "given:"]
 
 
 def release_symbol(name: str) -> str:

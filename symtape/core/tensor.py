@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import itertools
 
+import sys
+
 import numpy as np
 
 from symtape.core import node as N
@@ -684,10 +686,21 @@ def adopt(value) -> Tensor:
     if isinstance(value, (np.floating, np.bool_)):  # (a 0-d result read as a scalar)
         value = np.asarray(value)
     if type(value) is np.ndarray and value.dtype.kind in "fb" and (
-            value.flags.owndata or not value.flags.writeable):
+            value.flags.owndata or not value.flags.writeable or _aligned_result(value)):
+        value.flags.writeable = False
         node = const_node(value, value.dtype)
-        return Tensor(node, read_only(value), value.dtype)
+        return Tensor(node, value, value.dtype)
     return constant(value)
+
+
+def _aligned_result(value: np.ndarray) -> bool:
+    """Whether ``value`` is a compiled function's result made on a cache line
+    (``runtime.aligned_empty``: a view of a byte buffer a little longer, which nothing
+    else holds)."""
+    raw = value.base
+    return (type(raw) is np.ndarray and raw.dtype == np.uint8 and raw.ndim == 1 and
+            raw.flags.owndata and 0 <= raw.nbytes - value.nbytes <= 64 and
+            sys.getrefcount(raw) <= 3)
 
 
 def convert_to_tensor(value, dtype=None, name=None) -> Tensor:

@@ -410,3 +410,24 @@ def test_wide_arithmetic_outputs_run_one_point_at_a_time(same):
         assert "points per vector" not in f.llvm_ir  # never lanes here
         a = np.random.default_rng(9).standard_normal((11, n))
         same(f(a), ref(a))
+
+
+def test_large_results_start_on_a_cache_line_and_are_adopted_without_a_copy():
+    """A compiled function's results of 4 KiB or more start on a 64-byte line (a 512-bit
+    store of one then never straddles two lines, and two threads' halves of a row never
+    share one); ``st.function`` adopts them as they are, and a small one stays numpy's."""
+    import symtape as st
+    from symtape.core.tensor import adopt
+
+    f = st.function(lambda a: (st.tanh(a) * 2.0, st.reduce_sum(a)))
+    x = np.random.default_rng(0).normal(size=(170, 33))  # (past the one-point path's copies)
+    big, small = f(x)
+    np.testing.assert_allclose(big.numpy(), np.tanh(x) * 2.0, rtol=1e-15)
+    value = big._value  # (what .numpy() copies)
+    assert value.ctypes.data % 64 == 0 and not value.flags.writeable
+    assert float(small) == pytest.approx(x.sum(), rel=1e-13)
+    held = runtime.aligned_empty((170, 33), "float64")
+    keep = held.base  # another holder of its buffer: adopting it copies
+    assert adopt(held)._value is not held and keep is held.base
+    fresh = runtime.aligned_empty((170, 33), "float64")
+    assert adopt(fresh)._value is fresh

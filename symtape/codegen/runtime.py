@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from symtape.base.aligned import aligned_empty, aligned_zeros
 from symtape.base.errors import DTypeError, InvalidArgumentError, LoweringError, ShapeError
 from symtape.codegen import archive, c99, jit, kernel, loops
 from symtape.codegen.ir import entry_symbol, symbol_names
@@ -200,33 +201,6 @@ def tidy_array(a: np.ndarray) -> np.ndarray:
     out = np.empty(a.shape, dtype=object)
     for idx in np.ndindex(*a.shape):
         out[idx] = readable(a[idx])
-    return out
-
-
-#: Results of at least this many bytes start on a cache line (see :func:`aligned_empty`).
-ALIGN_BYTES = 1 << 12
-
-
-def aligned_empty(shape: tuple, dtype) -> np.ndarray:
-    """``np.empty(shape, dtype)`` starting on a 64-byte cache line when it is at least
-    :data:`ALIGN_BYTES` long: numpy's own start is 16-byte aligned, and two threads
-    writing the halves of a row then share the line between them.
-
-    >>> aligned_empty((100, 64), "float32").ctypes.data % 64
-    0
-    """
-    dtype = np.dtype(dtype)
-    n = math.prod(shape) * dtype.itemsize
-    if n < ALIGN_BYTES:
-        return np.empty(shape, dtype=dtype)
-    raw = np.empty(n + 64, dtype=np.uint8)
-    at = -raw.ctypes.data % 64
-    return raw[at:at + n].view(dtype).reshape(shape)
-
-
-def _aligned_zeros(shape: tuple, dtype) -> np.ndarray:
-    out = aligned_empty(shape, dtype)
-    out[...] = 0
     return out
 
 
@@ -557,8 +531,8 @@ class CompiledFunction:
         return _rebuild(self._structure, [o[()] if o.ndim == 0 else o.copy() for o in outs])
 
     def _point_buffers(self) -> tuple:
-        ins = [_aligned_zeros(s.shape, self._dtype) for s in self._in_specs]
-        outs = [_aligned_zeros(s.shape, d) for s, d in zip(self._out_specs, self._out_dtypes)]
+        ins = [aligned_zeros(s.shape, self._dtype) for s in self._in_specs]
+        outs = [aligned_zeros(s.shape, d) for s, d in zip(self._out_specs, self._out_dtypes)]
         return ins, outs, self._ptr_type(*[a.ctypes.data for a in ins + outs])
 
     def buffer(self, *args, out=None) -> BufferCall:

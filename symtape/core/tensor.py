@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import itertools
 
-import sys
-
 import numpy as np
 
 from symtape.core import node as N
 from symtape.base import recording
+from symtape.base.aligned import fresh_aligned
 from symtape.base.errors import (
     DTypeError, InvalidArgumentError, ShapeError, SymtapeError, UnboundLeafError,
 )
@@ -686,21 +685,11 @@ def adopt(value) -> Tensor:
     if isinstance(value, (np.floating, np.bool_)):  # (a 0-d result read as a scalar)
         value = np.asarray(value)
     if type(value) is np.ndarray and value.dtype.kind in "fb" and (
-            value.flags.owndata or not value.flags.writeable or _aligned_result(value)):
+            value.flags.owndata or not value.flags.writeable or fresh_aligned(value)):
         value.flags.writeable = False
         node = const_node(value, value.dtype)
         return Tensor(node, value, value.dtype)
     return constant(value)
-
-
-def _aligned_result(value: np.ndarray) -> bool:
-    """Whether ``value`` is a compiled function's result made on a cache line
-    (``runtime.aligned_empty``: a view of a byte buffer a little longer, which nothing
-    else holds)."""
-    raw = value.base
-    return (type(raw) is np.ndarray and raw.dtype == np.uint8 and raw.ndim == 1 and
-            raw.flags.owndata and 0 <= raw.nbytes - value.nbytes <= 64 and
-            sys.getrefcount(raw) <= 3)
 
 
 def convert_to_tensor(value, dtype=None, name=None) -> Tensor:

@@ -426,8 +426,10 @@ def test_large_results_start_on_a_cache_line_and_are_adopted_without_a_copy():
     value = big._value  # (what .numpy() copies)
     assert value.ctypes.data % 64 == 0 and not value.flags.writeable
     assert float(small) == pytest.approx(x.sum(), rel=1e-13)
-    held = runtime.aligned_empty((170, 33), "float64")
+    from symtape.base.aligned import aligned_empty
+
+    held = aligned_empty((170, 33), "float64")
     keep = held.base  # another holder of its buffer: adopting it copies
     assert adopt(held)._value is not held and keep is held.base
-    fresh = runtime.aligned_empty((170, 33), "float64")
+    fresh = aligned_empty((170, 33), "float64")
     assert adopt(fresh)._value is fresh

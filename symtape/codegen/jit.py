@@ -526,10 +526,14 @@ class Engine:
 
     def __init__(self, obj: bytes) -> None:
         llvm = _llvm()
+        parts = pieces.unpack(bytes(obj))
+        if parts is None:
+            raise CompileError("could not load object code: the table of a packed object is "
+                               "damaged")
         with _LOCK:
             try:
                 ee = llvm.create_mcjit_compiler(llvm.parse_assembly(""), _target_machine())
-                for part in pieces.unpack(bytes(obj)) or [b""]:
+                for part in parts:
                     ee.add_object_file(llvm.ObjectFileRef.from_data(part))
                 ee.finalize_object()
             except RuntimeError as exc:

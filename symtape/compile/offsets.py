@@ -12,7 +12,7 @@ import numpy as np
 
 from symtape.base.places import flat_places
 
-__all__ = ["affine", "box_of", "chains", "composed", "composed_move", "cuts_along",
+__all__ = ["affine", "bounds", "box_of", "chains", "composed", "composed_move", "cuts_along",
            "finer_affine", "finer_pair", "flat_places", "fused_size", "moved_offsets",
            "paddings", "past_links", "read_box", "readers", "runs_of", "split_affine"]
 
@@ -227,12 +227,22 @@ def box_of(mask: np.ndarray) -> tuple | None:
     """
     if mask.ndim == 0:
         return None
-    box = []
+    box = tuple(slice(lo, hi) for lo, hi in bounds(mask))
+    return box if mask[box].all() and mask.sum() == mask[box].size else None
+
+
+def bounds(mask: np.ndarray) -> tuple:
+    """``((start, stop), ...)`` per axis: the smallest box holding every true element of
+    ``mask`` (which has one).
+
+    >>> bounds(np.array([[False, True, False], [False, False, True]]))
+    ((0, 2), (1, 3))
+    """
+    out = []
     for d in range(mask.ndim):
         hit = np.flatnonzero(mask.any(axis=tuple(e for e in range(mask.ndim) if e != d)))
-        box.append(slice(int(hit[0]), int(hit[-1]) + 1))
-    box = tuple(box)
-    return box if mask[box].all() and mask.sum() == mask[box].size else None
+        out.append((int(hit[0]), int(hit[-1]) + 1))
+    return tuple(out)
 
 
 def composed(inner: np.ndarray, outer: np.ndarray) -> np.ndarray:
@@ -348,10 +358,7 @@ def read_box(node, users: list) -> tuple:
             if a is node:
                 m = np.asarray(m).reshape(-1)
                 seen[m[m >= 0]] = True
-    if not seen.any():
-        return full
-    where = np.unravel_index(np.flatnonzero(seen), node.shape)
-    return tuple((int(w.min()), int(w.max()) + 1) for w in where)
+    return bounds(seen.reshape(node.shape)) if seen.any() else full
 
 
 def past_links(users: dict, links: dict) -> dict:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import symtape as st
+from symtape.base.errors import CompileError
 from symtape.codegen import jit, pieces
 
 
@@ -108,6 +109,8 @@ def test_a_damaged_pack_is_refused():
 
     assert engine.function("two", ctypes.c_int64)() == 2
     assert "damaged" in jit.check_object(blob[:-1])
+    with pytest.raises(CompileError, match="packed object is damaged"):
+        jit.Engine(blob[:-1])
     assert "damaged" in jit.check_object(pieces.PACK_MAGIC + b"\x05\0\0\0")
     nested = pieces.pack([blob, one])
     assert "another" in jit.check_object(nested)

@@ -29,7 +29,7 @@ FIRST_USE = ("sympy", "sympy.tensor.tensor", "sympy.codegen.cfunctions",
              "symtape.element.graph", "symtape.element.heads", "symtape.element.added_heads",
              "symtape.element.evaluate", "symtape.core.notation", "symtape.derivatives.sweep",
              "symtape.derivatives.taylor", "symtape.codegen.lower", "symtape.codegen.vecmath",
-             "symtape.codegen.special", "symtape.codegen.polygamma")
+             "symtape.codegen.special", "symtape.codegen.polygamma", "symtape.io")
 
 
 def preload() -> None:

@@ -254,3 +254,17 @@ def test_every_lazy_module_exists_under_its_local_name():
                                   for a in node.value.args)
                 assert [t.id for t in node.targets] == [local], (path, node.lineno)
                 assert importlib.util.find_spec(name) is not None, (path, name)
+
+
+def test_preload_imports_every_symtape_module_left_to_first_use():
+    """``st.config.preload()`` imports every symtape module some ``LazyModule`` leaves to
+    first use (its list cannot fall behind a new one) and SymPy."""
+    from symtape import config
+
+    lazy = set()
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "LazyModule":
+                lazy.add(node.args[2].value)
+    mine = {name for name in lazy if name.startswith("symtape.")}
+    assert mine and mine <= set(config.FIRST_USE) and "sympy" in config.FIRST_USE

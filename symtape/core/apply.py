@@ -21,6 +21,7 @@ from symtape.core import node as N
 from symtape.base import recording
 from symtape.base.errors import DTypeError, InvalidArgumentError, SymtapeError
 from symtape.core.primitive import Aval, Primitive, Zero
+from symtape.core import view_values as V
 from symtape.core.tensor import (
     Tensor, const_node, constant, read_only, read_only_copy, read_operand, table_op,
 )
@@ -233,8 +234,9 @@ def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
 
 
 def _interpret(value: np.ndarray, atoms: np.ndarray, inputs) -> np.ndarray:
-    """The value of a small node that folds beyond the template: its element DAG evaluated
-    on its inputs' values, one semantics with formulas and compiled code (``x * 0`` is 0,
+    """The value of a small node that folds beyond the template and whose view reads leaves
+    beyond its arguments' elements (no :func:`view_values.node_plan`): its element DAG
+    evaluated on its inputs' values, one semantics with formulas and compiled code (``x * 0`` is 0,
     ``x - x`` is 0, a select's zero branch times ``1/x`` is 0, ``x + 0`` keeps the sign of a
     zero ``x``, ``-g*x/x**2`` is the ``-g/x`` it folded to). ``value`` (numpy's, of the same
     shape) stands only where an element needs a leaf without a value."""
@@ -278,7 +280,7 @@ class _Plan:
         self.evaluator, self.selects, self.pkey = evaluator, selects, pkey
         self.floating = aval.dtype.kind == "f"
         self.fuses = self.floating and isinstance(prim, lent("elementwise"))
-        self.memo: dict = {}  # the op's own cache for this signature (settle_folds)
+        self.memo: dict = {}  # view plans for this signature, by fold pattern (view_values)
 
 
 #: ``signature -> _Plan`` of recent applications: the checks and the folding of an op
@@ -369,13 +371,13 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
     floating = plan.floating
     # (a large node follows the template even when its element view happens to be built)
     settles = floating and not stale and node.size <= N.ELEMENT_LIMIT and node.small()
-    if settles and prim.settles_alone and not (plan.regular or plan.constant):
-        settled = prim.settle_folds(None, values, [t._node for t in tensors], plan.params,
-                                    plan.memo)
-        if settled is not None:
-            value, folds, regular, fid = settled
-            node.settle(regular, None, folds, fid)
-            return read_only(np.asarray(value, dtype=dtype)), None
+    view = None  # how the element view evaluates (see view_values)
+    if settles and not (plan.regular or plan.constant):
+        view = V.view_plan(prim, plan.params, [t._node for t in tensors], plan.shape,
+                           plan.memo)
+        if view is not None and not (view.template or plan.fuses or plan.selects):
+            node.settle(view.regular, None, view.folds, view.fid)
+            return read_only(view.evaluate(None, values, plan.shape, dtype)), None
     fusion = value = None
     fused = False
     if plan.fuses:
@@ -405,13 +407,15 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
     if plan.constant:  # (small ones inline: positive_zeros copies them)
         value = value + 0.0 if value.size <= _ZERO_LOOK else positive_zeros(value)
     elif settles:
-        settled = None if prim.settles_alone else prim.settle_folds(
-            value, values, [t._node for t in tensors], plan.params, plan.memo)
-        if settled is not None:
-            value, folds, regular, fid = settled
-            node.settle(regular, None, folds, fid)
-            return read_only(value), fusion
-        value = _interpret(value, node.atoms(), tensors)
+        if view is not None:
+            node.settle(view.regular, None, view.folds, view.fid)
+        else:
+            view = V.node_plan(node)
+            values = V.in_node_order(node, [t._node for t in tensors], values)
+        if view is not None:
+            value = view.evaluate(value if view.template else None, values, plan.shape, dtype)
+        else:
+            value = _interpret(value, node.atoms(), tensors)
     return read_only(value), fusion
 
 

@@ -210,25 +210,6 @@ class Primitive:
         the result *is* (or None)."""
         return False, None, None
 
-    def settle_folds(self, value: np.ndarray, values: Sequence, args: Sequence,
-                     params: dict, memo: dict | None = None) -> tuple | None:
-        """Exact values without the element view, for arguments that are regular except at
-        constant elements (``Node.fold_view``): ``(value, folds, regular, fid)`` of the
-        result (``fid``: its ``Node.fold_id`` when known, else None), or None when the op
-        cannot tell (the binder then evaluates the element view). ``value`` is
-        :meth:`evaluator`'s, or None for an op that :attr:`settles_alone`; ``memo`` is a
-        dict the binder keeps for applications of one signature (shapes, dtypes, node
-        facts, params), for the op to cache what depends only on those.
-
-        >>> Primitive("p").settle_folds(None, [], [], {}) is None
-        True
-        """
-        return None
-
-    #: Whether :meth:`settle_folds` computes its value without the evaluator's (the binder
-    #: then tries it first).
-    settles_alone = False
-
     def notation(self, args: Sequence, params: dict):
         """This op applied to the tensor-notation expressions ``args`` (``notation.py``)."""
         return TN.applied(self.name, params, args)

@@ -15,7 +15,7 @@ import numpy as np
 import sympy as sp
 from sympy.logic.boolalg import BooleanAtom
 
-from symtape.element.graph import Leaf, Node, const_value, is_const, leaves, reachable
+from symtape.element.graph import Leaf, Node, const_value, is_const
 from symtape.element.heads import NUMPY as HEADS
 from symtape.element.numeric import ieee_pow, pow_plan, power_const, split_quotient
 
@@ -150,11 +150,30 @@ def _step(node: Node, heads: dict, lookup: Callable = _lookup) -> Callable:
     return lambda values: c
 
 
-def program(outputs: Sequence, inputs: Sequence[Leaf], heads: dict = HEADS,
+def _reachable_below(outputs: Sequence, given: dict) -> list:
+    """The nodes ``outputs`` read through their definitions, down to the atoms ``given``
+    (not through them), operands first."""
+    seen: set = set()
+    stack = [a for a in outputs if isinstance(a, Node) and a not in given]
+    out = []
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        out.append(node)
+        stack.extend(op for op in node.evaluation_operands()
+                     if isinstance(op, Node) and op not in seen and op not in given)
+    out.sort(key=lambda n: n.uid)
+    return out
+
+
+def program(outputs: Sequence, inputs: Sequence, heads: dict = HEADS,
             quiet: bool = True) -> Callable:
-    """A numpy function of arrays (one per leaf of ``inputs``) evaluating the atoms
-    ``outputs``: the DAG's definitions compiled once, evaluated in topological order (alias
-    nodes through ``forward``); the arrays broadcast, so one call evaluates a whole batch.
+    """A numpy function of arrays (one per atom of ``inputs``: leaves, or nodes whose values
+    are given) evaluating the atoms ``outputs``: the DAG's definitions below the inputs
+    compiled once, evaluated in topological order (alias nodes through ``forward``); the
+    arrays broadcast, so one call evaluates a whole batch.
     ``heads`` replaces the numpy functions of SymPy heads (a reference with other libraries);
     ``quiet=False`` leaves numpy's floating-point error state to the caller.
 
@@ -166,7 +185,10 @@ def program(outputs: Sequence, inputs: Sequence[Leaf], heads: dict = HEADS,
     """
     outputs = list(outputs)
     position = {leaf: i for i, leaf in enumerate(inputs)}
-    missing = [leaf for leaf in leaves(outputs, through_forward=True) if leaf not in position]
+    nodes = _reachable_below(outputs, position)
+    missing = [op for node in nodes for op in node.evaluation_operands()
+               if isinstance(op, Leaf) and op not in position]
+    missing += [a for a in outputs if isinstance(a, Leaf) and a not in position]
     if missing:
         from symtape.base.errors import UnboundLeafError
 
@@ -174,7 +196,6 @@ def program(outputs: Sequence, inputs: Sequence[Leaf], heads: dict = HEADS,
 
     # values live in a list: the inputs, then each node in order
     index = dict(position)
-    nodes = reachable(outputs, through_forward=True)
     for k, node in enumerate(nodes, len(inputs)):
         index[node] = k
 

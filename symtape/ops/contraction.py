@@ -129,36 +129,6 @@ class MatMul(Primitive):
         regular = a.regular and b.regular and k >= 1 and a.dtype.kind == "f"
         return regular and not (a.constant and b.constant), None, None
 
-    settles_alone = True
-
-    def settle_folds(self, value, values, args, params, memo=None):
-        """Products with a folded zero factor are dropped from their sums (added as -0.0, the
-        exact identity of IEEE addition); an element with none left is the constant 0.
-        Arguments with other folded constants are left to the element view."""
-        a, b = args
-        if a.dtype.kind != "f" or (a.constant and b.constant):
-            return None
-        views = [x.fold_view() for x in args]
-        if any(v is None or (v[1] is not None and not all(G.is_zero(c) for c in v[1][v[0]]))
-               for v in views):
-            return None
-        (ma, _), (mb, _) = views
-        ma = self._operands(ma, params["transpose_a"])
-        mb = self._operands(mb, params["transpose_b"])
-        x = self._operands(np.asarray(values[0]), params["transpose_a"])
-        y = self._operands(np.asarray(values[1]), params["transpose_b"])
-        terms = x[..., :, :, None] * y[..., None, :, :]
-        dropped = ma[..., :, :, None] | mb[..., None, :, :]
-        terms = np.where(dropped, -0.0, terms)
-        out = in_order_sum(terms, -2) if terms.shape[-2] else np.zeros(
-            terms.shape[:-2] + terms.shape[-1:], dtype=terms.dtype)
-        empty = np.broadcast_to(np.all(dropped, axis=-2), out.shape)
-        if not empty.any():
-            return out, None, True, None
-        folded = np.empty(out.shape, dtype=object)
-        folded[empty] = G.ZERO
-        return np.where(empty, 0.0, out), (empty.copy(), folded), False, None
-
     def numeric(self, values, params):
         a = self._operands(np.asarray(values[0]), params["transpose_a"])
         b = self._operands(np.asarray(values[1]), params["transpose_b"])

@@ -9,7 +9,6 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from symtape.core import node as N
 from symtape.base.errors import NonDifferentiableError, ShapeError
 from symtape.element import numeric
 from symtape.element.numeric import quiet
@@ -89,7 +88,6 @@ class Elementwise(Primitive):
         self._numeric = numeric
         self._vjp_ops: dict[int, Elementwise | None] = {}
         self._factors: dict[int, Elementwise | None] = {}
-        self._fold_plans: dict = {}
 
     def __getattr__(self, name: str):
         """``template`` and ``placeholders`` of a stanza, built on first use (once, whatever
@@ -337,118 +335,6 @@ class Elementwise(Primitive):
         found = set(G.leaves([out])) if G.is_symbolic(out) else set()
         used = {s: i for i, s in stand_ins.items() if s in found}
         return E.program([out], [stand_ins[i] for i in keep], quiet=False), keep, out, used
-
-    def settle_folds(self, value, values, args, params, memo=None):
-        """Elements where an argument is a folded constant are evaluated by the template
-        specialised to those constants (grouped by constant); the result's constants there
-        are its folds. An element that folds to an argument's element is taken as that
-        element (its value is exact; see README, "One rule for values"); one that folds to a
-        select is left to the element view. Which elements fold how depends only on the
-        arguments' folds, so it is planned once per kind of application (``memo``: the
-        binder's dict for applications of one signature, keyed here by the arguments' fold
-        ids)."""
-        plan = self._fold_plan(args, params, value.shape, {} if memo is None else memo)
-        if plan is None:
-            return None
-        if plan.groups or plan.index is not None or plan.aliases:
-            if value.base is not None or not value.flags.writeable:  # else fresh: in place
-                value = np.array(value, copy=True)
-            flat = value.reshape(-1)
-            if plan.index is not None:
-                flat[plan.index] = plan.constants
-            for index, i in plan.aliases:  # elements that are an argument's (x + 0 is x)
-                src = values[i]
-                flat[index] = src.reshape(-1)[0] if src.size == 1 else \
-                    np.broadcast_to(src, value.shape).reshape(-1)[index]
-            for rows, run, keep in plan.groups:
-                value[rows] = run(*[np.broadcast_to(values[i], value.shape)[rows]
-                                    for i in keep])[0]
-        return value, plan.folds, plan.regular, plan.fid
-
-    def _fold_plan(self, args, params, shape, memo: dict):
-        """The :class:`_FoldPlan` for :meth:`settle_folds`, or None; cached in ``memo`` by
-        the arguments' fold ids (the rest of the key -- shapes, constants, repeated
-        arguments, params -- is the memo's own) and here by their fold keys."""
-        spec = memo.get("spec")
-        if spec is None:
-            consts, same = self._specialisation(args)
-            fixed = {i for i, _ in consts}
-            # the arguments the template reads itself (not a constant, not a repeat)
-            own = tuple(i not in fixed and same[i] == i for i in range(len(args)))
-            spec = memo["spec"] = (consts, same, own)
-        consts, same, own = spec
-        fids = []
-        for a, reads in zip(args, own):
-            if reads:
-                fid = a._fid if a._fid is not None else a.fold_id()
-                if fid is None:
-                    return None
-                fids.append(fid)
-            else:
-                fids.append(0)
-        fids = tuple(fids)
-        plan = memo.get(fids, memo)
-        if plan is not memo:
-            return plan
-        fixed = {i for i, _ in consts}
-        keys = tuple(a.fold_key() if fid else None for a, fid in zip(args, fids))
-        try:
-            key = (consts, same, keys, tuple(shape), N.params_key(params))
-        except TypeError:
-            return self._make_fold_plan(args, params, shape, consts, same, fixed)
-        if key not in self._fold_plans:
-            if len(self._fold_plans) >= 256:
-                self._fold_plans.clear()
-            self._fold_plans[key] = self._make_fold_plan(args, params, shape, consts, same,
-                                                         fixed)
-        if len(memo) >= 64:
-            memo.clear()
-            memo["spec"] = spec
-        plan = memo[fids] = self._fold_plans[key]
-        return plan
-
-    def _make_fold_plan(self, args, params, shape, consts, same, fixed):
-        views = {}
-        for i, a in enumerate(args):
-            if i in fixed or same[i] != i:
-                continue
-            mask, atoms = a.fold_view()
-            if mask.any():
-                views[i] = (np.broadcast_to(mask, shape), np.broadcast_to(atoms, shape))
-        special = np.zeros(shape, dtype=bool)
-        for mask, _ in views.values():
-            special |= mask
-        where_of: dict = {}
-        for idx in map(tuple, np.argwhere(special)):
-            key = tuple((i, atoms[idx]) for i, (mask, atoms) in views.items() if mask[idx])
-            where_of.setdefault(key, []).append(idx)
-        mask = np.zeros(shape, dtype=bool)
-        atoms = np.empty(shape, dtype=object)
-        groups, fixed_at, fixed_to, aliases = [], [], [], []
-        for key, where in where_of.items():
-            run, keep, atom, used = self._prototype(consts + key, same)
-            if G.absorbs_products(atom):
-                return None
-            flat = [np.ravel_multi_index(idx, shape) if shape else 0 for idx in where]
-            if G.is_const(atom):
-                for idx in where:
-                    mask[idx] = True
-                    atoms[idx] = atom
-                fixed_at.extend(flat)
-                fixed_to.extend([G.const_value(atom)] * len(flat))
-            elif atom in used:
-                aliases.append((np.array(flat, dtype=np.intp), used[atom]))
-            else:
-                groups.append((tuple(np.array(k) for k in zip(*where)), run, keep))
-        plain = [_Plain(a) if i in views or a.kind == "const" else a
-                 for i, a in enumerate(args)]
-        regular = self.structure(plain, params, shape)[0] and not mask.any()
-        for arr in (mask, atoms):
-            arr.flags.writeable = False
-        folds = (mask, atoms) if mask.any() else None
-        index = np.array(fixed_at, dtype=np.intp) if fixed_at else None
-        return _FoldPlan(groups, index, np.array(fixed_to) if fixed_at else None, aliases,
-                         folds, regular, N.settled_fold_id(shape, folds, regular))
 
     def fuse(self, values, args, fusions, evaluate: bool = True) -> tuple:
         """Evaluate with the arguments whose values came from a zero-branched select
@@ -887,31 +773,6 @@ sigmoid_cross_entropy_with_logits = _ew(
     rules=(lambda g, ans, z, x: _t(-P.g * P.x, "g x", name="sce_vjp0").bind(g, x),
            lambda g, ans, z, x: _t(_sce_vjp1(), "g z x y w", name="sce_vjp1").bind(
                g, z, x, sigmoid.bind(x), sigmoid.bind(negative.bind(x)))))
-
-
-class _FoldPlan:
-    """How :meth:`Elementwise.settle_folds` settles applications to arguments with given
-    fold views: the elements that fold to constants (flat ``index``, their ``constants``),
-    those that fold to an argument's element (``aliases``: ``(flat index, argument)``), the
-    ``groups`` of other elements a specialised template evaluates (``(rows, run, keep)``),
-    and the result's ``folds``, ``regular`` and fold id ``fid``."""
-
-    __slots__ = ("groups", "index", "constants", "aliases", "folds", "regular", "fid")
-
-    def __init__(self, groups, index, constants, aliases, folds, regular, fid) -> None:
-        self.groups, self.index, self.constants = groups, index, constants
-        self.aliases = aliases
-        self.folds, self.regular, self.fid = folds, regular, fid
-
-
-class _Plain:
-    """An argument seen as regular (its folded constants are handled apart)."""
-
-    __slots__ = ("shape", "dtype", "uniform", "regular", "constant")
-
-    def __init__(self, node) -> None:
-        self.shape, self.dtype, self.uniform = node.shape, node.dtype, node.uniform
-        self.regular, self.constant = True, node.constant
 
 
 def recipe_atom(recipe: tuple, pattern: tuple | None = None) -> tuple:

@@ -6,7 +6,6 @@ from collections.abc import Callable
 
 import numpy as np
 
-from symtape.core import node as N
 from symtape.base.errors import InvalidArgumentError
 from symtape.core.primitive import (
     Aval, Primitive, obj, register_primitive, union, zero_factor,
@@ -87,7 +86,6 @@ class Reduction(Primitive):
         super().__init__(name, ("T",), kinds, rules=(rule,))
         self.combine = combine
         self._numeric = numeric
-        self._fold_plans: dict = {}
 
     #: How loop nests accumulate it: ``(start, step(acc, x, n), value over no element)``
     #: (``n``: the elements reduced into each), or None: no loop form (unrolled).
@@ -166,64 +164,6 @@ class Reduction(Primitive):
     def dependencies(self, deps, params, shape):
         out = union(deps, axis=params["axis"], keepdims=params["keepdims"])
         return np.asarray(out, dtype=object).reshape(shape)
-
-    def settle_folds(self, value, values, args, params, memo=None):
-        """A sum drops its folded zero terms: they are summed as -0.0, the exact identity of
-        IEEE addition, and a sum of nothing but folded zeros is the constant 0 (numpy's
-        error state is the caller's, as for :meth:`evaluator`)."""
-        plan = self._fold_plan(args[0], params, {} if memo is None else memo)
-        if plan is None:
-            return None
-        mask, empty, folds, fid = plan
-        dtype = args[0].dtype
-        x = np.asarray(values[0])
-        if mask is not None:
-            x = np.where(mask, -0.0, x)
-        out = np.asarray(self._numeric(x, params["axis"], params["keepdims"]), dtype=dtype)
-        if folds is not None:
-            out = np.where(empty, 0.0, out).astype(dtype)
-        return out, folds, folds is None, fid
-
-    settles_alone = True
-
-    def _fold_plan(self, x, params, memo: dict):
-        """``(mask, empty, folds, fid)`` of a sum over an argument with folded zeros (cached
-        in ``memo`` by its fold id, here by its fold key), or None."""
-        fid = x.fold_id()
-        if fid is None:
-            return None
-        if fid in memo:
-            return memo[fid]
-        axes = params["axis"]
-        lane = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))
-        if self is not reduce_sum or lane < 2 or x.dtype.kind != "f":
-            plan = None
-        else:
-            key = (x.fold_key(), x.shape, axes, params["keepdims"])
-            if key not in self._fold_plans:
-                if len(self._fold_plans) >= 256:
-                    self._fold_plans.clear()
-                self._fold_plans[key] = self._make_fold_plan(x, axes, params["keepdims"])
-            plan = self._fold_plans[key]
-        if len(memo) >= 64:
-            memo.clear()
-        memo[fid] = plan
-        return plan
-
-    @staticmethod
-    def _make_fold_plan(x, axes, keepdims):
-        mask, atoms = x.fold_view()
-        if atoms is not None and any(not G.is_zero(a) for a in atoms[mask]):
-            return None  # nonzero constants join the sum's constant term: another order
-        empty = np.all(mask, axis=axes, keepdims=keepdims)
-        folds = None
-        if empty.any():
-            folded = np.empty(empty.shape, dtype=object)
-            folded[empty] = G.ZERO
-            folds = (empty, folded)
-            folded.flags.writeable = False
-        fid = N.settled_fold_id(empty.shape, folds, folds is None)
-        return (mask if mask.any() else None), empty, folds, fid
 
     #: Whether the result is 0 where every reduced element is (sums, products, extrema).
     keeps_zeros = False

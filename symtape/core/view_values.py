@@ -1,0 +1,298 @@
+"""Eager values of small nodes: their element view, evaluated.
+
+A node whose element view is small (:meth:`Node.small`) and that folds beyond its template
+(not regular) takes the value of its element DAG, evaluated on its arguments' values: the
+value formulas and compiled code give (README, "One rule for values"). It is one value path
+for every op: the op's element view (:meth:`Primitive.build`) is the whole rule. What makes it
+cheap is that the view is sorted once and its evaluation planned (:class:`ViewPlan`):
+
+* elements that are constants are the result's folds;
+* elements that are what the template computes (the same atom as the view of the op on
+  plain arguments, when :meth:`Primitive.structure` says the template is regular there) are
+  numpy's value of the whole node;
+* the rest are grouped by their shape (the same definitions with argument elements in the
+  same places) and each group is evaluated by one numpy program over the arrays of its
+  members' argument elements (an argument's element itself is such a program).
+
+When the arguments are regular except at folded constants (:meth:`Node.fold_view`), the view
+is built on stand-in leaves, one per argument element, with the folded constants in their
+places: the node's own view up to the names of its atoms. Such a plan depends only on the
+arguments' fold patterns, so it is kept per pattern and a training loop whose data holds
+zeros, or a sweep of one-hot seeds, plans once and never builds the element view. Otherwise
+the node's own view is planned over its arguments' elements and kept with the node.
+
+>>> import symtape as st
+>>> x = st.Variable([2.0, 3.0])
+>>> (x * st.constant([0.0, 1.0]) * float("inf")).numpy()  # x*0 is the constant 0 there
+array([ 0., inf])
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from symtape.base.errors import SymtapeError
+from symtape.base.lazy import LazyModule
+from symtape.core import node as N
+
+E = LazyModule("E", globals(), "symtape.element.evaluate")
+G = LazyModule("G", globals(), "symtape.element.graph")
+
+__all__ = ["ViewPlan", "view_plan", "node_plan", "in_node_order", "STAND_IN_LIMIT"]
+
+#: At most this many argument elements are stood in for (a small node reading a large
+#: built argument is planned on its own view instead).
+STAND_IN_LIMIT = 4096
+
+_STAND_INS: list = []
+
+
+def _stand_ins(n: int) -> list:
+    """The first ``n`` stand-in leaves (shared by every plan; their names sort as their
+    numbers, so the views of neighbouring elements list them alike)."""
+    while len(_STAND_INS) < n:
+        _STAND_INS.append(G.Leaf.new(f"s{len(_STAND_INS):06d}"))
+    return _STAND_INS
+
+
+class _Foreign(Exception):
+    """An element reads an atom that is not an argument element (a leaf of its own)."""
+
+
+class _Plain:
+    """An argument seen as regular (the structure of the template on plain arguments); other
+    facts are the node's."""
+
+    __slots__ = ("node", "regular", "folds")
+
+    def __init__(self, node) -> None:
+        self.node, self.regular, self.folds = node, True, None
+
+    def __getattr__(self, name: str):
+        return getattr(self.node, name)
+
+
+class ViewPlan:
+    """How to evaluate a small node's element view over its arguments' values.
+
+    ``template``: numpy's value of the node stands where no group or constant is;
+    ``groups``: ``(places, run, slots)``, a program ``run`` of one element evaluated for the
+    flat ``places`` of the result, its inputs read from the arguments' flat values (one
+    concatenation, ``args`` in order) at ``slots``; ``at``/``to``: the places of constant
+    elements and their values; ``folds``, ``regular``, ``fid``: the result node's facts."""
+
+    __slots__ = ("template", "groups", "at", "to", "args", "folds", "regular", "fid")
+
+    def __init__(self, template, groups, at, to, args, folds, regular, fid) -> None:
+        self.template, self.groups, self.at, self.to = template, groups, at, to
+        self.args, self.folds, self.regular, self.fid = args, folds, regular, fid
+
+    def evaluate(self, value, values: list, shape: tuple, dtype) -> np.ndarray:
+        """The view's values: ``value`` (numpy's, or None when not :attr:`template`) with
+        the other elements put in place."""
+        if not self.template:
+            out = np.empty(shape, dtype=dtype)
+        elif value.base is not None or not (value.flags.writeable and
+                                            value.flags.c_contiguous):
+            out = np.array(value, dtype=dtype, order="C")
+        else:  # (a fresh array of the evaluator's: written in place)
+            out = value
+        flat = out.reshape(-1)
+        if self.groups:
+            parts = [np.asarray(values[i]).reshape(-1) for i in self.args]
+            src = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            for places, run, slots in self.groups:
+                flat[places] = run(*[src[s] for s in slots])[0]
+        if self.at is not None:
+            flat[self.at] = self.to
+        return out
+
+
+def _token(atom, slot_of: dict, inputs: list, seen: dict, nodes: dict):
+    """A hashable description of ``atom``'s definitions with its argument elements numbered
+    in order of first appearance (``inputs`` collects their slots): equal tokens, the same
+    program up to which elements it reads."""
+    g = slot_of.get(atom) if G.is_symbolic(atom) else None
+    if g is not None:
+        k = seen.get(atom)
+        if k is None:
+            k = seen[atom] = len(inputs)
+            inputs.append(g)
+        return ("i", k)
+    if isinstance(atom, G.Leaf):
+        raise _Foreign
+    if isinstance(atom, G.Node):
+        k = nodes.get(atom)
+        if k is not None:
+            return ("n", k)
+        fwd = atom.forward
+        body = ("f", _token(fwd, slot_of, inputs, seen, nodes)) if fwd is not None else \
+            _token(atom.definition, slot_of, inputs, seen, nodes)
+        nodes[atom] = len(nodes)
+        return ("d", body)
+    if not atom.args:
+        return ("c", type(atom), atom)  # (SymPy finds 2 == 2.0: the type tells them apart)
+    return (atom.func, tuple([_token(a, slot_of, inputs, seen, nodes) for a in atom.args]))
+
+
+def _sorted(view: np.ndarray, reference, slot_of: dict, atom_of: list, args: tuple,
+            template: bool, shape: tuple) -> ViewPlan:
+    """The :class:`ViewPlan` of the element view ``view`` whose argument elements are the
+    keys of ``slot_of`` (``atom_of[slot]`` the atom), elements equal to ``reference``'s
+    being numpy's when ``template``."""
+    flat = view.reshape(-1)
+    ref = reference.reshape(-1) if reference is not None else None
+    at, to, folded = [], [], []
+    by_shape: dict = {}
+    selects = False
+    for p, atom in enumerate(flat):
+        if ref is not None and atom is ref[p]:
+            continue
+        if G.is_const(atom):
+            at.append(p)
+            to.append(G.const_value(atom))
+            folded.append(atom)
+            continue
+        selects = selects or G.absorbs_products(atom)
+        inputs: list = []
+        key = _token(atom, slot_of, inputs, {}, {})
+        group = by_shape.get(key)
+        if group is None:
+            group = by_shape[key] = (atom, [], [])
+        group[1].append(p)
+        group[2].append(inputs)
+    groups = []
+    for atom, places, reads in by_shape.values():
+        first = reads[0]
+        run = E.program([atom], [atom_of[g] for g in first], quiet=False)
+        slots = [np.array(s, dtype=np.intp) for s in zip(*reads)] if first else []
+        groups.append((np.array(places, dtype=np.intp), run, slots))
+    mask = np.zeros(shape, dtype=bool)
+    folds = None
+    if at:
+        mask.reshape(-1)[at] = True
+        atoms = np.empty(shape, dtype=object)
+        atoms.reshape(-1)[at] = folded
+        mask.flags.writeable = atoms.flags.writeable = False
+        folds = (mask, atoms)
+    regular = template and folds is None and not selects
+    if not template or selects:
+        folds = None  # (facts of a node regular except there: not this one)
+    return ViewPlan(template, groups, np.array(at, dtype=np.intp) if at else None,
+                    np.array(to) if at else None, args, folds, regular,
+                    N.settled_fold_id(shape, folds, regular))
+
+
+def view_plan(prim, params: dict, args: list, shape: tuple, memo: dict) -> ViewPlan | None:
+    """The :class:`ViewPlan` of ``prim(params)(args)`` over stand-ins for arguments that are
+    regular except at folded constants, kept in ``memo`` (the binder's dict for applications
+    of one signature) by the arguments' fold ids; None when an argument has no fold view
+    (the node's own view is planned: :func:`node_plan`)."""
+    fids = []
+    for a in args:
+        if a.uniform is not None:
+            fids.append(0)
+            continue
+        if a.dtype.kind != "f" or a.size > STAND_IN_LIMIT:
+            return None
+        fid = a._fid if a._fid is not None else a.fold_id()
+        if fid is None:
+            return None
+        fids.append(fid)
+    key = ("view",) + tuple(fids)
+    plan = memo.get(key, memo)
+    if plan is not memo:
+        return plan
+    plan = _plan_on_stand_ins(prim, params, args, shape)
+    if len(memo) >= 64:
+        memo.clear()
+    memo[key] = plan
+    return plan
+
+
+def _plan_on_stand_ins(prim, params: dict, args: list, shape: tuple) -> ViewPlan | None:
+    first: dict = {}
+    same = [first.setdefault(id(a), i) for i, a in enumerate(args)]
+    kept = tuple(i for i, a in enumerate(args) if same[i] == i and a.uniform is None)
+    total = sum(args[i].size for i in kept)
+    if total > STAND_IN_LIMIT:
+        return None
+    atom_of = _stand_ins(total)[:total]
+    views, plains, facts = [], [], []
+    base = 0
+    for i, a in enumerate(args):
+        if same[i] != i:  # an argument given twice: the same stand-ins
+            views.append(views[same[i]])
+            plains.append(plains[same[i]])
+            facts.append(facts[same[i]])
+        elif a.uniform is not None:  # one constant: itself, as the template folds it
+            one = np.empty((), dtype=object)
+            one[()] = a.uniform
+            views.append(np.broadcast_to(one, a.shape))
+            plains.append(views[-1])
+            facts.append(a)
+        else:
+            plain = np.empty(a.size, dtype=object)
+            plain[:] = atom_of[base:base + a.size]
+            plain = plain.reshape(a.shape)
+            base += a.size
+            mask, folded = a.fold_view()
+            atoms = plain
+            if mask.any():
+                atoms = plain.copy()
+                atoms[mask] = folded[mask]
+            views.append(atoms)
+            plains.append(plain)
+            facts.append(_Plain(a))
+    slot_of = {leaf: g for g, leaf in enumerate(atom_of)}
+    try:
+        template = bool(prim.structure(facts, params, shape)[0])
+        view = np.asarray(prim.build(views, params), dtype=object)
+        reference = np.asarray(prim.build(plains, params), dtype=object) if template else None
+        return _sorted(view, reference, slot_of, atom_of, kept, template, shape)
+    except (_Foreign, RecursionError, SymtapeError):
+        return None
+
+
+#: ``node -> ViewPlan`` of small nodes planned on their own views (dropped with the node).
+_NODE_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def in_node_order(node, args: list, values: list) -> list:
+    """``values`` of the arguments ``args`` (nodes, in the order they were applied) in the
+    order of ``node.inputs`` (a commutative op's node lists them in its own order), what
+    :func:`node_plan`'s plan reads."""
+    if all(a is b for a, b in zip(args, node.inputs)):
+        return values
+    at = {id(a): v for a, v in zip(args, values)}
+    return [at[id(a)] for a in node.inputs]
+
+
+def node_plan(node) -> ViewPlan | None:
+    """The :class:`ViewPlan` of ``node``'s own element view over its arguments' elements
+    (kept with the node; it reads the values of ``node.inputs``, see :func:`in_node_order`);
+    None when an element reads a leaf that is not an argument element (evaluate it with
+    :func:`symtape.element.evaluate.evaluate_from`)."""
+    plan = _NODE_PLANS.get(node, _NODE_PLANS)
+    if plan is not _NODE_PLANS:
+        return plan
+    slot_of: dict = {}
+    atom_of: list = []
+    args = []
+    for i, a in enumerate(node.inputs):
+        if a.dtype.kind != "f":
+            continue
+        args.append(i)
+        for atom in a.atoms().flat:
+            g = len(atom_of)
+            atom_of.append(atom)
+            if G.is_symbolic(atom):
+                slot_of.setdefault(atom, g)
+    try:
+        plan = _sorted(node.atoms(), None, slot_of, atom_of, tuple(args), False, node.shape)
+    except (_Foreign, RecursionError):
+        plan = None
+    _NODE_PLANS[node] = plan
+    return plan

@@ -111,3 +111,17 @@ def test_arguments_too_large_to_stand_in_for_plan_the_nodes_own_view(monkeypatch
     assert float(y.numpy()) == 1.0 + 1.0 - 3.0
     assert _same_bits(y.numpy(), _view_value(y))
     assert y._node.built  # planned on its own view
+
+
+def test_a_node_evaluated_again_is_planned_on_its_own_view_with_the_same_bits():
+    x = st.Variable([[1.5, -2.0, 0.5], [0.25, -0.0, 3.0]], name="x")
+    s = st.where(x > 0.0, x, 0.0)  # a select: its products fold into its zero branch
+    c = st.constant([[2.0, INF, 1.0], [NAN, 1.0, 3.0]])
+    first = c * s  # evaluated through its definitions
+    assert not isinstance(view_values._NODE_PLANS.get(first._node), view_values.ViewPlan)
+    again = c * s  # the same node: now planned
+    assert again._node is first._node
+    assert isinstance(view_values._NODE_PLANS.get(again._node), view_values.ViewPlan)
+    assert _same_bits(again.numpy(), first.numpy())
+    assert _same_bits(again.numpy(), _view_value(again))
+    assert _same_bits(again.numpy(), [[3.0, 0.0, 0.5], [NAN, 0.0, 9.0]])

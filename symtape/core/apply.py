@@ -234,9 +234,9 @@ def _sympy_constant(a: sp.Basic, dtype) -> Tensor:
 
 
 def _interpret(value: np.ndarray, atoms: np.ndarray, inputs) -> np.ndarray:
-    """The value of a small node that folds beyond the template and whose view reads leaves
-    beyond its arguments' elements (no :func:`view_values.node_plan`): its element DAG
-    evaluated on its inputs' values, one semantics with formulas and compiled code (``x * 0`` is 0,
+    """The value of a small node that folds beyond the template, the first time it is
+    evaluated (see :func:`view_values.node_plan`): its element DAG evaluated on its inputs'
+    values, one semantics with formulas and compiled code (``x * 0`` is 0,
     ``x - x`` is 0, a select's zero branch times ``1/x`` is 0, ``x + 0`` keeps the sign of a
     zero ``x``, ``-g*x/x**2`` is the ``-g/x`` it folded to). ``value`` (numpy's, of the same
     shape) stands only where an element needs a leaf without a value."""
@@ -412,10 +412,9 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
         else:
             view = V.node_plan(node)
             values = V.in_node_order(node, [t._node for t in tensors], values)
-        if view is not None:
-            value = view.evaluate(value if view.template else None, values, plan.shape, dtype)
-        else:
-            value = _interpret(value, node.atoms(), tensors)
+        got = None if view is None else view.evaluate(value if view.template else None,
+                                                      values, plan.shape, dtype)
+        value = _interpret(value, node.atoms(), tensors) if got is None else got
     return read_only(value), fusion
 
 

@@ -19,7 +19,8 @@ is built on stand-in leaves, one per argument element, with the folded constants
 places: the node's own view up to the names of its atoms. Such a plan depends only on the
 arguments' fold patterns, so it is kept per pattern and a training loop whose data holds
 zeros, or a sweep of one-hot seeds, plans once and never builds the element view. Otherwise
-the node's own view is planned over its arguments' elements and kept with the node.
+the node's own view is evaluated through its definitions the first time and planned, over
+its arguments' elements and the leaves it reads itself, when it is evaluated again.
 
 >>> import symtape as st
 >>> x = st.Variable([2.0, 3.0])
@@ -46,6 +47,9 @@ __all__ = ["ViewPlan", "view_plan", "node_plan", "in_node_order", "STAND_IN_LIMI
 #: built argument is planned on its own view instead).
 STAND_IN_LIMIT = 4096
 
+#: At most this many fold patterns are kept per kind of application (its signature).
+MEMO_PATTERNS = 256
+
 _STAND_INS: list = []
 
 
@@ -55,6 +59,20 @@ def _stand_ins(n: int) -> list:
     while len(_STAND_INS) < n:
         _STAND_INS.append(G.Leaf.new(f"s{len(_STAND_INS):06d}"))
     return _STAND_INS
+
+
+class _Reads(dict):
+    """``atom -> slot`` of argument elements that also gives slots, after them, to the
+    leaves a view reads itself (``extra``)."""
+
+    def __init__(self, slots: dict, first: int) -> None:
+        super().__init__(slots)
+        self.first, self.extra = first, []
+
+    def read(self, leaf) -> int:
+        self[leaf] = g = self.first + len(self.extra)
+        self.extra.append(leaf)
+        return g
 
 
 class _Foreign(Exception):
@@ -80,18 +98,26 @@ class ViewPlan:
     ``template``: numpy's value of the node stands where no group or constant is;
     ``groups``: ``(places, run, slots)``, a program ``run`` of one element evaluated for the
     flat ``places`` of the result, its inputs read from the arguments' flat values (one
-    concatenation, ``args`` in order) at ``slots``; ``at``/``to``: the places of constant
-    elements and their values; ``folds``, ``regular``, ``fid``: the result node's facts."""
+    concatenation, ``args`` in order, then the bound values of ``leaves``, those the view
+    reads itself: a product folded into a select reads the select's condition) at
+    ``slots``; ``at``/``to``: the places of constant elements and their values; ``folds``,
+    ``regular``, ``fid``: the result node's facts."""
 
-    __slots__ = ("template", "groups", "at", "to", "args", "folds", "regular", "fid")
+    __slots__ = ("template", "groups", "at", "to", "args", "leaves", "folds", "regular",
+                 "fid")
 
-    def __init__(self, template, groups, at, to, args, folds, regular, fid) -> None:
+    def __init__(self, template, groups, at, to, args, leaves, folds, regular, fid) -> None:
         self.template, self.groups, self.at, self.to = template, groups, at, to
-        self.args, self.folds, self.regular, self.fid = args, folds, regular, fid
+        self.args, self.leaves = args, leaves
+        self.folds, self.regular, self.fid = folds, regular, fid
 
-    def evaluate(self, value, values: list, shape: tuple, dtype) -> np.ndarray:
+    def evaluate(self, value, values: list, shape: tuple, dtype) -> np.ndarray | None:
         """The view's values: ``value`` (numpy's, or None when not :attr:`template`) with
-        the other elements put in place."""
+        the other elements put in place; None when a leaf the view reads has no value."""
+        if self.leaves:
+            bound = [leaf.bound_value() for leaf in self.leaves]
+            if any(b is None for b in bound):
+                return None
         if not self.template:
             out = np.empty(shape, dtype=dtype)
         elif value.base is not None or not (value.flags.writeable and
@@ -102,6 +128,8 @@ class ViewPlan:
         flat = out.reshape(-1)
         if self.groups:
             parts = [np.asarray(values[i]).reshape(-1) for i in self.args]
+            if self.leaves:
+                parts.append(np.array(bound, dtype=dtype))
             src = parts[0] if len(parts) == 1 else np.concatenate(parts)
             for places, run, slots in self.groups:
                 flat[places] = run(*[src[s] for s in slots])[0]
@@ -122,7 +150,12 @@ def _token(atom, slot_of: dict, inputs: list, seen: dict, nodes: dict):
             inputs.append(g)
         return ("i", k)
     if isinstance(atom, G.Leaf):
-        raise _Foreign
+        g = slot_of.read(atom) if isinstance(slot_of, _Reads) else None
+        if g is None:
+            raise _Foreign
+        k = seen[atom] = len(inputs)
+        inputs.append(g)
+        return ("i", k)
     if isinstance(atom, G.Node):
         k = nodes.get(atom)
         if k is not None:
@@ -163,6 +196,8 @@ def _sorted(view: np.ndarray, reference, slot_of: dict, atom_of: list, args: tup
             group = by_shape[key] = (atom, [], [])
         group[1].append(p)
         group[2].append(inputs)
+    leaves = tuple(slot_of.extra) if isinstance(slot_of, _Reads) else ()
+    atom_of = list(atom_of) + list(leaves) if leaves else atom_of
     groups = []
     for atom, places, reads in by_shape.values():
         first = reads[0]
@@ -181,7 +216,7 @@ def _sorted(view: np.ndarray, reference, slot_of: dict, atom_of: list, args: tup
     if not template or selects:
         folds = None  # (facts of a node regular except there: not this one)
     return ViewPlan(template, groups, np.array(at, dtype=np.intp) if at else None,
-                    np.array(to) if at else None, args, folds, regular,
+                    np.array(to) if at else None, args, leaves, folds, regular,
                     N.settled_fold_id(shape, folds, regular))
 
 
@@ -205,14 +240,16 @@ def view_plan(prim, params: dict, args: list, shape: tuple, memo: dict) -> ViewP
     plan = memo.get(key, memo)
     if plan is not memo:
         return plan
-    plan = _plan_on_stand_ins(prim, params, args, shape)
-    if len(memo) >= 64:
+    if len(memo) > MEMO_PATTERNS:
         memo.clear()
-    memo[key] = plan
+    plan = memo[key] = _plan_on_stand_ins(prim, params, args, shape, memo)
     return plan
 
 
-def _plan_on_stand_ins(prim, params: dict, args: list, shape: tuple) -> ViewPlan | None:
+def _plan_on_stand_ins(prim, params: dict, args: list, shape: tuple,
+                       memo: dict) -> ViewPlan | None:
+    """The plan over stand-ins; the view on plain stand-ins, which depends only on the
+    signature, is kept in ``memo`` for every fold pattern."""
     first: dict = {}
     same = [first.setdefault(id(a), i) for i, a in enumerate(args)]
     kept = tuple(i for i, a in enumerate(args) if same[i] == i and a.uniform is None)
@@ -248,22 +285,35 @@ def _plan_on_stand_ins(prim, params: dict, args: list, shape: tuple) -> ViewPlan
             facts.append(_Plain(a))
     slot_of = {leaf: g for g, leaf in enumerate(atom_of)}
     try:
-        template = bool(prim.structure(facts, params, shape)[0])
+        if "plain" not in memo:
+            template = bool(prim.structure(facts, params, shape)[0])
+            memo["plain"] = np.asarray(prim.build(plains, params), dtype=object) \
+                if template else None
+        reference = memo["plain"]
         view = np.asarray(prim.build(views, params), dtype=object)
-        reference = np.asarray(prim.build(plains, params), dtype=object) if template else None
-        return _sorted(view, reference, slot_of, atom_of, kept, template, shape)
+        return _sorted(view, reference, slot_of, atom_of, kept, reference is not None, shape)
     except (_Foreign, RecursionError, SymtapeError):
         return None
 
 
-#: ``node -> ViewPlan`` of small nodes planned on their own views (dropped with the node).
+#: ``node -> ViewPlan`` of small nodes planned on their own views (dropped with the node),
+#: or ``_ONCE`` for a node evaluated once so far.
 _NODE_PLANS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_ONCE = object()
 
 
 def in_node_order(node, args: list, values: list) -> list:
     """``values`` of the arguments ``args`` (nodes, in the order they were applied) in the
     order of ``node.inputs`` (a commutative op's node lists them in its own order), what
-    :func:`node_plan`'s plan reads."""
+    :func:`node_plan`'s plan reads.
+
+    >>> import symtape as st
+    >>> c, x = st.constant([1.0, 0.0]), st.Variable([3.0, 4.0])
+    >>> node = (c * x)._node  # (a product's node lists its inputs in its own order)
+    >>> order = in_node_order(node, [c._node, x._node], ["c", "x"])
+    >>> order == ["c" if n is c._node else "x" for n in node.inputs]
+    True
+    """
     if all(a is b for a, b in zip(args, node.inputs)):
         return values
     at = {id(a): v for a, v in zip(args, values)}
@@ -272,12 +322,19 @@ def in_node_order(node, args: list, values: list) -> list:
 
 def node_plan(node) -> ViewPlan | None:
     """The :class:`ViewPlan` of ``node``'s own element view over its arguments' elements
-    (kept with the node; it reads the values of ``node.inputs``, see :func:`in_node_order`);
-    None when an element reads a leaf that is not an argument element (evaluate it with
-    :func:`symtape.element.evaluate.evaluate_from`)."""
+    (kept with the node; it reads the values of ``node.inputs``, see :func:`in_node_order`,
+    and of the leaves its view reads itself); None when the node is evaluated for the first
+    time (a node made for one evaluation -- a fresh constant's
+    products, a sweep's cotangents -- is cheaper evaluated through its definitions once:
+    evaluate it with :func:`symtape.element.evaluate.evaluate_from`; a loop that evaluates it
+    again gets its plan)."""
     plan = _NODE_PLANS.get(node, _NODE_PLANS)
     if plan is not _NODE_PLANS:
-        return plan
+        if plan is not _ONCE:
+            return plan
+    else:
+        _NODE_PLANS[node] = _ONCE
+        return None
     slot_of: dict = {}
     atom_of: list = []
     args = []
@@ -291,7 +348,8 @@ def node_plan(node) -> ViewPlan | None:
             if G.is_symbolic(atom):
                 slot_of.setdefault(atom, g)
     try:
-        plan = _sorted(node.atoms(), None, slot_of, atom_of, tuple(args), False, node.shape)
+        plan = _sorted(node.atoms(), None, _Reads(slot_of, len(atom_of)), atom_of,
+                       tuple(args), False, node.shape)
     except (_Foreign, RecursionError):
         plan = None
     _NODE_PLANS[node] = plan

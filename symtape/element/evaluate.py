@@ -15,7 +15,7 @@ import numpy as np
 import sympy as sp
 from sympy.logic.boolalg import BooleanAtom
 
-from symtape.element.graph import Leaf, Node, const_value, is_const
+from symtape.element.graph import Leaf, Node, const_value, is_const, reachable
 from symtape.element.heads import NUMPY as HEADS
 from symtape.element.numeric import ieee_pow, pow_plan, power_const, split_quotient
 
@@ -150,24 +150,6 @@ def _step(node: Node, heads: dict, lookup: Callable = _lookup) -> Callable:
     return lambda values: c
 
 
-def _reachable_below(outputs: Sequence, given: dict) -> list:
-    """The nodes ``outputs`` read through their definitions, down to the atoms ``given``
-    (not through them), operands first."""
-    seen: set = set()
-    stack = [a for a in outputs if isinstance(a, Node) and a not in given]
-    out = []
-    while stack:
-        node = stack.pop()
-        if node in seen:
-            continue
-        seen.add(node)
-        out.append(node)
-        stack.extend(op for op in node.evaluation_operands()
-                     if isinstance(op, Node) and op not in seen and op not in given)
-    out.sort(key=lambda n: n.uid)
-    return out
-
-
 def program(outputs: Sequence, inputs: Sequence, heads: dict = HEADS,
             quiet: bool = True) -> Callable:
     """A numpy function of arrays (one per atom of ``inputs``: leaves, or nodes whose values
@@ -185,7 +167,7 @@ def program(outputs: Sequence, inputs: Sequence, heads: dict = HEADS,
     """
     outputs = list(outputs)
     position = {leaf: i for i, leaf in enumerate(inputs)}
-    nodes = _reachable_below(outputs, position)
+    nodes = reachable(outputs, through_forward=True, below=position)
     missing = [op for node in nodes for op in node.evaluation_operands()
                if isinstance(op, Leaf) and op not in position]
     missing += [a for a in outputs if isinstance(a, Leaf) and a not in position]

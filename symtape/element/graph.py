@@ -833,14 +833,20 @@ def _compile(expr, index):  # noqa: C901 - a dispatch table over SymPy heads
 # --------------------------------------------------------------------------------------------
 
 
-def reachable(atoms: Iterable, through_forward: bool = False) -> list:
-    """The nodes reachable from ``atoms``, in topological order (operands first).
+def reachable(atoms: Iterable, through_forward: bool = False, below=()) -> list:
+    """The nodes reachable from ``atoms``, in topological order (operands first), not
+    through the atoms ``below`` (a set or dict: what is given).
 
     With ``through_forward``, alias nodes are followed through the atom that computes them
     (what evaluation and lowering read) instead of their displayed operands.
+
+    >>> x = Leaf.new("x")
+    >>> s = add(x, ONE)
+    >>> len(reachable([mul(s, s)])), len(reachable([mul(s, s)], below={s}))
+    (2, 1)
     """
     seen: set = set()
-    stack = [a for a in atoms if isinstance(a, Node)]
+    stack = [a for a in atoms if isinstance(a, Node) and a not in below]
     out = []
     while stack:
         node = stack.pop()
@@ -850,7 +856,7 @@ def reachable(atoms: Iterable, through_forward: bool = False) -> list:
         out.append(node)
         ops = node.evaluation_operands() if through_forward else node.operands
         for op in ops:
-            if isinstance(op, Node) and op not in seen:
+            if isinstance(op, Node) and op not in seen and op not in below:
                 stack.append(op)
     out.sort(key=lambda n: n.uid)
     return out

@@ -97,17 +97,20 @@ class ViewPlan:
 
     ``template``: numpy's value of the node stands where no group or constant is;
     ``groups``: ``(places, run, slots)``, a program ``run`` of one element evaluated for the
-    flat ``places`` of the result, its inputs read from the arguments' flat values (one
-    concatenation, ``args`` in order, then the bound values of ``leaves``, those the view
-    reads itself: a product folded into a select reads the select's condition) at
-    ``slots``; ``at``/``to``: the places of constant elements and their values; ``folds``,
+    flat ``places`` of the result (None: the element is its one input), its inputs read at
+    ``slots``, ``(part, index)`` pairs into the flat values of the arguments ``args`` and,
+    after them, the bound values of ``leaves`` (those the view reads itself: a product
+    folded into a select reads the select's condition), or, part -1 when ``mixed``, all of
+    them joined; ``at``/``to``: the places of constant elements and their values; ``folds``,
     ``regular``, ``fid``: the result node's facts."""
 
-    __slots__ = ("template", "groups", "at", "to", "args", "leaves", "folds", "regular",
-                 "fid")
+    __slots__ = ("template", "groups", "mixed", "at", "to", "args", "leaves", "folds",
+                 "regular", "fid")
 
-    def __init__(self, template, groups, at, to, args, leaves, folds, regular, fid) -> None:
-        self.template, self.groups, self.at, self.to = template, groups, at, to
+    def __init__(self, template, groups, mixed, at, to, args, leaves, folds, regular,
+                 fid) -> None:
+        self.template, self.groups, self.mixed, self.at, self.to = \
+            template, groups, mixed, at, to
         self.args, self.leaves = args, leaves
         self.folds, self.regular, self.fid = folds, regular, fid
 
@@ -130,9 +133,11 @@ class ViewPlan:
             parts = [np.asarray(values[i]).reshape(-1) for i in self.args]
             if self.leaves:
                 parts.append(np.array(bound, dtype=dtype))
-            src = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            if self.mixed:
+                parts.append(np.concatenate(parts))
             for places, run, slots in self.groups:
-                flat[places] = run(*[src[s] for s in slots])[0]
+                ins = [parts[k][index] for k, index in slots]
+                flat[places] = ins[0] if run is None else run(*ins)[0]
         if self.at is not None:
             flat[self.at] = self.to
         return out
@@ -171,10 +176,10 @@ def _token(atom, slot_of: dict, inputs: list, seen: dict, nodes: dict):
 
 
 def _sorted(view: np.ndarray, reference, slot_of: dict, atom_of: list, args: tuple,
-            template: bool, shape: tuple) -> ViewPlan:
+            sizes: list, template: bool, shape: tuple) -> ViewPlan:
     """The :class:`ViewPlan` of the element view ``view`` whose argument elements are the
-    keys of ``slot_of`` (``atom_of[slot]`` the atom), elements equal to ``reference``'s
-    being numpy's when ``template``."""
+    keys of ``slot_of`` (``atom_of[slot]`` the atom; the arguments ``args`` hold ``sizes``
+    of them in turn), elements equal to ``reference``'s being numpy's when ``template``."""
     flat = view.reshape(-1)
     ref = reference.reshape(-1) if reference is not None else None
     at, to, folded = [], [], []
@@ -198,11 +203,21 @@ def _sorted(view: np.ndarray, reference, slot_of: dict, atom_of: list, args: tup
         group[2].append(inputs)
     leaves = tuple(slot_of.extra) if isinstance(slot_of, _Reads) else ()
     atom_of = list(atom_of) + list(leaves) if leaves else atom_of
-    groups = []
+    starts = np.cumsum([0] + list(sizes) + [len(leaves)])
+    groups, mixed = [], False
     for atom, places, reads in by_shape.values():
         first = reads[0]
-        run = E.program([atom], [atom_of[g] for g in first], quiet=False)
-        slots = [np.array(s, dtype=np.intp) for s in zip(*reads)] if first else []
+        run = None if atom in slot_of else E.program([atom], [atom_of[g] for g in first],
+                                                     quiet=False)
+        slots = []
+        for read in zip(*reads):  # each input of the program: its part and places there
+            read = np.array(read, dtype=np.intp)
+            part = np.searchsorted(starts, read, side="right") - 1
+            if (part == part[0]).all():
+                slots.append((int(part[0]), read - starts[part[0]]))
+            else:  # (members reading different arguments: the parts joined, last)
+                slots.append((-1, read))
+                mixed = True
         groups.append((np.array(places, dtype=np.intp), run, slots))
     mask = np.zeros(shape, dtype=bool)
     folds = None
@@ -215,7 +230,7 @@ def _sorted(view: np.ndarray, reference, slot_of: dict, atom_of: list, args: tup
     regular = template and folds is None and not selects
     if not template or selects:
         folds = None  # (facts of a node regular except there: not this one)
-    return ViewPlan(template, groups, np.array(at, dtype=np.intp) if at else None,
+    return ViewPlan(template, groups, mixed, np.array(at, dtype=np.intp) if at else None,
                     np.array(to) if at else None, args, leaves, folds, regular,
                     N.settled_fold_id(shape, folds, regular))
 
@@ -291,7 +306,8 @@ def _plan_on_stand_ins(prim, params: dict, args: list, shape: tuple,
                 if template else None
         reference = memo["plain"]
         view = np.asarray(prim.build(views, params), dtype=object)
-        return _sorted(view, reference, slot_of, atom_of, kept, reference is not None, shape)
+        return _sorted(view, reference, slot_of, atom_of, kept, [args[i].size for i in kept],
+                       reference is not None, shape)
     except (_Foreign, RecursionError, SymtapeError):
         return None
 
@@ -349,7 +365,7 @@ def node_plan(node) -> ViewPlan | None:
                 slot_of.setdefault(atom, g)
     try:
         plan = _sorted(node.atoms(), None, _Reads(slot_of, len(atom_of)), atom_of,
-                       tuple(args), False, node.shape)
+                       tuple(args), [node.inputs[i].size for i in args], False, node.shape)
     except (_Foreign, RecursionError):
         plan = None
     _NODE_PLANS[node] = plan

@@ -125,3 +125,16 @@ def test_a_node_evaluated_again_is_planned_on_its_own_view_with_the_same_bits():
     assert _same_bits(again.numpy(), first.numpy())
     assert _same_bits(again.numpy(), _view_value(again))
     assert _same_bits(again.numpy(), [[3.0, 0.0, 0.5], [NAN, 0.0, 9.0]])
+
+
+def test_a_view_too_long_to_walk_is_evaluated_through_its_definitions(monkeypatch):
+    monkeypatch.setattr(view_values, "WALK_LIMIT", 2)
+    x = st.Variable([[1.5, -2.0, 0.5], [0.25, -0.0, 3.0]], name="x")
+    s = st.where(st.sin(x) * x > 0.0, x, 0.0)  # the products read the condition's ancestry
+    c = st.constant([[2.0, INF, 1.0], [NAN, 1.0, 3.0]])
+    first = c * s
+    again = c * s
+    assert again._node is first._node
+    assert view_values._NODE_PLANS.get(again._node) is None  # not planned: walked too far
+    assert _same_bits(again.numpy(), first.numpy())
+    assert _same_bits(again.numpy(), _view_value(again))

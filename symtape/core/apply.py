@@ -411,7 +411,8 @@ def _evaluate(prim: Primitive, plan: _Plan, tensors: list, node: N.Node,
             node.settle(view.regular, None, view.folds, view.fid)
         else:
             view = V.node_plan(node)
-            values = V.in_node_order(node, [t._node for t in tensors], values)
+            if view is not None:
+                values = V.in_node_order(node, [t._node for t in tensors], values)
         got = None if view is None else view.evaluate(value if view.template else None,
                                                       values, plan.shape, dtype)
         value = _interpret(value, node.atoms(), tensors) if got is None else got

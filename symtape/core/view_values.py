@@ -47,6 +47,10 @@ __all__ = ["ViewPlan", "view_plan", "node_plan", "in_node_order", "STAND_IN_LIMI
 #: built argument is planned on its own view instead).
 STAND_IN_LIMIT = 4096
 
+#: At most this many definitions are walked to plan a view (a node whose elements read a
+#: deep shared ancestry is evaluated through its definitions at every call instead).
+WALK_LIMIT = 1 << 14
+
 #: At most this many fold patterns are kept per kind of application (its signature).
 MEMO_PATTERNS = 256
 
@@ -75,8 +79,9 @@ class _Reads(dict):
         return g
 
 
-class _Foreign(Exception):
-    """An element reads an atom that is not an argument element (a leaf of its own)."""
+class _NoPlan(Exception):
+    """An element reads a leaf that is not an argument element (in a view on stand-ins), or
+    the elements' definitions are too many to walk (:data:`WALK_LIMIT`)."""
 
 
 class _Plain:
@@ -157,7 +162,7 @@ def _token(atom, slot_of: dict, inputs: list, seen: dict, nodes: dict):
     if isinstance(atom, G.Leaf):
         g = slot_of.read(atom) if isinstance(slot_of, _Reads) else None
         if g is None:
-            raise _Foreign
+            raise _NoPlan
         k = seen[atom] = len(inputs)
         inputs.append(g)
         return ("i", k)
@@ -184,7 +189,7 @@ def _sorted(view: np.ndarray, reference, slot_of: dict, atom_of: list, args: tup
     ref = reference.reshape(-1) if reference is not None else None
     at, to, folded = [], [], []
     by_shape: dict = {}
-    selects = False
+    selects, walked = False, 0
     for p, atom in enumerate(flat):
         if ref is not None and atom is ref[p]:
             continue
@@ -195,7 +200,11 @@ def _sorted(view: np.ndarray, reference, slot_of: dict, atom_of: list, args: tup
             continue
         selects = selects or G.absorbs_products(atom)
         inputs: list = []
-        key = _token(atom, slot_of, inputs, {}, {})
+        nodes: dict = {}
+        key = _token(atom, slot_of, inputs, {}, nodes)
+        walked += len(nodes)
+        if walked > WALK_LIMIT:  # (definitions shared by elements are walked for each)
+            raise _NoPlan
         group = by_shape.get(key)
         if group is None:
             group = by_shape[key] = (atom, [], [])
@@ -247,7 +256,7 @@ def view_plan(prim, params: dict, args: list, shape: tuple, memo: dict) -> ViewP
             continue
         if a.dtype.kind != "f" or a.size > STAND_IN_LIMIT:
             return None
-        fid = a._fid if a._fid is not None else a.fold_id()
+        fid = a.fold_id()
         if fid is None:
             return None
         fids.append(fid)
@@ -308,7 +317,7 @@ def _plan_on_stand_ins(prim, params: dict, args: list, shape: tuple,
         view = np.asarray(prim.build(views, params), dtype=object)
         return _sorted(view, reference, slot_of, atom_of, kept, [args[i].size for i in kept],
                        reference is not None, shape)
-    except (_Foreign, RecursionError, SymtapeError):
+    except (_NoPlan, RecursionError, SymtapeError):
         return None
 
 
@@ -366,7 +375,7 @@ def node_plan(node) -> ViewPlan | None:
     try:
         plan = _sorted(node.atoms(), None, _Reads(slot_of, len(atom_of)), atom_of,
                        tuple(args), [node.inputs[i].size for i in args], False, node.shape)
-    except (_Foreign, RecursionError):
+    except (_NoPlan, RecursionError):
         plan = None
     _NODE_PLANS[node] = plan
     return plan
